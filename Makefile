@@ -1,0 +1,74 @@
+# Two commands on a fresh Debian machine, as root:
+#   make demo   full redeploy against the embedded lab, visible and verified
+#   make test   every test (unit, integration, sanity, lint, molecule)
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+CACHE := $(CURDIR)/.cache
+COLLECTION_LINK := $(CACHE)/collections/ansible_collections/gpuops/sglang
+APT_PACKAGES := podman runc debootstrap uidmap openssh-client patch psmisc procps util-linux
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(BIN):$(PATH)
+
+.PHONY: setup host-packages test test-unit test-integration sanity lint molecule demo lab-up lab-down gpu-check build clean
+
+setup: $(VENV)/.installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
+
+host-packages:
+	@missing=""; for tool in podman runc debootstrap ssh patch nsenter unshare; do \
+	  command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then echo "installing host packages (missing:$$missing)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; fi
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+# Playbooks and ansible-doc resolve gpuops.sglang.* from this checkout through this link.
+$(COLLECTION_LINK):
+	mkdir -p $(dir $@)
+	ln -sfn $(CURDIR) $@
+
+# The real sglang wheel the tests and the lab install, fetched once.
+$(CACHE)/wheels/.done: requirements-lab.txt $(VENV)/.installed
+	$(BIN)/pip download -q --disable-pip-version-check --no-deps -r requirements-lab.txt -d $(CACHE)/wheels
+	touch $@
+
+test-unit: setup
+	$(BIN)/pytest -q tests/unit
+
+test-integration: setup host-packages
+	$(BIN)/pytest -q tests/integration
+
+sanity: setup
+	tests/sanity/run-ansible-test.sh
+
+lint: setup
+	$(BIN)/ansible-lint --offline --profile production
+
+molecule: setup host-packages
+	cd $(CURDIR) && $(BIN)/molecule test --all
+
+test: setup host-packages
+	$(BIN)/pytest -q tests/unit tests/integration
+	$(MAKE) --no-print-directory sanity lint molecule
+
+demo: setup host-packages
+	lab/lab up
+	$(BIN)/ansible-playbook -i inventory/lab playbooks/redeploy.yml
+	lab/lab summary
+
+lab-up: setup host-packages
+	lab/lab up
+
+lab-down:
+	lab/lab down
+
+build: setup
+	$(BIN)/ansible-galaxy collection build --force --output-path $(CACHE)/build
+
+clean: lab-down
+	rm -rf $(VENV) $(CACHE) tests/output

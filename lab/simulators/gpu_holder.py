@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""A real process that SIMULATES a CUDA process holding GPU memory (see README.md beside it).
+
+It opens the given device files and keeps them open, registers MiB per GPU
+with the nvidia-smi simulator, writes its PID to --ready when set up, then waits.
+  --hold INDEX=MIB      memory on GPU INDEX (device path from the simulator's gpus.json)
+  --open PATH           another device file to keep open (nvidiactl, nvidia-uvm, caps)
+  --title TEXT          run under this command line (argv[0]), like setproctitle does
+  --on-term ignore|exit|drain=SECONDS
+"""
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--state', default=os.environ.get('NVIDIA_SMI_SIM_STATE', '/var/lib/nvidia-smi-sim'))
+    parser.add_argument('--hold', action='append', default=[])
+    parser.add_argument('--open', action='append', default=[])
+    parser.add_argument('--title')
+    parser.add_argument('--on-term', default='exit')
+    parser.add_argument('--ready')
+    parser.add_argument('--titled', action='store_true', help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main():
+    args = parse(sys.argv[1:])
+    if args.title and not args.titled:
+        # Re-exec so /proc/PID/cmdline starts with the title, as setproctitle makes it.
+        os.execv(sys.executable, [args.title, os.path.abspath(__file__), '--titled'] + sys.argv[1:])
+
+    if args.on_term == 'ignore':
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif args.on_term.startswith('drain='):
+        drain = float(args.on_term.split('=', 1)[1])
+
+        def drain_then_exit(signum, frame):
+            time.sleep(drain)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, drain_then_exit)
+    else:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+
+    handles = []
+    holds = [item.split('=') for item in args.hold]
+    if holds:
+        with open(os.path.join(args.state, 'gpus.json')) as config:
+            devices = dict((gpu['index'], gpu['device']) for gpu in json.load(config)['gpus'])
+        alloc_dir = os.path.join(args.state, 'alloc')
+        if not os.path.isdir(alloc_dir):
+            os.makedirs(alloc_dir, exist_ok=True)
+        for index, mib in holds:
+            handles.append(open(devices[int(index)], 'rb'))
+            with open(os.path.join(alloc_dir, '%d-%d' % (os.getpid(), int(index))), 'w') as alloc:
+                alloc.write(mib)
+    for path in args.open:
+        handles.append(open(path, 'rb'))
+    if args.ready:
+        with open(args.ready + '.tmp', 'w') as ready:
+            ready.write(str(os.getpid()))
+        os.rename(args.ready + '.tmp', args.ready)
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""nvidia-smi SIMULATOR for tests and the lab (see README.md beside it).
+
+Implements only:
+  --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits
+  --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits
+State lives in $NVIDIA_SMI_SIM_STATE (default /var/lib/nvidia-smi-sim):
+  gpus.json   {"gpus": [{"index", "uuid", "total_mib", "device", "leak_mib"}], "release_delay": 0.15}
+  fail        if present, its text is printed and the exit status is 9 (driver unreachable)
+  alloc/PID-INDEX   MiB that process PID holds on GPU INDEX (written by gpu_holder.py)
+"""
+import json
+import os
+import sys
+import time
+
+STATE = os.environ.get('NVIDIA_SMI_SIM_STATE', '/var/lib/nvidia-smi-sim')
+GPU_QUERY = '--query-gpu=index,uuid,memory.used,memory.total'
+APPS_QUERY = '--query-compute-apps=pid,process_name,used_memory'
+CSV = '--format=csv,noheader,nounits'
+
+
+def load():
+    with open(os.path.join(STATE, 'gpus.json')) as handle:
+        return json.load(handle)
+
+
+def holds_open(pid, device):
+    fd_dir = '/proc/%d/fd' % pid
+    try:
+        for fd in os.listdir(fd_dir):
+            try:
+                if os.readlink(os.path.join(fd_dir, fd)) == device:
+                    return True
+            except OSError:
+                continue
+    except OSError:
+        return False
+    return False
+
+
+def is_live(pid):
+    try:
+        with open('/proc/%d/stat' % pid) as handle:
+            state = handle.read().rsplit(')', 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ('Z', 'X')
+
+
+def allocations(config):
+    """[(pid, gpu_index, mib)] still counted; frees memory release_delay after its owner died."""
+    alloc_dir = os.path.join(STATE, 'alloc')
+    devices = dict((gpu['index'], gpu['device']) for gpu in config['gpus'])
+    delay = float(config.get('release_delay', 0.15))
+    now = time.time()
+    counted = []
+    for name in sorted(os.listdir(alloc_dir)) if os.path.isdir(alloc_dir) else []:
+        path = os.path.join(alloc_dir, name)
+        base, _, died = name.partition('.died-')
+        pid, index = (int(part) for part in base.split('-'))
+        with open(path) as handle:
+            mib = int(handle.read().strip() or 0)
+        if died:
+            if now - float(died) >= delay:
+                os.unlink(path)
+            else:
+                counted.append((pid, index, mib))
+            continue
+        if is_live(pid) and holds_open(pid, devices.get(index)):
+            counted.append((pid, index, mib))
+        else:
+            os.rename(path, '%s.died-%f' % (path, now))
+            if delay > 0:
+                counted.append((pid, index, mib))
+    return counted
+
+
+def comm(pid):
+    try:
+        with open('/proc/%d/comm' % pid) as handle:
+            return handle.read().strip()
+    except OSError:
+        return '[Not Found]'
+
+
+def main(argv):
+    fail = os.path.join(STATE, 'fail')
+    if os.path.exists(fail):
+        with open(fail) as handle:
+            sys.stdout.write(handle.read())
+        return 9
+    if CSV not in argv or len(argv) != 2:
+        sys.stderr.write('nvidia-smi simulator: only %s and %s with %s are simulated\n' % (GPU_QUERY, APPS_QUERY, CSV))
+        return 2
+    config = load()
+    counted = allocations(config)
+    if GPU_QUERY in argv:
+        for gpu in config['gpus']:
+            used = gpu.get('leak_mib', 0) + sum(mib for _, index, mib in counted if index == gpu['index'])
+            print('%d, %s, %d, %d' % (gpu['index'], gpu['uuid'], used, gpu['total_mib']))
+        return 0
+    if APPS_QUERY in argv:
+        for pid, _, mib in counted:
+            if is_live(pid):
+                print('%d, %s, %d' % (pid, comm(pid), mib))
+        return 0
+    sys.stderr.write('nvidia-smi simulator: unsupported query %r\n' % argv)
+    return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

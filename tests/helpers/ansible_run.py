@@ -1,0 +1,57 @@
+"""Runs one task of a collection module through real Ansible (ansible-runner, local connection).
+
+The target interpreter is the host's system python3 where there is one, so
+the modules prove they need nothing beyond the standard library and their
+module_utils, which Ansible ships with them.
+"""
+import json
+import os
+import sys
+
+import ansible_runner
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# ansible-playbook lives beside the interpreter running the tests (the project venv).
+_BIN = os.path.dirname(sys.executable)
+if _BIN not in os.environ.get('PATH', '').split(os.pathsep):
+    os.environ['PATH'] = _BIN + os.pathsep + os.environ.get('PATH', '')
+TARGET_PYTHON = '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else sys.executable
+
+
+class TaskResult(dict):
+    @property
+    def failed(self):
+        return bool(self.get('failed'))
+
+
+def run_task(tmp_path, module, args, check=False, diff=False, name='task'):
+    """Run `module` with `args` once and return its result dict (with 'failed')."""
+    private = tmp_path / ('runner-%s' % name)
+    project = private / 'project'
+    project.mkdir(parents=True, exist_ok=True)
+    play = [{
+        'hosts': 'localhost',
+        'gather_facts': False,
+        'tasks': [{'name': name, module: args}],
+    }]
+    (project / 'play.yml').write_text(json.dumps(play))
+    inventory = {'all': {'hosts': {'localhost': {
+        'ansible_connection': 'local', 'ansible_python_interpreter': TARGET_PYTHON}}}}
+    cmdline = ' '.join(flag for flag, wanted in (('--check', check), ('--diff', diff)) if wanted)
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        playbook='play.yml',
+        inventory=json.dumps(inventory),
+        cmdline=cmdline or None,
+        envvars={'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg'),
+                 'ANSIBLE_COLLECTIONS_PATH': os.path.join(REPO, '.cache', 'collections')},
+        quiet=True,
+        settings={'suppress_ansible_output': True},
+    )
+    for event in runner.events:
+        if event.get('event') in ('runner_on_ok', 'runner_on_failed') and \
+                event['event_data'].get('task') == name:
+            result = TaskResult(event['event_data']['res'])
+            result['failed'] = event['event'] == 'runner_on_failed'
+            return result
+    raise AssertionError('no result for %s (rc %s):\n%s' % (module, runner.rc, runner.stdout.read()))
