@@ -1,0 +1,132 @@
+"""Test set-ups built on the simulators in lab/simulators: GPUs held by real processes, and containers."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+from helpers.ansible_run import REPO
+
+SIMULATORS = os.path.join(REPO, 'lab', 'simulators')
+HOLDER = os.path.join(SIMULATORS, 'gpu_holder.py')
+
+
+def wait_for(predicate, timeout=10.0, what='condition'):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError('timed out waiting for %s' % what)
+
+
+def write_wrapper(path, env_name, env_value, script):
+    """A tiny executable that runs a simulator with its state folder fixed (no user input inside)."""
+    with open(path, 'w') as handle:
+        handle.write('#!/bin/sh\n%s=%s exec %s %s "$@"\n' % (env_name, env_value, sys.executable, script))
+    os.chmod(path, 0o755)
+    return path
+
+
+def is_running(proc):
+    if proc.poll() is not None:
+        return False
+    with open('/proc/%d/stat' % proc.pid) as handle:
+        return handle.read().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
+
+
+class SimulatedGpuHost(object):
+    """Device files, an nvidia-smi simulator and real holder processes under tmp_path."""
+
+    def __init__(self, tmp_path, gpus=2, total_mib=143771, release_delay=0.15):
+        self.root = tmp_path / 'gpuhost'
+        self.dev = self.root / 'dev'
+        self.state = self.root / 'nvidia-smi-state'
+        (self.dev / 'nvidia-caps').mkdir(parents=True)
+        self.state.mkdir(parents=True)
+        for name in ['nvidiactl', 'nvidia-uvm', 'nvidia-uvm-tools', 'nvidia-caps/nvidia-cap1',
+                     'nvidia-caps/nvidia-cap2'] + ['nvidia%d' % i for i in range(gpus)]:
+            (self.dev / name).write_text('')
+        self.config = {'release_delay': release_delay, 'gpus': [
+            {'index': i, 'uuid': 'GPU-sim-%04d' % i, 'total_mib': total_mib,
+             'device': str(self.dev / ('nvidia%d' % i)), 'leak_mib': 0} for i in range(gpus)]}
+        self.save()
+        bin_dir = self.root / 'bin'
+        bin_dir.mkdir()
+        self.nvidia_smi = write_wrapper(str(bin_dir / 'nvidia-smi'), 'NVIDIA_SMI_SIM_STATE', str(self.state),
+                                        os.path.join(SIMULATORS, 'nvidia_smi.py'))
+        self.procs = []
+
+    def save(self):
+        (self.state / 'gpus.json').write_text(json.dumps(self.config))
+
+    def set_leak(self, index, mib):
+        self.config['gpus'][index]['leak_mib'] = mib
+        self.save()
+
+    def break_driver(self):
+        (self.state / 'fail').write_text("NVIDIA-SMI has failed because it couldn't communicate with the "
+                                         "NVIDIA driver. Make sure that the latest NVIDIA driver is installed "
+                                         "and running.\n")
+
+    @property
+    def device_globs(self):
+        return [str(self.dev / 'nvidia[0-9]*'), str(self.dev / 'nvidiactl'), str(self.dev / 'nvidia-uvm*'),
+                str(self.dev / 'nvidia-caps/*')]
+
+    def start(self, title, hold=(), open_=(), on_term='exit', prefix=()):
+        ready = self.root / ('ready-%d' % len(self.procs))
+        argv = list(prefix) + [sys.executable, HOLDER, '--state', str(self.state), '--title', title,
+                               '--on-term', on_term, '--ready', str(ready)]
+        for index, mib in hold:
+            argv += ['--hold', '%d=%d' % (index, mib)]
+        for name in open_:
+            argv += ['--open', str(self.dev / name)]
+        proc = subprocess.Popen(argv, start_new_session=True)
+        self.procs.append(proc)
+        wait_for(ready.exists, what='holder %r' % title)
+        proc.inner_pid = int(ready.read_text())
+        return proc
+
+    def gpus(self):
+        out = subprocess.check_output([self.nvidia_smi, '--query-gpu=index,uuid,memory.used,memory.total',
+                                       '--format=csv,noheader,nounits'], universal_newlines=True)
+        return [int(line.split(',')[2]) for line in out.splitlines()]
+
+    def stop_all(self):
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+class SimulatedContainer(object):
+    """A real PID+mount namespace with its own init, reachable through the pct simulator as VMID."""
+
+    def __init__(self, tmp_path, vmid=101):
+        self.vmid = vmid
+        self.state = tmp_path / 'pve-sim'
+        self.state.mkdir(exist_ok=True)
+        self.unshare = subprocess.Popen(['unshare', '--pid', '--fork', '--mount-proc', '--kill-child',
+                                         sys.executable, os.path.join(SIMULATORS, 'container_init.py')],
+                                        start_new_session=True)
+        children = '/proc/%d/task/%d/children' % (self.unshare.pid, self.unshare.pid)
+        wait_for(lambda: open(children).read().strip(), what='container init')
+        self.init_pid = int(open(children).read().split()[0])
+        (self.state / ('%d.pid' % vmid)).write_text(str(self.init_pid))
+        bin_dir = tmp_path / 'pve-bin'
+        bin_dir.mkdir(exist_ok=True)
+        self.pct = write_wrapper(str(bin_dir / 'pct'), 'PCT_SIM_STATE', str(self.state),
+                                 os.path.join(SIMULATORS, 'pct.py'))
+
+    @property
+    def nsenter(self):
+        return ['nsenter', '--target', str(self.init_pid), '--all', '--']
+
+    def stop(self):
+        (self.state / ('%d.pid' % self.vmid)).write_text('')
+
+    def destroy(self):
+        if self.unshare.poll() is None:
+            self.unshare.kill()
+        self.unshare.wait()
