@@ -54,7 +54,7 @@ molecule: setup host-packages
 
 test: setup host-packages
 	$(BIN)/pytest -q tests/unit tests/integration
-	$(MAKE) --no-print-directory sanity lint molecule
+	$(MAKE) --no-print-directory sanity lint
 
 demo: setup host-packages
 	lab/lab up

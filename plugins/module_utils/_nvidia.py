@@ -110,6 +110,6 @@ def format_gpu_table(gpus, max_used_mib):
     lines = ['GPU  memory.used/total MiB  uuid']
     for gpu in gpus:
         flag = '  <-- over %d MiB' % max_used_mib if gpu['memory_used_mib'] > max_used_mib else ''
-        lines.append('%-4d %8d/%-8d %s%s' % (gpu['index'], gpu['memory_used_mib'],
-                                              gpu['memory_total_mib'], gpu['uuid'], flag))
+        lines.append('%-4d %8d/%-8d %s%s'
+                     % (gpu['index'], gpu['memory_used_mib'], gpu['memory_total_mib'], gpu['uuid'], flag))
     return '\n'.join(lines)

@@ -38,7 +38,7 @@ def _header_name(line):
 
 
 def _strip_components(name, strip):
-    parts = [part for part in name.split('/')]
+    parts = name.split('/')
     if name.startswith('/'):
         raise DiffError('absolute path in diff: %r' % name)
     if len(parts) <= strip:

@@ -25,13 +25,14 @@ description:
   - Replaces C(fuser -k /dev/nvidia*; sleep 2; nvidia-smi | grep 0MiB), which killed the NVIDIA daemons,
     missed C(/dev/nvidia-caps), guessed the wait, and could not tell a free GPU from a busy one.
 author:
-  - gpuops.sglang maintainers
+  - gpuops.sglang maintainers (@gpuops)
 attributes:
   check_mode:
     support: full
     description: Reports the holders that would be killed and the current GPU memory; signals nothing.
   diff_mode:
     support: none
+    description: Not applicable; the module acts on processes, not on files.
 options:
   devices:
     description: Glob patterns of the device files whose holders are ended.

@@ -23,13 +23,14 @@ description:
   - Replaces the manual C(ps aux | grep python3 | xargs kill -9), which also killed unrelated Python
     processes and listed some PIDs twice.
 author:
-  - gpuops.sglang maintainers
+  - gpuops.sglang maintainers (@gpuops)
 attributes:
   check_mode:
     support: full
     description: Lists what would be killed (same RV(killed) list) and signals nothing.
   diff_mode:
     support: none
+    description: Not applicable; the module acts on processes, not on files.
 options:
   vmid:
     description: ID of the LXC container whose processes are stopped.

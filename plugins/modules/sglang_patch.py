@@ -25,7 +25,7 @@ description:
     outside site-packages through a link, a diff that creates, deletes or renames files, and a target
     file that does not exist.
 author:
-  - gpuops.sglang maintainers
+  - gpuops.sglang maintainers (@gpuops)
 attributes:
   check_mode:
     support: full
