@@ -55,3 +55,36 @@ def run_task(tmp_path, module, args, check=False, diff=False, name='task'):
             result['failed'] = event['event'] == 'runner_on_failed'
             return result
     raise AssertionError('no result for %s (rc %s):\n%s' % (module, runner.rc, runner.stdout.read()))
+
+
+class PlaybookRun(object):
+    def __init__(self, runner):
+        self.rc = runner.rc
+        self.stats = runner.stats or {}
+        self.events = list(runner.events)
+        self.stdout = runner.stdout.read()
+
+    def count(self, kind, host):
+        return self.stats.get(kind, {}).get(host, 0)
+
+    def failure_messages(self, host):
+        return [event['event_data']['res'].get('msg', '') for event in self.events
+                if event.get('event') == 'runner_on_failed' and event['event_data'].get('host') == host
+                and not event['event_data'].get('ignore_errors')]
+
+
+def run_playbook(tmp_path, playbook, inventory, extravars=None, name='run', limit=None):
+    """Run a playbook of this repository through ansible-runner (as an ops dashboard would)."""
+    private = tmp_path / ('playbook-%s' % name)
+    private.mkdir(parents=True, exist_ok=True)
+    runner = ansible_runner.run(
+        private_data_dir=str(private),
+        playbook=os.path.join(REPO, playbook),
+        inventory=os.path.join(REPO, inventory),
+        extravars=extravars or {},
+        limit=limit,
+        envvars={'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg'),
+                 'ANSIBLE_COLLECTIONS_PATH': os.path.join(REPO, '.cache', 'collections')},
+        quiet=True,
+    )
+    return PlaybookRun(runner)

@@ -1,0 +1,80 @@
+"""playbooks/redeploy.yml against the embedded lab, one scenario each, through ansible-runner.
+
+Each test leaves the lab as the baseline left it (patched, dynamic speculation on, healthy).
+"""
+GPU_HOSTS = ('gpu1', 'gpu2')
+
+
+def test_rerun_is_a_noop_with_zero_downtime(lab, redeploy):
+    pids = dict((name, lab[name].server_pid()) for name in GPU_HOSTS)
+    run = redeploy(name='noop')
+    assert run.rc == 0, run.stdout[-3000:]
+    for name in GPU_HOSTS:
+        assert run.count('changed', name) == 0
+        assert lab[name].server_pid() == pids[name]
+
+
+def test_changed_flags_restart_the_server_and_show_in_server_info(lab, redeploy):
+    pids = dict((name, lab[name].server_pid()) for name in GPU_HOSTS)
+    run = redeploy({'sglang_max_running_requests': 96, 'sglang_dynamic_spec_batch_size_threshold': 16}, name='flags')
+    assert run.rc == 0, run.stdout[-3000:]
+    for name in GPU_HOSTS:
+        info = lab[name].server_info()
+        assert info['max_running_requests'] == 96
+        assert info['environment']['SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'] == '16'
+        assert lab[name].server_pid() != pids[name]
+    back = redeploy(name='flags-back')
+    assert back.rc == 0 and lab['gpu1'].server_info()['max_running_requests'] == 64
+
+
+def test_patch_that_does_not_apply_stops_in_preflight_with_the_old_server_serving(lab, redeploy, tmp_path):
+    bad = tmp_path / 'for-another-version.diff'
+    bad.write_text('--- a/sglang/srt/speculative/eagle_worker.py\n+++ b/sglang/srt/speculative/eagle_worker.py\n'
+                   '@@ -1,2 +1,2 @@\n-import logging_v9\n+import logging_v10\n import time\n')
+    before = dict((name, (lab[name].server_pid(), lab[name].sha256(
+        '/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py'),
+        lab[name].sha256('/etc/sglang/launch.json'))) for name in GPU_HOSTS)
+    run = redeploy({'sglang_patch_file': str(bad), 'sglang_max_running_requests': 80}, name='badpatch')
+    assert run.rc != 0
+    for name in GPU_HOSTS:
+        messages = ' '.join(run.failure_messages(name))
+        assert 'applies neither forwards nor backwards' in messages
+        assert run.count('changed', name) <= 1  # only staging the diff file itself
+        assert lab[name].healthy()
+        after = (lab[name].server_pid(), lab[name].sha256(
+            '/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py'),
+            lab[name].sha256('/etc/sglang/launch.json'))
+        assert after == before[name]
+        assert lab[name].server_info()['max_running_requests'] == 64
+
+
+def test_server_that_never_becomes_healthy_is_rolled_back(lab, redeploy, tmp_path):
+    # A second patch applied in the same run must be reverted by the rollback.
+    extra_patch = tmp_path / 'version-note.diff'
+    version_py = lab['gpu1'].exec_('head', '-1', '/opt/sglang/venv/lib/python3.11/site-packages/sglang/version.py')
+    extra_patch.write_text('--- a/sglang/version.py\n+++ b/sglang/version.py\n@@ -1 +1 @@\n-{0}\n+{0}  # note\n'
+                           .format(version_py.rstrip('\n')))
+    version_sha = lab['gpu1'].sha256('/opt/sglang/venv/lib/python3.11/site-packages/sglang/version.py')
+    run = redeploy({'sglang_patch_file': str(extra_patch), 'sglang_health_timeout': 3,
+                    'sglang_environment': {'LAB_STANDIN_WARMUP': '1000'}}, name='never-healthy')
+    assert run.rc != 0
+    for name in GPU_HOSTS:
+        message = ' '.join(run.failure_messages(name))
+        assert 'The new SGLang server failed: /health did not answer 200 within 3s' in message
+        assert 'patch reverted' in message and 'the previous server is serving again' in message
+        assert lab[name].healthy()
+        info = lab[name].server_info()
+        assert 'LAB_STANDIN_WARMUP' not in info['environment'] and info['max_running_requests'] == 64
+        assert info['dynamic_spec_patch_present'] is True
+        assert lab[name].sha256('/opt/sglang/venv/lib/python3.11/site-packages/sglang/version.py') == version_sha
+
+
+def test_unknown_flag_fails_fast_and_rolls_back(lab, redeploy):
+    run = redeploy({'sglang_extra_args': ['--no-such-flag']}, name='badflag')
+    assert run.rc != 0
+    detached = ' '.join(run.failure_messages('gpu2'))
+    assert 'it did not start: server exited at once with status 2' in detached
+    systemd = ' '.join(run.failure_messages('gpu1'))
+    assert 'The new SGLang server failed' in systemd and 'previous server is serving again' in systemd
+    for name in GPU_HOSTS:
+        assert lab[name].healthy()
