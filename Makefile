@@ -11,8 +11,12 @@ COLLECTION_LINK := $(CACHE)/collections/ansible_collections/gpuops/sglang
 APT_PACKAGES := podman runc debootstrap uidmap openssh-client patch psmisc procps util-linux
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
+# ansible-lint and molecule (ansible-compat) keep their caches, and a copy of this collection,
+# under $VIRTUAL_ENV/.ansible; that copy is removed before each run so it is never stale.
+export VIRTUAL_ENV := $(CURDIR)/$(VENV)
+STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: setup host-packages test test-unit test-integration sanity lint molecule demo lab-up lab-down gpu-check build clean
+.PHONY: setup host-packages test test-unit test-integration test-lab sanity lint molecule demo lab-up lab-down gpu-check build clean
 
 setup: $(VENV)/.installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
 
@@ -43,18 +47,25 @@ test-unit: setup
 test-integration: setup host-packages
 	$(BIN)/pytest -q tests/integration
 
+test-lab: setup host-packages
+	$(BIN)/pytest -q tests/lab
+
 sanity: setup
 	tests/sanity/run-ansible-test.sh
 
 lint: setup
+	rm -rf $(STALE_COPY)
 	$(BIN)/ansible-lint --offline --profile production
 
 molecule: setup host-packages
-	cd $(CURDIR) && $(BIN)/molecule test --all
+	rm -rf $(STALE_COPY)
+	$(BIN)/molecule test --all 2>&1 | tee $(CACHE)/molecule.log
+	@# molecule only warns when its verifier finds no test: that must not pass
+	@grep -qE '[0-9]+ passed' $(CACHE)/molecule.log || { echo "molecule ran no testinfra test" >&2; exit 1; }
 
 test: setup host-packages
-	$(BIN)/pytest -q tests/unit tests/integration
-	$(MAKE) --no-print-directory sanity lint
+	$(BIN)/pytest tests/unit tests/integration tests/lab
+	$(MAKE) --no-print-directory sanity lint molecule
 
 demo: setup host-packages
 	lab/lab up

@@ -4,7 +4,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Starts and stops the SGLang server described by a launch.json, without any shell.
 
-Installed by the gpuops.sglang.sglang_server role.
+Installed by the gpuops.sglang.sglang role.
   launcher.py run LAUNCH_JSON                              exec the server (systemd's ExecStart)
   launcher.py start LAUNCH_JSON --pidfile P --log L        detached: own session, pid file, log file
   launcher.py stop --pidfile P [--timeout T]               SIGTERM the session, wait, SIGKILL
