@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 CACHE := $(CURDIR)/.cache
 COLLECTION_LINK := $(CACHE)/collections/ansible_collections/gpuops/sglang
-APT_PACKAGES := podman runc debootstrap uidmap openssh-client patch psmisc procps util-linux
+APT_PACKAGES := podman runc debootstrap uidmap catatonit openssh-client patch psmisc procps util-linux python3-venv
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 # ansible-lint and molecule (ansible-compat) keep their caches, and a copy of this collection,
@@ -16,13 +16,15 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: setup host-packages test test-unit test-integration test-lab sanity lint molecule demo lab-up lab-down gpu-check build clean
+.PHONY: setup host-packages test test-unit test-integration test-lab sanity lint molecule demo lab-up lab-down gpu-check build clean bench
 
-setup: $(VENV)/.installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
+setup: host-packages $(VENV)/.installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
 
+# apt packages, installed once when any is missing (Debian's python3 needs python3-venv for venvs).
 host-packages:
-	@missing=""; for tool in podman runc debootstrap ssh patch nsenter unshare; do \
+	@missing=""; for tool in podman runc debootstrap catatonit ssh ssh-keygen patch nsenter unshare; do \
 	  command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	$(PYTHON) -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then echo "installing host packages (missing:$$missing)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; fi
 
@@ -83,3 +85,10 @@ build: setup
 
 clean: lab-down
 	rm -rf $(VENV) $(CACHE) tests/output
+
+# On a host with an NVIDIA GPU and torch (never in CI): hold memory, release it through Ansible.
+gpu-check: setup
+	tests/gpu/real_gpu_check.sh
+
+bench: setup host-packages
+	$(BIN)/python bench/bench_modules.py

@@ -2,6 +2,8 @@
 
 Each test leaves the lab as the baseline left it (patched, dynamic speculation on, healthy).
 """
+import json
+
 GPU_HOSTS = ('gpu1', 'gpu2')
 
 
@@ -78,3 +80,24 @@ def test_unknown_flag_fails_fast_and_rolls_back(lab, redeploy):
     assert 'The new SGLang server failed' in systemd and 'previous server is serving again' in systemd
     for name in GPU_HOSTS:
         assert lab[name].healthy()
+
+
+def test_adaptive_mode_and_secrets_never_logged(lab, redeploy):
+    secret = 'hf_lab_secret_5f1c0de'
+    run = redeploy({'sglang_dynamic_spec_mode': 'adaptive', 'sglang_secret_environment': {'HF_TOKEN': secret}},
+                   name='adaptive', limit='gpu2')
+    assert run.rc == 0, run.stdout[-3000:]
+    info = lab['gpu2'].server_info()
+    assert info['speculative_adaptive'] is True
+    assert info['speculative_adaptive_config'] == '/etc/sglang/adaptive_spec.json'
+    assert 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE' not in info['environment']
+    # upstream's batch-size tiers: drafting from batch size 1, none from the threshold (8) on
+    tiers = json.loads(lab['gpu2'].exec_('cat', '/etc/sglang/adaptive_spec.json'))
+    assert tiers == {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0]}}
+    assert secret not in run.stdout
+    assert secret not in str(run.events)
+    environ = lab['gpu2'].exec_('cat', '/proc/%d/environ' % lab['gpu2'].server_pid())
+    assert 'HF_TOKEN=%s' % secret in environ
+    back = redeploy(name='adaptive-back', limit='gpu2')
+    assert back.rc == 0
+    assert lab['gpu2'].server_info()['environment']['SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'] == '8'
