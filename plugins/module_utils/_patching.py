@@ -191,8 +191,10 @@ class PatchTransaction(object):
             staged = self.staged_path(rel)
             if not os.path.isdir(os.path.dirname(staged)):
                 os.makedirs(os.path.dirname(staged))
-            shutil.copy2(source, staged)
             self.originals[rel] = read_bytes(source)
+            with open(staged, 'wb') as handle:
+                handle.write(self.originals[rel])
+            shutil.copystat(source, staged)
 
     def staging_tree(self):
         return os.path.join(self.staging, 'tree')

@@ -19,6 +19,8 @@ import re
 import signal as _signal
 import time
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
+
 # Upstream SGLang's own cleanup (test_utils kill_process_tree callers and the
 # killall scripts) matches these command lines; /proc/PID/comm is cut to 15
 # characters ("sglang::schedul"), so patterns run against the full command line.
@@ -98,8 +100,10 @@ def killed_entry(record, signame):
     return {'pid': record.pid, 'cmdline': record.cmdline, 'signal': signame}
 
 
-def planned_signal(term_timeout):
-    return 'KILL' if term_timeout <= 0 else 'TERM'
+def planned_kills(targets, term_timeout):
+    """What check mode reports: each target with the first signal terminate() would send."""
+    signame = 'KILL' if term_timeout <= 0 else 'TERM'
+    return [killed_entry(record, signame) for record in targets]
 
 
 class TerminationOutcome(object):
@@ -135,15 +139,9 @@ def terminate(source, targets, term_timeout, kill_timeout=10.0,
 
 
 def wait_until_gone(source, records, timeout, clock=time.monotonic, sleep=time.sleep):
-    """Poll source.alive() with a growing interval until none is left or timeout passes."""
-    deadline = clock() + timeout
-    interval = 0.02
-    alive = source.alive(records)
-    while alive and clock() < deadline:
-        sleep(min(interval, max(0.0, deadline - clock())))
-        interval = min(interval * 2, 0.5)
-        alive = source.alive(alive)
-    return alive
+    """Poll source.alive() until none of records is left or timeout passes; return the survivors."""
+    return poll_until(lambda: source.alive(records), lambda alive: not alive, timeout,
+                      first_interval=0.02, max_interval=0.5, clock=clock, sleep=sleep)
 
 
 # --- the local /proc source -------------------------------------------------

@@ -164,11 +164,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
     parse_compute_apps,
     parse_gpus,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     LocalProcesses,
     compile_patterns,
-    killed_entry,
-    planned_signal,
+    planned_kills,
     protected_pids,
     read_proc_record,
     terminate,
@@ -231,16 +231,10 @@ def classify_holders(holders, excludes, guarded):
     return targets, left_alone
 
 
-def wait_for_free_memory(reader, max_used_mib, timeout, clock=time.monotonic, sleep=time.sleep):
+def wait_for_free_memory(reader, max_used_mib, timeout):
     """Poll nvidia-smi until every GPU is at or under max_used_mib; return the last reading."""
-    deadline = clock() + timeout
-    interval = 0.05
-    gpus = reader.gpus()
-    while gpus_over(gpus, max_used_mib) and clock() < deadline:
-        sleep(min(interval, max(0.0, deadline - clock())))
-        interval = min(interval * 2, 1.0)
-        gpus = reader.gpus()
-    return gpus
+    return poll_until(reader.gpus, lambda gpus: not gpus_over(gpus, max_used_mib), timeout,
+                      first_interval=0.05, max_interval=1.0)
 
 
 def main():
@@ -286,7 +280,7 @@ def main():
                                                    protected_pids())
 
     if module.check_mode:
-        result['killed'] = [killed_entry(record, planned_signal(params['term_timeout'])) for record in targets]
+        result['killed'] = planned_kills(targets, params['term_timeout'])
         result['changed'] = bool(targets)
         result['gpus'] = result['gpus_before']
         module.exit_json(**result)

@@ -126,8 +126,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     DEFAULT_SGLANG_PATTERNS,
     ProcessSourceError,
     compile_patterns,
-    killed_entry,
-    planned_signal,
+    planned_kills,
     select,
     terminate,
 )
@@ -176,7 +175,7 @@ def main():
     try:
         targets = select(container.list(), patterns)
         if module.check_mode:
-            result['killed'] = [killed_entry(record, planned_signal(params['term_timeout'])) for record in targets]
+            result['killed'] = planned_kills(targets, params['term_timeout'])
             result['changed'] = bool(targets)
             module.exit_json(**result)
         outcome = terminate(container, targets, params['term_timeout'], params['kill_timeout'])
