@@ -46,10 +46,10 @@ $(CACHE)/wheels/.done: requirements-lab.txt $(VENV)/.installed
 test-unit: setup
 	$(BIN)/pytest -q tests/unit
 
-test-integration: setup host-packages
+test-integration: setup
 	$(BIN)/pytest -q tests/integration
 
-test-lab: setup host-packages
+test-lab: setup
 	$(BIN)/pytest -q tests/lab
 
 sanity: setup
@@ -59,22 +59,22 @@ lint: setup
 	rm -rf $(STALE_COPY)
 	$(BIN)/ansible-lint --offline --profile production
 
-molecule: setup host-packages
+molecule: setup
 	rm -rf $(STALE_COPY)
 	$(BIN)/molecule test --all 2>&1 | tee $(CACHE)/molecule.log
 	@# molecule only warns when its verifier finds no test: that must not pass
 	@grep -qE '[0-9]+ passed' $(CACHE)/molecule.log || { echo "molecule ran no testinfra test" >&2; exit 1; }
 
-test: setup host-packages
+test: setup
 	$(BIN)/pytest tests/unit tests/integration tests/lab
 	$(MAKE) --no-print-directory sanity lint molecule
 
-demo: setup host-packages
+demo: setup
 	lab/lab up
 	$(BIN)/ansible-playbook -i inventory/lab playbooks/redeploy.yml
 	lab/lab summary
 
-lab-up: setup host-packages
+lab-up: setup
 	lab/lab up
 
 lab-down:
@@ -90,5 +90,5 @@ clean: lab-down
 gpu-check: setup
 	tests/gpu/real_gpu_check.sh
 
-bench: setup host-packages
+bench: setup
 	$(BIN)/python bench/bench_modules.py

@@ -12,6 +12,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / 'tests'))
+import conftest  # noqa: E402,F401  (makes gpuops.sglang importable, as under pytest)
 
 from helpers.ansible_run import REPO, run_task  # noqa: E402
 from helpers.simulated import SimulatedGpuHost  # noqa: E402

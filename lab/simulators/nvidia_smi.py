@@ -14,6 +14,8 @@ import os
 import sys
 import time
 
+from procfs import is_live
+
 STATE = os.environ.get('NVIDIA_SMI_SIM_STATE', '/var/lib/nvidia-smi-sim')
 GPU_QUERY = '--query-gpu=index,uuid,memory.used,memory.total'
 APPS_QUERY = '--query-compute-apps=pid,process_name,used_memory'
@@ -37,15 +39,6 @@ def holds_open(pid, device):
     except OSError:
         return False
     return False
-
-
-def is_live(pid):
-    try:
-        with open('/proc/%d/stat' % pid) as handle:
-            state = handle.read().rsplit(')', 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ('Z', 'X')
 
 
 def allocations(config):

@@ -9,6 +9,8 @@ import os
 import socket
 import sys
 
+from procfs import is_live
+
 STATE = os.environ.get('PCT_SIM_STATE', '/etc/pve-sim')
 
 
@@ -25,14 +27,7 @@ def init_pid(vmid):
         sys.exit(255)
     with open(path) as handle:
         text = handle.read().strip()
-    if not text:
-        return None
-    try:
-        with open('/proc/%s/stat' % text) as stat:
-            state = stat.read().rsplit(')', 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-    return None if state in ('Z', 'X') else int(text)
+    return int(text) if text and is_live(text) else None
 
 
 def main(argv):

@@ -15,6 +15,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 _BIN = os.path.dirname(sys.executable)
 if _BIN not in os.environ.get('PATH', '').split(os.pathsep):
     os.environ['PATH'] = _BIN + os.pathsep + os.environ.get('PATH', '')
+# The checkout's ansible.cfg and collection link, whatever the caller's environment.
+ANSIBLE_ENV = {'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg'),
+               'ANSIBLE_COLLECTIONS_PATH': os.path.join(REPO, '.cache', 'collections')}
 TARGET_PYTHON = '/usr/bin/python3' if os.path.exists('/usr/bin/python3') else sys.executable
 
 
@@ -43,8 +46,7 @@ def run_task(tmp_path, module, args, check=False, diff=False, name='task'):
         playbook='play.yml',
         inventory=json.dumps(inventory),
         cmdline=cmdline or None,
-        envvars={'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg'),
-                 'ANSIBLE_COLLECTIONS_PATH': os.path.join(REPO, '.cache', 'collections')},
+        envvars=ANSIBLE_ENV,
         quiet=True,
         settings={'suppress_ansible_output': True},
     )
@@ -83,8 +85,7 @@ def run_playbook(tmp_path, playbook, inventory, extravars=None, name='run', limi
         inventory=os.path.join(REPO, inventory),
         extravars=extravars or {},
         limit=limit,
-        envvars={'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg'),
-                 'ANSIBLE_COLLECTIONS_PATH': os.path.join(REPO, '.cache', 'collections')},
+        envvars=ANSIBLE_ENV,
         quiet=True,
     )
     return PlaybookRun(runner)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import read_proc_record
 from helpers.ansible_run import REPO
 
 SIMULATORS = os.path.join(REPO, 'lab', 'simulators')
@@ -31,8 +32,8 @@ def write_wrapper(path, env_name, env_value, script):
 def is_running(proc):
     if proc.poll() is not None:
         return False
-    with open('/proc/%d/stat' % proc.pid) as handle:
-        return handle.read().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
+    record = read_proc_record(proc.pid)
+    return record is not None and not record.is_zombie
 
 
 class SimulatedGpuHost(object):

@@ -9,7 +9,6 @@ from helpers.ansible_run import REPO, run_playbook
 
 LAB = os.path.join(REPO, 'lab', 'lab')
 HOSTS = {'gpu1': ('lab-gpu1', '127.0.0.12'), 'gpu2': ('lab-gpu2', '127.0.0.13')}
-WORKER = '/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py'
 
 
 class LabHost(object):

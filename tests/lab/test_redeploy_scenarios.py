@@ -5,6 +5,14 @@ Each test leaves the lab as the baseline left it (patched, dynamic speculation o
 import json
 
 GPU_HOSTS = ('gpu1', 'gpu2')
+SITE_PACKAGES = '/opt/sglang/venv/lib/python3.11/site-packages'
+WORKER = SITE_PACKAGES + '/sglang/srt/speculative/eagle_worker.py'
+VERSION_PY = SITE_PACKAGES + '/sglang/version.py'
+
+
+def served_state(host):
+    """What a refused redeploy must leave as it was: server PID, patched file, active launch configuration."""
+    return host.server_pid(), host.sha256(WORKER), host.sha256('/etc/sglang/launch.json')
 
 
 def test_rerun_is_a_noop_with_zero_downtime(lab, redeploy):
@@ -33,9 +41,7 @@ def test_patch_that_does_not_apply_stops_in_preflight_with_the_old_server_servin
     bad = tmp_path / 'for-another-version.diff'
     bad.write_text('--- a/sglang/srt/speculative/eagle_worker.py\n+++ b/sglang/srt/speculative/eagle_worker.py\n'
                    '@@ -1,2 +1,2 @@\n-import logging_v9\n+import logging_v10\n import time\n')
-    before = dict((name, (lab[name].server_pid(), lab[name].sha256(
-        '/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py'),
-        lab[name].sha256('/etc/sglang/launch.json'))) for name in GPU_HOSTS)
+    before = dict((name, served_state(lab[name])) for name in GPU_HOSTS)
     run = redeploy({'sglang_patch_file': str(bad), 'sglang_max_running_requests': 80}, name='badpatch')
     assert run.rc != 0
     for name in GPU_HOSTS:
@@ -43,20 +49,17 @@ def test_patch_that_does_not_apply_stops_in_preflight_with_the_old_server_servin
         assert 'applies neither forwards nor backwards' in messages
         assert run.count('changed', name) <= 1  # only staging the diff file itself
         assert lab[name].healthy()
-        after = (lab[name].server_pid(), lab[name].sha256(
-            '/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py'),
-            lab[name].sha256('/etc/sglang/launch.json'))
-        assert after == before[name]
+        assert served_state(lab[name]) == before[name]
         assert lab[name].server_info()['max_running_requests'] == 64
 
 
 def test_server_that_never_becomes_healthy_is_rolled_back(lab, redeploy, tmp_path):
     # A second patch applied in the same run must be reverted by the rollback.
     extra_patch = tmp_path / 'version-note.diff'
-    version_py = lab['gpu1'].exec_('head', '-1', '/opt/sglang/venv/lib/python3.11/site-packages/sglang/version.py')
+    version_py = lab['gpu1'].exec_('head', '-1', VERSION_PY)
     extra_patch.write_text('--- a/sglang/version.py\n+++ b/sglang/version.py\n@@ -1 +1 @@\n-{0}\n+{0}  # note\n'
                            .format(version_py.rstrip('\n')))
-    version_sha = lab['gpu1'].sha256('/opt/sglang/venv/lib/python3.11/site-packages/sglang/version.py')
+    version_sha = lab['gpu1'].sha256(VERSION_PY)
     run = redeploy({'sglang_patch_file': str(extra_patch), 'sglang_health_timeout': 3,
                     'sglang_environment': {'LAB_STANDIN_WARMUP': '1000'}}, name='never-healthy')
     assert run.rc != 0
@@ -68,7 +71,7 @@ def test_server_that_never_becomes_healthy_is_rolled_back(lab, redeploy, tmp_pat
         info = lab[name].server_info()
         assert 'LAB_STANDIN_WARMUP' not in info['environment'] and info['max_running_requests'] == 64
         assert info['dynamic_spec_patch_present'] is True
-        assert lab[name].sha256('/opt/sglang/venv/lib/python3.11/site-packages/sglang/version.py') == version_sha
+        assert lab[name].sha256(VERSION_PY) == version_sha
 
 
 def test_unknown_flag_fails_fast_and_rolls_back(lab, redeploy):
