@@ -1,0 +1,46 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+name: sglang_kill_lines
+short_description: One readable line per process a kill module signalled
+version_added: 0.2.0
+description:
+  - Turns the RV(killed) list of M(gpuops.sglang.gpu_release) or M(gpuops.sglang.pct_exec_kill) into lines
+    such as V(sglang::scheduler_TP0 <- SIGTERM) for reports.
+author:
+  - gpuops.sglang maintainers (@gpuops)
+options:
+  _input:
+    description: A list of dicts with C(cmdline) and C(signal).
+    type: list
+    elements: dict
+    required: true
+'''
+
+EXAMPLES = r'''
+- name: Show what gpu_release killed
+  ansible.builtin.debug:
+    msg: "{{ released.killed | gpuops.sglang.sglang_kill_lines }}"
+'''
+
+RETURN = r'''
+_value:
+  description: One line per process.
+  type: list
+  elements: str
+'''
+
+
+def sglang_kill_lines(killed):
+    return ['%s <- SIG%s' % (entry.get('cmdline', '?'), entry.get('signal', '?')) for entry in killed or []]
+
+
+class FilterModule(object):
+    def filters(self):
+        return {'sglang_kill_lines': sglang_kill_lines}

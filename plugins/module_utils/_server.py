@@ -1,0 +1,295 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Start, stop, wait for and verify one SGLang server, as systemd unit or detached process.
+
+Pure standard library (plus this collection's own policy files), because two callers
+share it: the sglang_server module, and the host-side guard (_guard.py), which runs on
+the gpu host without Ansible when the controller is gone. External commands run through
+a ``runner(argv, timeout) -> (rc, stdout, stderr)`` the caller supplies.
+
+launch.json: {"python": ..., "module": ..., "args": [...], "environment": {...}}. The
+server runs as ``PYTHON -m MODULE ARGS``, so its command line is what SGLang's own
+tooling and the kill patterns match.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import subprocess
+import time
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import terminate
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import LocalProcesses, read_proc_record
+
+try:  # Python 3
+    from urllib.request import Request, urlopen
+    from urllib.error import HTTPError, URLError
+except ImportError:  # pragma: no cover - Python 2 targets are not supported
+    Request = urlopen = HTTPError = URLError = None
+
+C_LOCALE = {'LANG': 'C', 'LC_ALL': 'C'}
+
+
+class ServerError(Exception):
+    """The server could not be started or stopped; the message says why."""
+
+
+def subprocess_runner(argv, timeout):
+    """A runner for callers without AnsibleModule (the host-side guard)."""
+    env = dict(os.environ, **C_LOCALE)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, universal_newlines=True)
+    except OSError as exc:
+        return 127, '', str(exc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return 124, out, (err or '') + '\n%s did not finish within %ss' % (argv[0], timeout)
+    return proc.returncode, out, err
+
+
+def load_launch(path):
+    """argv and environment of the server described by a launch.json."""
+    with open(path) as handle:
+        spec = json.load(handle)
+    argv = [spec['python'], '-m', spec['module']] + [str(arg) for arg in spec.get('args', [])]
+    env = dict(os.environ)
+    env.update(dict((key, str(value)) for key, value in spec.get('environment', {}).items()))
+    return argv, env
+
+
+def http_get(url, timeout, headers=None):
+    """(status, body) of a GET; status -1 when nothing answered."""
+    try:
+        response = urlopen(Request(url, headers=headers or {}), timeout=timeout)
+        try:
+            return response.status, response.read()
+        finally:
+            response.close()
+    except HTTPError as exc:
+        return exc.code, b''
+    except (URLError, OSError, ValueError) as exc:
+        return -1, str(exc).encode('utf-8', 'replace')
+
+
+class Server(object):
+    """One server: how it is managed, where its files are and where it answers."""
+
+    def __init__(self, manager, service_name, launch_file, pidfile, log_file, base_url,
+                 term_timeout=30.0, runner=subprocess_runner, command_timeout=60.0, proc_root='/proc'):
+        if manager not in ('systemd', 'detached'):
+            raise ValueError('manager must be systemd or detached, not %r' % (manager,))
+        self.manager = manager
+        self.service_name = service_name
+        self.launch_file = launch_file
+        self.pidfile = pidfile
+        self.log_file = log_file
+        self.base_url = base_url.rstrip('/')
+        self.term_timeout = float(term_timeout)
+        self.runner = runner
+        self.command_timeout = command_timeout
+        self.processes = LocalProcesses(proc_root)
+        self.commands = []
+
+    @classmethod
+    def from_dict(cls, spec, **kwargs):
+        return cls(spec['manager'], spec['service_name'], spec['launch_file'], spec['pidfile'],
+                   spec['log_file'], spec['base_url'], spec.get('term_timeout', 30), **kwargs)
+
+    def as_dict(self):
+        return {'manager': self.manager, 'service_name': self.service_name, 'launch_file': self.launch_file,
+                'pidfile': self.pidfile, 'log_file': self.log_file, 'base_url': self.base_url,
+                'term_timeout': self.term_timeout}
+
+    def _run(self, argv, timeout=None):
+        self.commands.append(list(argv))
+        rc, out, err = self.runner(argv, timeout or self.command_timeout)
+        return rc, out, err
+
+    def _systemctl(self, *args, **kwargs):
+        return self._run(['systemctl'] + list(args), kwargs.get('timeout'))
+
+    # --- what runs --------------------------------------------------------
+
+    def session_members(self):
+        """Live processes of the detached server's session (its pid file names the leader)."""
+        leader = self._read_pid()
+        if leader is None:
+            return []
+        members = []
+        for pid in self.processes.pids():
+            try:
+                with open(os.path.join(self.processes.proc_root, str(pid), 'stat'), 'rb') as handle:
+                    fields = handle.read().decode('utf-8', 'replace').rsplit(')', 1)[1].split()
+            except (IOError, OSError, IndexError):
+                continue
+            # fields: state ppid pgrp session ...
+            if int(fields[3]) == leader and fields[0] not in ('Z', 'X'):
+                record = read_proc_record(pid, self.processes.proc_root)
+                if record is not None:
+                    members.append(record)
+        return members
+
+    def _read_pid(self):
+        try:
+            with open(self.pidfile) as handle:
+                return int(handle.read().strip())
+        except (IOError, OSError, ValueError):
+            return None
+
+    def main_pid(self):
+        """PID of the running server's main process, or None."""
+        if self.manager == 'systemd':
+            rc, out, _ = self._systemctl('show', '--property=MainPID', '--value', self.service_name)
+            pid = int(out.strip() or 0) if rc == 0 and out.strip().isdigit() else 0
+            return pid or None
+        leader = self._read_pid()
+        if leader is not None and any(record.pid == leader for record in self.session_members()):
+            return leader
+        return None
+
+    def running(self):
+        return self.main_pid() is not None
+
+    # --- stop and start ---------------------------------------------------
+
+    def stop(self):
+        """Stop gracefully (SIGTERM, drain, SIGKILL after term_timeout). Returns a result dict."""
+        started = time.time()
+        pid = self.main_pid()
+        if self.manager == 'systemd':
+            if pid is None:
+                return {'changed': False, 'stopped_at': None, 'pid': None}
+            # KillMode=mixed and TimeoutStopSec in the unit give SGLang its drain, then SIGKILL the rest.
+            rc, out, err = self._systemctl('stop', self.service_name, timeout=self.term_timeout + self.command_timeout)
+            if rc != 0:
+                raise ServerError('systemctl stop %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
+            return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3)}
+        members = self.session_members()
+        if not members:
+            self._remove_pidfile()
+            return {'changed': False, 'stopped_at': None, 'pid': None}
+        # SIGTERM to the main process only: SGLang drains, then stops its own children;
+        # whatever of the session is left after term_timeout gets SIGKILL (systemd's KillMode=mixed).
+        main = [record for record in members if record.pid == pid] or members[:1]
+        outcome = terminate(self.processes, main, self.term_timeout)
+        rest = self.session_members()
+        if rest:
+            outcome = terminate(self.processes, rest, 0)
+        if outcome.remaining:
+            raise ServerError('processes of the server survived SIGKILL: %s'
+                              % ', '.join('%d (%s)' % (r.pid, r.cmdline) for r in outcome.remaining))
+        self._remove_pidfile()
+        return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3)}
+
+    def _remove_pidfile(self):
+        try:
+            os.unlink(self.pidfile)
+        except OSError:
+            pass
+
+    def start(self, daemon_reload=False):
+        """Start the server; returns (result dict, a callable saying why it died or None)."""
+        started = time.time()
+        if self.manager == 'systemd':
+            if daemon_reload:
+                self._systemctl('daemon-reload')
+            rc, out, err = self._systemctl('start', self.service_name)
+            if rc != 0:
+                raise ServerError('systemctl start %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
+            return {'changed': True, 'started_at': started, 'pid': self.main_pid()}, self._systemd_death
+        argv, env = load_launch(self.launch_file)
+        log = open(self.log_file, 'ab')
+        try:
+            # Its own session: the server outlives this process and the ssh connection, and a
+            # stop signals exactly this session.
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                     env=env, cwd='/', close_fds=True, start_new_session=True)
+        except OSError as exc:
+            raise ServerError('could not run %s: %s' % (argv[0], exc))
+        finally:
+            log.close()
+        tmp = self.pidfile + '.tmp'
+        with open(tmp, 'w') as handle:
+            handle.write(str(child.pid))
+        os.rename(tmp, self.pidfile)
+
+        def death():
+            status = child.poll()
+            if status is None:
+                return None
+            return 'the server exited with status %s; see %s' % (status, self.log_file)
+        return {'changed': True, 'started_at': started, 'pid': child.pid}, death
+
+    def _systemd_death(self):
+        rc, out, _ = self._systemctl('show', '--property=ActiveState,Result', self.service_name)
+        props = dict(line.split('=', 1) for line in out.splitlines() if '=' in line)
+        if props.get('ActiveState') in ('failed', 'inactive'):
+            return 'unit %s is %s (result %s); see %s' % (self.service_name, props.get('ActiveState'),
+                                                         props.get('Result', '?'), self.log_file)
+        return None
+
+    # --- health and verification -----------------------------------------
+
+    def health(self, timeout=5.0):
+        return http_get(self.base_url + '/health', timeout)[0]
+
+    def wait_healthy(self, timeout, interval=0.25, died=None):
+        """Poll /health on this host every `interval` s until 200, the server dies, or timeout.
+
+        Returns a dict: healthy, healthy_at, attempts, last_status, and why (when not healthy).
+        """
+        state = {'attempts': 0, 'last_status': None, 'why': None}
+
+        def read():
+            state['attempts'] += 1
+            status = self.health(timeout=max(0.5, min(5.0, interval * 4)))
+            state['last_status'] = status
+            if status != 200 and died is not None:
+                state['why'] = died()
+            return status
+
+        status = poll_until(read, lambda s: s == 200 or state['why'] is not None, timeout,
+                            first_interval=interval, max_interval=interval)
+        healthy = status == 200
+        why = None
+        if not healthy:
+            why = state['why'] or ('/health did not answer 200 within %ss (last: %s)'
+                                   % (timeout, 'no answer' if status == -1 else status))
+        return {'healthy': healthy, 'healthy_at': time.time() if healthy else None,
+                'attempts': state['attempts'], 'last_status': status, 'why': why}
+
+    def server_info(self):
+        """What the server reports about its arguments: /server_info, or /get_server_info on older releases."""
+        for path in ('/server_info', '/get_server_info'):
+            status, body = http_get(self.base_url + path, 10)
+            if status == 200:
+                try:
+                    return json.loads(body.decode('utf-8'))
+                except ValueError:
+                    raise ServerError('%s answered 200 with a body that is not JSON' % path)
+            if status != 404:
+                raise ServerError('%s answered %s' % (path, 'nothing' if status == -1 else status))
+        raise ServerError('neither /server_info nor /get_server_info exists')
+
+
+def mismatches(reported, expected, expected_environment=None):
+    """What the server reports differently from what was asked, one readable line each."""
+    found = []
+    for key in sorted(expected):
+        if reported.get(key) != expected[key]:
+            found.append('%s is %s, want %s' % (key, json.dumps(reported.get(key)), json.dumps(expected[key])))
+    for name in sorted(expected_environment or {}):
+        wanted = expected_environment[name]
+        got = (reported.get('environment') or {}).get(name)
+        if got != wanted:
+            found.append('environment %s is %s, want %s' % (name, json.dumps(got), json.dumps(wanted)))
+    return found

@@ -1,0 +1,268 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: sglang_guard
+short_description: Arm, confirm or carry out a host-side rollback guard around an SGLang redeploy
+version_added: 0.2.0
+description:
+  - A "commit confirmed" for the outage window. O(state=armed), before anything is stopped, keeps the exact
+    bytes of O(files) (the sglang files the patch touches, the launch configuration, the unit) and how to run
+    the previous server, and starts a watcher on the host that does not depend on the controller or the ssh
+    connection (a transient systemd timer where systemd runs, a detached process in its own session
+    elsewhere).
+  - Unless O(state=confirmed) is run with the same O(run_id) within O(deadline) seconds, the watcher stops
+    whatever server runs, stops what is left of SGLang, writes back every file byte for byte, starts the
+    previous server, waits for C(/health), and writes its report to C(fired.json) in O(folder).
+  - O(state=restored) does the same at once (the controller's rollback, or a new run taking over a guard an
+    earlier run left armed). Only one actor holds the guard at a time (a lock), so there is never a second
+    start or a half-restored tree; a restore cut short is finished by the next one.
+  - O(state=query) only reports.
+author:
+  - gpuops.sglang maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: Reports whether a guard is armed and what would be done; changes nothing.
+  diff_mode:
+    support: none
+    description: Not applicable.
+options:
+  state:
+    description: What to do with the guard.
+    type: str
+    choices: [armed, confirmed, restored, query]
+    default: query
+  folder:
+    description: The guard's folder on the host (one per server); holds the backups, the lock and the reports.
+    type: path
+    required: true
+  run_id:
+    description: Identifies the run that arms and confirms. Required for O(state=armed) and O(state=confirmed).
+    type: str
+  deadline:
+    description: Seconds after arming at which the guard restores unless confirmed.
+    type: float
+    default: 1800
+  files:
+    description: Files whose pre-run bytes are kept (a file that did not exist is removed on restore).
+    type: list
+    elements: path
+    default: []
+  server:
+    description:
+      - How to stop and start the server, as the M(gpuops.sglang.sglang_server) options of the same names
+        (V(manager), V(service_name), V(launch_file), V(pidfile), V(log_file), V(base_url), V(term_timeout)).
+    type: dict
+    default: {}
+  host:
+    description: Name of the host in reports (the inventory name).
+    type: str
+    default: ''
+  kill_patterns:
+    description: Regular expressions of command lines stopped after the server (what SGLang leaves behind).
+    type: list
+    elements: str
+    default: []
+  health_timeout:
+    description: Seconds the previous server may take to answer C(/health) after a restore.
+    type: float
+    default: 900
+  gpu_max_used_mib:
+    description: A GPU counts as free at this many MiB used (after a restore, before the previous server starts).
+    type: int
+    default: 0
+  gpu_timeout:
+    description: Seconds to wait for the GPU memory to drain during a restore.
+    type: float
+    default: 60
+  stop_marker:
+    description: File in which the stop writes its start time, to measure the downtime in the guard's report.
+    type: path
+  reason:
+    description: Why a restore is done now (O(state=restored)); lands in the report.
+    type: str
+    default: restore requested
+  lock_timeout:
+    description: Seconds to wait for the guard's lock (another actor may be restoring).
+    type: float
+    default: 60
+seealso:
+  - module: gpuops.sglang.sglang_server
+'''
+
+EXAMPLES = r'''
+- name: Arm the guard before stopping the server
+  gpuops.sglang.sglang_guard:
+    state: armed
+    folder: /var/lib/gpuops-sglang/sglang
+    run_id: "{{ ansible_run_id | default(lookup('ansible.builtin.pipe', 'date +%s%N')) }}"
+    deadline: 1800
+    files:
+      - /etc/sglang/launch.json
+      - /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py
+    server:
+      manager: systemd
+      service_name: sglang
+      launch_file: /etc/sglang/launch.json
+      pidfile: /run/sglang/sglang.pid
+      log_file: /var/log/sglang/server.log
+      base_url: http://127.0.0.1:30000
+
+- name: Confirm the new server (drops the guard)
+  gpuops.sglang.sglang_guard:
+    state: confirmed
+    folder: /var/lib/gpuops-sglang/sglang
+    run_id: "{{ my_run_id }}"
+
+- name: Roll back now
+  gpuops.sglang.sglang_guard:
+    state: restored
+    folder: /var/lib/gpuops-sglang/sglang
+    reason: the new server did not become healthy
+'''
+
+RETURN = r'''
+armed:
+  description: Whether a guard is armed at the end (in check mode, now).
+  returned: always
+  type: bool
+armed_by:
+  description: Run id of the armed guard (null when none).
+  returned: always
+  type: str
+deadline_at:
+  description: When the armed guard acts (seconds since the epoch, host clock; null when none).
+  returned: always
+  type: float
+fired:
+  description: The report of the restore done by this task (null when none was done).
+  returned: always
+  type: dict
+last_fired:
+  description: The report of the last restore on this host, by anyone (null when there never was one).
+  returned: always
+  type: dict
+cmd:
+  description: The commands run, as argv lists.
+  returned: always
+  type: list
+  elements: list
+'''
+
+import os
+import pkgutil
+import sys
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._guard import PACKAGE, Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import C_LOCALE
+
+SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'base_url')
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type='str', default='query', choices=['armed', 'confirmed', 'restored', 'query']),
+            folder=dict(type='path', required=True),
+            run_id=dict(type='str'),
+            deadline=dict(type='float', default=1800),
+            files=dict(type='list', elements='path', default=[]),
+            server=dict(type='dict', default={}),
+            host=dict(type='str', default=''),
+            kill_patterns=dict(type='list', elements='str', default=[]),
+            health_timeout=dict(type='float', default=900),
+            gpu_max_used_mib=dict(type='int', default=0),
+            gpu_timeout=dict(type='float', default=60),
+            stop_marker=dict(type='path'),
+            reason=dict(type='str', default='restore requested'),
+            lock_timeout=dict(type='float', default=60),
+        ),
+        required_if=[('state', 'armed', ['run_id', 'server']), ('state', 'confirmed', ['run_id'])],
+        supports_check_mode=True,
+    )
+    params = module.params
+
+    def runner(argv, timeout):
+        return module.run_command(['timeout', '--kill-after=5', '%d' % max(1, int(timeout))] + argv,
+                                  environ_update=C_LOCALE)
+
+    guard = Guard(params['folder'], runner=runner, lock_timeout=params['lock_timeout'])
+    result = dict(changed=False, armed=False, armed_by=None, deadline_at=None, fired=None, last_fired=None, cmd=[])
+
+    def finish(failed_msg=None):
+        state = guard.state() if os.path.isdir(params['folder']) else None
+        result.update(armed=state is not None, armed_by=state.get('run_id') if state else None,
+                      deadline_at=state.get('deadline') if state else None, last_fired=guard.last_fired()
+                      if os.path.isdir(params['folder']) else None, cmd=guard.commands)
+        if failed_msg:
+            module.fail_json(msg=failed_msg, **result)
+        module.exit_json(**result)
+
+    try:
+        state = params['state']
+        current = guard.state() if os.path.isdir(params['folder']) else None
+        if state == 'query':
+            finish()
+        if state == 'armed':
+            missing = [key for key in SERVER_KEYS if not params['server'].get(key)]
+            if missing:
+                finish('server lacks %s' % ', '.join(missing))
+            if params['deadline'] <= 0:
+                finish('deadline must be above 0 seconds')
+            if current is not None:
+                finish('a guard armed by run %s is still pending on this host; restore it first (state=restored)'
+                       % current.get('run_id'))
+            result['changed'] = True
+            if module.check_mode:
+                finish()
+            guard.install_runtime(lambda name: pkgutil.get_data(PACKAGE, name))
+            settings = dict(kill_patterns=params['kill_patterns'], health_timeout=params['health_timeout'],
+                            term_timeout=params['server'].get('term_timeout', 30),
+                            nvidia_smi=module.get_bin_path('nvidia-smi'), max_used_mib=params['gpu_max_used_mib'],
+                            gpu_timeout=params['gpu_timeout'], stop_marker=params['stop_marker'])
+            guard.arm(params['run_id'], params['deadline'], params['files'], dict(params['server']),
+                      params['host'], sys.executable, settings, systemd=os.path.isdir('/run/systemd/system'))
+            finish()
+        if state == 'confirmed':
+            if module.check_mode:
+                result['changed'] = current is not None and current.get('run_id') == params['run_id']
+                finish()
+            confirmed, fired = guard.confirm(params['run_id'])
+            if not confirmed:
+                result['fired'] = fired
+                finish('the guard acted before the run confirmed the new server (%s): %s; the host now %s'
+                       % (fired.get('acted_by'), fired.get('reason'),
+                          'serves the previous server' if fired.get('healthy') else 'serves nothing'))
+            result['changed'] = True
+            finish()
+        # restored
+        if current is None:
+            finish()
+        result['changed'] = True
+        if module.check_mode:
+            finish()
+        report = guard.restore(params['reason'], 'controller' if params['run_id'] else 'takeover',
+                               run_id=params['run_id'])
+        result['fired'] = report
+        if report is not None and not report['healthy']:
+            finish('the rollback did not bring the previous server back: %s' % '; '.join(report['problems']))
+        finish()
+    except GuardError as exc:
+        finish(to_native(exc))
+    except (OSError, IOError, ValueError, KeyError) as exc:
+        finish('sglang_guard %s failed: %s' % (params['state'], to_native(exc)))
+
+
+if __name__ == '__main__':
+    main()

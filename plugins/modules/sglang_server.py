@@ -1,0 +1,292 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: sglang_server
+short_description: Stop, start and verify an SGLang server, waiting for /health on the host itself
+version_added: 0.2.0
+description:
+  - Runs the server described by a C(launch.json) (V({"python", "module", "args", "environment"})) either as a
+    systemd unit or as a detached process in its own session with a pid file and a log file.
+  - O(state=stopped) stops it gracefully (SIGTERM to the main process, SGLang drains, SIGKILL to what is left
+    after O(term_timeout)); the time the stop began is returned and, with O(stop_marker), written to a file
+    the rollback guard reads.
+  - O(state=started) and O(state=restarted) start it and poll C(/health) from the host itself every
+    O(health_interval) seconds (one task, not one round trip per attempt) until it answers 200, the server
+    dies, or O(health_timeout) passes; then compare C(/server_info) (or C(/get_server_info)) with
+    O(expected_server_info).
+author:
+  - gpuops.sglang maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: Reports whether the server runs and would be stopped or started; changes nothing.
+  diff_mode:
+    support: none
+    description: Not applicable; the module acts on processes.
+options:
+  state:
+    description:
+      - V(stopped) stops a running server. V(started) starts it when it does not run (a running, healthy,
+        matching server is left alone). V(restarted) stops it when it runs, then starts it.
+    type: str
+    choices: [started, stopped, restarted]
+    default: started
+  manager:
+    description: How the server runs.
+    type: str
+    choices: [systemd, detached]
+    required: true
+  service_name:
+    description: Name of the systemd unit (without C(.service)); also names the detached server in messages.
+    type: str
+    default: sglang
+  launch_file:
+    description: The C(launch.json) the detached server is started from.
+    type: path
+    required: true
+  pidfile:
+    description: Pid file of the detached server (its session leader).
+    type: path
+    required: true
+  log_file:
+    description: Log file of the detached server.
+    type: path
+    required: true
+  url:
+    description: Base URL the server answers at, for example V(http://127.0.0.1:30000).
+    type: str
+    required: true
+  term_timeout:
+    description: Seconds SGLang may drain after SIGTERM before SIGKILL (detached; systemd uses the unit's TimeoutStopSec).
+    type: float
+    default: 30
+  health_timeout:
+    description: Seconds the new server may take to answer C(/health) with 200 (real model loads take minutes).
+    type: float
+    default: 900
+  health_interval:
+    description: Seconds between two C(/health) probes.
+    type: float
+    default: 0.25
+  expected_server_info:
+    description: Keys and values C(/server_info) must report; a difference fails the task.
+    type: dict
+    default: {}
+  expected_environment:
+    description: Environment variables the server must report under C(environment) in C(/server_info).
+    type: dict
+    default: {}
+  daemon_reload:
+    description: Run C(systemctl daemon-reload) before starting (the unit file changed).
+    type: bool
+    default: false
+  stop_marker:
+    description: File that receives the time (seconds since the epoch) the stop began.
+    type: path
+notes:
+  - The server's SIGTERM drain has no upper bound in SGLang itself; O(term_timeout) is that bound.
+seealso:
+  - module: gpuops.sglang.sglang_guard
+'''
+
+EXAMPLES = r'''
+- name: Start the server and wait until it is healthy and reports the wanted flags
+  gpuops.sglang.sglang_server:
+    state: started
+    manager: systemd
+    service_name: sglang
+    launch_file: /etc/sglang/launch.json
+    pidfile: /run/sglang/sglang.pid
+    log_file: /var/log/sglang/server.log
+    url: http://127.0.0.1:30000
+    expected_server_info:
+      speculative_algorithm: EAGLE3
+      max_running_requests: 64
+
+- name: Stop the detached server gracefully
+  gpuops.sglang.sglang_server:
+    state: stopped
+    manager: detached
+    launch_file: /etc/sglang/launch.json
+    pidfile: /run/sglang/sglang.pid
+    log_file: /var/log/sglang/server.log
+    url: http://127.0.0.1:30000
+    term_timeout: 30
+'''
+
+RETURN = r'''
+running:
+  description: Whether the server runs at the end (in check mode, now).
+  returned: always
+  type: bool
+pid:
+  description: Main PID of the server at the end (null when none runs).
+  returned: always
+  type: int
+healthy:
+  description: Whether C(/health) answered 200 at the end.
+  returned: always
+  type: bool
+health_attempts:
+  description: C(/health) probes made while waiting.
+  returned: always
+  type: int
+stopped_at:
+  description: When the stop began (seconds since the epoch, host clock); null when nothing was stopped.
+  returned: always
+  type: float
+stop_elapsed:
+  description: Seconds the stop took (null when nothing was stopped).
+  returned: always
+  type: float
+started_at:
+  description: When the start began (host clock); null when nothing was started.
+  returned: always
+  type: float
+healthy_at:
+  description: When C(/health) first answered 200 after the start (host clock); null otherwise.
+  returned: always
+  type: float
+mismatches:
+  description: What C(/server_info) reports differently from O(expected_server_info) and O(expected_environment).
+  returned: always
+  type: list
+  elements: str
+server_info:
+  description: The reported values of the keys in O(expected_server_info).
+  returned: always
+  type: dict
+cmd:
+  description: The commands run, as argv lists.
+  returned: always
+  type: list
+  elements: list
+'''
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
+    C_LOCALE,
+    Server,
+    ServerError,
+    mismatches,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type='str', default='started', choices=['started', 'stopped', 'restarted']),
+            manager=dict(type='str', required=True, choices=['systemd', 'detached']),
+            service_name=dict(type='str', default='sglang'),
+            launch_file=dict(type='path', required=True),
+            pidfile=dict(type='path', required=True),
+            log_file=dict(type='path', required=True),
+            url=dict(type='str', required=True),
+            term_timeout=dict(type='float', default=30),
+            health_timeout=dict(type='float', default=900),
+            health_interval=dict(type='float', default=0.25),
+            expected_server_info=dict(type='dict', default={}),
+            expected_environment=dict(type='dict', default={}),
+            daemon_reload=dict(type='bool', default=False),
+            stop_marker=dict(type='path'),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    result = dict(changed=False, running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
+                  stop_elapsed=None,
+                  started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
+    if params['health_interval'] <= 0 or params['health_timeout'] < 0 or params['term_timeout'] < 0:
+        module.fail_json(msg='health_interval must be above 0, health_timeout and term_timeout not negative', **result)
+
+    def runner(argv, timeout):
+        # A wedged systemd or a hanging command must not hang the task: the deadline bounds it.
+        rc, out, err = module.run_command(['timeout', '--kill-after=5', '%d' % max(1, int(timeout))] + argv,
+                                          environ_update=C_LOCALE)
+        return rc, out, err
+
+    server = Server(params['manager'], params['service_name'], params['launch_file'], params['pidfile'],
+                    params['log_file'], params['url'], params['term_timeout'], runner=runner)
+
+    def finish(**extra):
+        result.update(extra)
+        result['cmd'] = server.commands
+        if 'msg' in result and result.get('failed'):
+            result.pop('failed')
+            module.fail_json(**result)
+        module.exit_json(**result)
+
+    try:
+        pid = server.main_pid()
+        state = params['state']
+        result['running'] = pid is not None
+        result['pid'] = pid
+        if module.check_mode:
+            # Read-only: what runs, whether it is healthy and whether it reports the wanted settings.
+            result['healthy'] = pid is not None and server.health() == 200
+            if result['healthy'] and (params['expected_server_info'] or params['expected_environment']):
+                try:
+                    reported = server.server_info()
+                    result['server_info'] = dict((key, reported.get(key)) for key in params['expected_server_info'])
+                    result['mismatches'] = mismatches(reported, params['expected_server_info'],
+                                                      params['expected_environment'])
+                except ServerError as exc:
+                    result['mismatches'] = ['its settings could not be read: %s' % to_native(exc)]
+            would = (state == 'stopped' and pid is not None) or (state == 'started' and pid is None) \
+                or state == 'restarted' or bool(result['mismatches'])
+            finish(changed=would)
+
+        if state in ('stopped', 'restarted') and pid is not None:
+            stopped = server.stop()
+            result['stopped_at'] = stopped['stopped_at']
+            result['stop_elapsed'] = stopped.get('stop_elapsed')
+            result['changed'] = stopped['changed']
+            if params['stop_marker'] and stopped['stopped_at']:
+                with open(params['stop_marker'], 'w') as handle:
+                    handle.write('%.3f\n' % stopped['stopped_at'])
+            result.update(running=False, pid=None)
+        if state == 'stopped':
+            finish()
+
+        if state == 'started' and pid is not None:
+            # Running already (perhaps still loading): wait for it rather than start a second one.
+            health = server.wait_healthy(params['health_timeout'], params['health_interval'])
+            result.update(healthy=health['healthy'], health_attempts=health['attempts'])
+            if not health['healthy']:
+                finish(failed=True, msg='the running server %s is not healthy: %s'
+                       % (params['service_name'], health['why']))
+        else:
+            started, died = server.start(daemon_reload=params['daemon_reload'])
+            result.update(changed=True, started_at=started['started_at'], running=True, pid=started['pid'])
+            health = server.wait_healthy(params['health_timeout'], params['health_interval'], died=died)
+            result.update(healthy=health['healthy'], healthy_at=health['healthy_at'],
+                          health_attempts=health['attempts'], pid=server.main_pid())
+            if not health['healthy']:
+                finish(failed=True, running=result['pid'] is not None,
+                       msg='the server %s did not become healthy: %s' % (params['service_name'], health['why']))
+        if params['expected_server_info'] or params['expected_environment']:
+            reported = server.server_info()
+            result['server_info'] = dict((key, reported.get(key)) for key in params['expected_server_info'])
+            result['mismatches'] = mismatches(reported, params['expected_server_info'],
+                                              params['expected_environment'])
+            if result['mismatches']:
+                finish(failed=True, msg='the server %s reports other settings than wanted: %s'
+                       % (params['service_name'], '; '.join(result['mismatches'])))
+        finish()
+    except (ServerError, OSError, ValueError, KeyError) as exc:
+        finish(failed=True, msg='sglang_server %s of %s failed: %s' % (params['state'], params['service_name'],
+                                                                        to_native(exc)))
+
+
+if __name__ == '__main__':
+    main()
