@@ -1,15 +1,18 @@
 #!/bin/bash
 # Runs inside a lab gpu container (podman exec): simulated NVIDIA devices and nvidia-smi.
-# The device files are plain files in the container's own /dev; real processes hold them open.
+# The device files are character devices in the container's own /dev with /dev/null's numbers
+# (1,3): openable without a driver, and of the kind gpu_release accepts under /dev (it refuses
+# anything else there). Real processes hold them open.
 set -euo pipefail
 gpus=${1:-1}
 mkdir -p /dev/nvidia-caps /var/lib/nvidia-smi-sim/alloc
+chardev() { [ -c "$1" ] || { rm -f "$1"; mknod -m 666 "$1" c 1 3; }; }
 for name in nvidiactl nvidia-uvm nvidia-uvm-tools nvidia-caps/nvidia-cap1 nvidia-caps/nvidia-cap2; do
-  touch "/dev/$name"
+  chardev "/dev/$name"
 done
 entries=""
 for ((i = 0; i < gpus; i++)); do
-  touch "/dev/nvidia$i"
+  chardev "/dev/nvidia$i"
   entries+="${entries:+, }{\"index\": $i, \"uuid\": \"GPU-lab0000-0000-0000-0000-00000000000$i\", \"total_mib\": 143771, \"device\": \"/dev/nvidia$i\", \"leak_mib\": 0}"
 done
 echo "{\"release_delay\": 0.15, \"gpus\": [$entries]}" >/var/lib/nvidia-smi-sim/gpus.json

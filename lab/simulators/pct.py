@@ -4,6 +4,8 @@
 A container is a real set of namespaces whose init has host PID N, recorded as
 $PCT_SIM_STATE/VMID.pid (default /etc/pve-sim). `exec` enters them with
 nsenter, as lxc-attach does, and runs CMD there with no shell in between.
+Fault knob (for tests): while $PCT_SIM_STATE/fail-exec exists, `exec` prints its text and exits 255,
+as pct does when it cannot attach.
 """
 import os
 import socket
@@ -38,6 +40,11 @@ def main(argv):
         print('status: %s' % ('running' if init_pid(vmid) else 'stopped'))
         return 0
     if verb == 'exec' and len(argv) >= 4 and argv[2] == '--':
+        fault = os.path.join(STATE, 'fail-exec')
+        if os.path.exists(fault):
+            with open(fault) as handle:
+                sys.stderr.write(handle.read())
+            return 255
         pid = init_pid(vmid)
         if pid is None:
             sys.stderr.write('CT %s not running\n' % vmid)

@@ -75,7 +75,7 @@ class PlaybookRun(object):
                 and not event['event_data'].get('ignore_errors')]
 
 
-def run_playbook(tmp_path, playbook, inventory, extravars=None, name='run', limit=None):
+def run_playbook(tmp_path, playbook, inventory, extravars=None, name='run', limit=None, cmdline=None):
     """Run a playbook of this repository through ansible-runner (as an ops dashboard would)."""
     private = tmp_path / ('playbook-%s' % name)
     private.mkdir(parents=True, exist_ok=True)
@@ -85,6 +85,7 @@ def run_playbook(tmp_path, playbook, inventory, extravars=None, name='run', limi
         inventory=os.path.join(REPO, inventory),
         extravars=extravars or {},
         limit=limit,
+        cmdline=cmdline,
         envvars=ANSIBLE_ENV,
         quiet=True,
     )

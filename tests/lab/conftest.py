@@ -1,6 +1,8 @@
 import json
 import os
+import socket
 import subprocess
+import time
 import urllib.request
 
 import pytest
@@ -8,7 +10,8 @@ import pytest
 from helpers.ansible_run import REPO, run_playbook
 
 LAB = os.path.join(REPO, 'lab', 'lab')
-HOSTS = {'gpu1': ('lab-gpu1', '127.0.0.12'), 'gpu2': ('lab-gpu2', '127.0.0.13')}
+HOSTS = {'gpu1': ('lab-gpu1', '127.0.0.12'), 'gpu2': ('lab-gpu2', '127.0.0.13'), 'pve1': ('lab-pve1', '127.0.0.11')}
+PODMAN_ENV = dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, 'lab', 'containers.conf'))
 
 
 class LabHost(object):
@@ -18,7 +21,7 @@ class LabHost(object):
 
     def exec_(self, *argv):
         return subprocess.check_output(['podman', 'exec', self.container] + list(argv), universal_newlines=True,
-                                       env=dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, 'lab', 'containers.conf')))
+                                       env=PODMAN_ENV)
 
     def server_info(self):
         with urllib.request.urlopen('http://%s:30000/server_info' % self.address, timeout=5) as response:
@@ -38,19 +41,48 @@ class LabHost(object):
         return self.exec_('sha256sum', path).split()[0]
 
 
+class Lab(dict):
+    """The lab's hosts by inventory name, and the podman verbs the fault tests need."""
+
+    @staticmethod
+    def podman(*argv):
+        subprocess.check_call(['podman'] + list(argv), env=PODMAN_ENV, stdout=subprocess.DEVNULL)
+
+    def restart_container(self, container):
+        """Start a stopped lab container again and wait until its sshd accepts connections."""
+        self.podman('start', container)
+        address = dict(HOSTS.values())[container]
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((address, 2222), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError('sshd of %s did not come back' % container)
+
+
 @pytest.fixture(scope='session')
 def lab(tmp_path_factory):
-    """A fresh lab, redeployed once: the state every scenario starts from."""
-    subprocess.check_call([LAB, 'down'], stdout=subprocess.DEVNULL)
+    """A fresh lab, redeployed once: the state every scenario starts from.
+
+    GPUOPS_LAB_REUSE=1 (a developer's shortcut, never set in CI) keeps a running lab instead of
+    rebuilding it; the baseline redeploy still runs and must succeed.
+    """
+    reuse = os.environ.get('GPUOPS_LAB_REUSE') == '1'
+    if not reuse:
+        subprocess.check_call([LAB, 'down'], stdout=subprocess.DEVNULL)
     subprocess.check_call([LAB, 'up'], stdout=subprocess.DEVNULL)
     baseline = run_playbook(tmp_path_factory.mktemp('baseline'), 'playbooks/redeploy.yml', 'inventory/lab')
     assert baseline.rc == 0, baseline.stdout[-3000:]
-    yield dict((name, LabHost(name)) for name in HOSTS)
-    subprocess.check_call([LAB, 'down'], stdout=subprocess.DEVNULL)
+    yield Lab((name, LabHost(name)) for name in HOSTS)
+    if not reuse:
+        subprocess.check_call([LAB, 'down'], stdout=subprocess.DEVNULL)
 
 
 @pytest.fixture
 def redeploy(tmp_path):
-    def run(extravars=None, name='run', limit=None):
-        return run_playbook(tmp_path, 'playbooks/redeploy.yml', 'inventory/lab', extravars, name=name, limit=limit)
+    def run(extravars=None, name='run', limit=None, cmdline=None):
+        return run_playbook(tmp_path, 'playbooks/redeploy.yml', 'inventory/lab', extravars, name=name, limit=limit,
+                            cmdline=cmdline)
     return run

@@ -12,6 +12,9 @@ It behaves like SGLang where the redeploy playbook can observe it:
   sglang carries the dynamic-speculation patch that defines that variable.
 Lab knobs (environment): LAB_STANDIN_WARMUP seconds before healthy (default 1.5),
 LAB_STANDIN_GPU_MIB memory per scheduler (default 20610), LAB_STANDIN_DRAIN seconds (default 0.3).
+Drain gate (for fault tests): while the file /run/lab-standin-drain-gate exists, the drain after
+SIGTERM lasts (as if requests were still in flight; at most 120 s), so a test can act at a known
+point of the outage window: after the stop began, before anything else ran.
 """
 import argparse
 import importlib.util
@@ -26,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HOLDER = '/opt/lab/simulators/gpu_holder.py'
 PATCH_ENV = 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'
+DRAIN_GATE = '/run/lab-standin-drain-gate'
 
 
 def build_parser():
@@ -180,6 +184,9 @@ def main(argv=None):
             break
     httpd.shutdown()
     time.sleep(float(os.environ.get('LAB_STANDIN_DRAIN', '0.3')))
+    gate_deadline = time.monotonic() + 120
+    while os.path.exists(DRAIN_GATE) and time.monotonic() < gate_deadline:
+        time.sleep(0.05)
     server.stop_children()
     return 0
 

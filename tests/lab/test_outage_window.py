@@ -1,0 +1,288 @@
+"""The outage window as a transaction, on the embedded lab: for every fault between "server stopped"
+and "new server verified", the previous server serves afterwards (checked from outside on /health),
+the launch configuration and site-packages are byte-identical to before the run, and the report says
+what happened.
+
+Faults are injected at a known point: the stand-in server's drain gate holds the stop (as requests in
+flight would) until the test has broken something, so nothing here depends on timing.
+"""
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import ansible_runner
+
+from helpers.ansible_run import ANSIBLE_ENV, REPO
+
+CHANGE = {'sglang_max_running_requests': 96}
+SITE_PACKAGES = '/opt/sglang/venv/lib/python3.11/site-packages'
+WATCHED = ('/etc/sglang/launch.json', SITE_PACKAGES + '/sglang/srt/speculative/eagle_worker.py',
+           SITE_PACKAGES + '/sglang/version.py')
+REPORTS = os.path.join(REPO, '.cache', 'lab', 'reports')
+GATE = '/run/lab-standin-drain-gate'
+# Short timeouts for the faults that wait for the guard: window budget 2*2 + 5 + 10 = 19 s.
+FAST_GUARD = {'sglang_term_timeout': 2, 'sglang_gpu_release_timeout': 5, 'sglang_health_timeout': 10,
+              'sglang_rollback_deadline': 20}
+
+
+def files_state(host):
+    state = dict((path, host.sha256(path)) for path in WATCHED)
+    if host.name == 'gpu1':
+        state['unit'] = host.sha256('/etc/systemd/system/sglang.service')
+    return state
+
+
+def report(name):
+    with open(os.path.join(REPORTS, name + '.json')) as handle:
+        return json.load(handle)
+
+
+def fired(host):
+    return json.loads(host.exec_('cat', '/var/lib/gpuops-sglang/sglang/fired.json'))
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError('%s did not happen within %ss' % (what, timeout))
+
+
+@contextlib.contextmanager
+def stop_held(hosts):
+    """Hold each server's drain until the with-block ends; the block starts once every stop has begun."""
+    for host in hosts:
+        host.exec_('touch', GATE)
+    try:
+        yield
+    finally:
+        for host in hosts:
+            host.exec_('rm', '-f', GATE)
+
+
+def wait_outage_started(hosts, timeout=60):
+    for host in hosts:
+        wait_until(lambda: not host.healthy(), timeout, '%s stopping' % host.name)
+
+
+def run_in_background(tmp_path, extravars, name, limit=None):
+    """ansible-runner in a thread, as a dashboard runs it. Returns (thread, holder): set holder['cancel']
+    to cancel the run (noticed within 0.2 s); holder['run'] is the runner once the thread is done."""
+    holder = {'cancel': False}
+    private = tmp_path / name
+    private.mkdir(parents=True, exist_ok=True)
+
+    def target():
+        holder['run'] = ansible_runner.run(
+            private_data_dir=str(private), playbook=os.path.join(REPO, 'playbooks/redeploy.yml'),
+            inventory=os.path.join(REPO, 'inventory/lab'), extravars=extravars, limit=limit,
+            envvars=ANSIBLE_ENV, quiet=True, settings={'pexpect_timeout': 0.2},
+            cancel_callback=lambda: holder['cancel'])
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, holder
+
+
+def artifacts(runner):
+    for event in runner.events:
+        if event.get('event') == 'playbook_on_stats':
+            return event['event_data'].get('artifact_data', {})
+    return {}
+
+
+def fault_during_window(lab, tmp_path, host_name, inject, extravars=None, name='fault'):
+    """Run a changing redeploy of one host, break something once its stop began, return the finished run."""
+    host = lab[host_name]
+    with stop_held([host]):
+        thread, holder = run_in_background(tmp_path, dict(CHANGE, **(extravars or {})), name, limit=host_name)
+        wait_outage_started([host])
+        inject()
+    thread.join(300)
+    assert not thread.is_alive(), 'the run did not finish'
+    return holder['run']
+
+
+def assert_rolled_back(lab, host_name, before, run, words):
+    host = lab[host_name]
+    assert run.rc != 0
+    assert host.healthy()
+    assert files_state(host) == before
+    assert host.server_info()['max_running_requests'] == 64
+    written = report(host_name)
+    assert written['status'] == 'rolled_back', written
+    assert written['healthy'] is True
+    assert words in written['reason'], written['reason']
+    assert 'the previous server serves again' in written['reason']
+    assert written['downtime_s'] > 0
+    # The same summary reaches ansible-runner's artifacts, keyed by host.
+    assert artifacts(run)['sglang_redeploy'][host_name]['status'] == 'rolled_back'
+
+
+def test_container_kill_failure_rolls_back(lab, tmp_path):
+    before = files_state(lab['gpu1'])
+    pve = lab['pve1']
+    run = fault_during_window(lab, tmp_path, 'gpu1',
+                              lambda: pve.exec_('sh', '-c', 'echo "lxc-attach: simulated failure" >/etc/pve-sim/fail-exec'))
+    pve.exec_('rm', '-f', '/etc/pve-sim/fail-exec')
+    assert_rolled_back(lab, 'gpu1', before, run, 'Stop what is left of SGLang inside the container')
+
+
+def test_gpu_release_failure_rolls_back(lab, tmp_path):
+    host = lab['gpu2']
+    before = files_state(host)
+    try:
+        run = fault_during_window(lab, tmp_path, 'gpu2', lambda: host.exec_(
+            'sh', '-c', 'echo "Unable to determine the device handle for GPU0: Unknown Error" '
+                        '>/var/lib/nvidia-smi-sim/fail'))
+    finally:
+        host.exec_('rm', '-f', '/var/lib/nvidia-smi-sim/fail')
+    assert_rolled_back(lab, 'gpu2', before, run, 'Release the GPUs')
+    # The guard could not read the GPUs either, and says so rather than hiding it.
+    assert any('wait for the GPUs' in problem for problem in report('gpu2')['rollback']['problems'])
+
+
+def test_patch_failure_in_window_restores_site_packages_byte_for_byte(lab, tmp_path):
+    host = lab['gpu2']
+    first_line = host.exec_('head', '-1', SITE_PACKAGES + '/sglang/version.py').rstrip('\n')
+    note = tmp_path / 'version-note.diff'
+    note.write_text('--- a/sglang/version.py\n+++ b/sglang/version.py\n@@ -1 +1 @@\n-{0}\n+{0}  # note\n'
+                    .format(first_line))
+    before = files_state(host)
+    # Once the stop began, the file the patch needs changes under it: the dry-run passed, the apply fails.
+    run = fault_during_window(lab, tmp_path, 'gpu2', lambda: host.exec_(
+        'sed', '-i', '1s/$/  # changed behind the run/', SITE_PACKAGES + '/sglang/version.py'),
+        extravars={'sglang_patch_file': str(note)})
+    assert_rolled_back(lab, 'gpu2', before, run, 'Apply the patch')
+
+
+def test_copy_failure_rolls_back(lab, tmp_path):
+    host = lab['gpu1']
+    before = files_state(host)
+    run = fault_during_window(lab, tmp_path, 'gpu1', lambda: host.exec_('rm', '/etc/sglang/launch.next.json'))
+    assert_rolled_back(lab, 'gpu1', before, run, 'Move the candidate configuration into place')
+
+
+def test_server_reporting_other_settings_rolls_back(lab, redeploy):
+    before = dict((name, files_state(lab[name])) for name in ('gpu1', 'gpu2'))
+    # argparse keeps the last value: the server runs with 50, not the 96 the role asked for.
+    run = redeploy(dict(CHANGE, sglang_extra_args=['--max-running-requests', '50']), name='mismatch')
+    for name in ('gpu1', 'gpu2'):
+        assert_rolled_back(lab, name, before[name], run, 'max_running_requests is 50, want 96')
+
+
+def test_unreachable_proxmox_node_rolls_back(lab, tmp_path):
+    before = files_state(lab['gpu1'])
+    try:
+        run = fault_during_window(lab, tmp_path, 'gpu1', lambda: lab.podman('stop', '-t', '0', 'lab-pve1'))
+    finally:
+        lab.restart_container('lab-pve1')
+    assert_rolled_back(lab, 'gpu1', before, run, 'could not be reached')
+
+
+def test_gpu_host_unreachable_in_window_is_restored_by_its_guard(lab, tmp_path):
+    host = lab['gpu1']
+    before = files_state(host)
+    try:
+        run = fault_during_window(lab, tmp_path, 'gpu1',
+                                  lambda: host.exec_('systemctl', 'stop', 'lab-sshd.service'), extravars=FAST_GUARD)
+        assert run.rc != 0
+        stopped = time.monotonic()
+        # The controller gave up on the host; the guard on the host acts at its deadline.
+        written = report('gpu1')
+        assert written['status'] == 'failed' and written['healthy'] is False
+        assert 'the guard on the host restores the previous server' in written['reason']
+        wait_until(host.healthy, 20 + 10 + 15, 'gpu1 serving again through its guard')
+        print('gpu1 served again %.1f s after the run gave up' % (time.monotonic() - stopped))
+    finally:
+        host.exec_('systemctl', 'start', 'lab-sshd.service')
+    assert files_state(host) == before
+    by_guard = fired(host)
+    assert by_guard['acted_by'] == 'deadline' and by_guard['status'] == 'rolled_back'
+    assert host.server_info()['max_running_requests'] == 64
+
+
+def test_sigkilled_playbook_is_restored_by_the_guards_without_a_rerun(lab, tmp_path):
+    hosts = [lab['gpu1'], lab['gpu2']]
+    before = dict((host.name, files_state(host)) for host in hosts)
+    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', os.path.join(REPO, 'inventory/lab'), os.path.join(REPO, 'playbooks/redeploy.yml'),
+            '-e', json.dumps(dict(CHANGE, **FAST_GUARD))]
+    env = dict(os.environ, **ANSIBLE_ENV)
+    with stop_held(hosts):
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        wait_outage_started(hosts)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        killed = time.monotonic()
+    for host in hosts:
+        wait_until(host.healthy, 20 + 10 + 15, '%s serving again through its guard' % host.name)
+        print('%s served again %.1f s after the SIGKILL' % (host.name, time.monotonic() - killed))
+        assert files_state(host) == before[host.name]
+        assert fired(host)['status'] == 'rolled_back'
+        # The controller-side report says the run was cut off, not a stale success.
+        written = report(host.name)
+        assert written['status'] == 'failed' and 'the run stopped inside the outage window' in written['reason']
+
+
+def test_runner_cancel_mid_window_is_restored_by_the_guard(lab, tmp_path):
+    host = lab['gpu2']
+    before = files_state(host)
+    with stop_held([host]):
+        thread, holder = run_in_background(tmp_path, dict(CHANGE, **FAST_GUARD), 'cancel', limit='gpu2')
+        wait_outage_started([host])
+        holder['cancel'] = True
+        thread.join(60)
+    assert holder['run'].status == 'canceled'
+    cancelled = time.monotonic()
+    wait_until(host.healthy, 20 + 10 + 15, 'gpu2 serving again through its guard')
+    print('gpu2 served again %.1f s after the cancel' % (time.monotonic() - cancelled))
+    assert files_state(host) == before
+    assert fired(host)['acted_by'] == 'deadline'
+
+
+def test_new_run_takes_over_an_armed_guard(lab, tmp_path, redeploy):
+    host = lab['gpu2']
+    before = files_state(host)
+    with stop_held([host]):
+        thread, holder = run_in_background(tmp_path, dict(CHANGE, sglang_rollback_deadline=600), 'cut',
+                                           limit='gpu2')
+        wait_outage_started([host])
+        holder['cancel'] = True
+        thread.join(60)
+    # The cut-off run's guard waits 600 s; a new run restores its pre-run state at once, then proceeds.
+    assert json.loads(host.exec_('cat', '/var/lib/gpuops-sglang/sglang/state.json'))['run_id']
+    run = redeploy(name='takeover', limit='gpu2')
+    assert run.rc == 0, run.stdout[-3000:]
+    taken = report('gpu2')['takeover']
+    assert taken['acted_by'] == 'takeover' and taken['status'] == 'rolled_back'
+    assert report('gpu2')['status'] == 'unchanged'
+    assert files_state(host) == before and host.healthy()
+    assert 'state.json' not in host.exec_('ls', '/var/lib/gpuops-sglang/sglang').split()
+
+
+def test_check_mode_on_a_converged_lab_changes_nothing(lab, redeploy):
+    pids = dict((name, lab[name].server_pid()) for name in ('gpu1', 'gpu2'))
+    run = redeploy(name='check-converged', cmdline='--check')
+    assert run.rc == 0, run.stdout[-3000:]
+    for name in ('gpu1', 'gpu2'):
+        assert run.count('changed', name) == 0
+        assert lab[name].server_pid() == pids[name]
+
+
+def test_check_mode_on_a_lab_that_would_change_reports_why_and_changes_nothing(lab, redeploy):
+    before = dict((name, (files_state(lab[name]), lab[name].server_pid())) for name in ('gpu1', 'gpu2'))
+    run = redeploy(CHANGE, name='check-change', cmdline='--check')
+    assert run.rc == 0, run.stdout[-3000:]
+    summary = artifacts(run)['sglang_redeploy']
+    for name in ('gpu1', 'gpu2'):
+        assert summary[name]['check_mode'] is True
+        assert 'would redeploy (check mode)' in summary[name]['reason']
+        assert 'max_running_requests is 64, want 96' in summary[name]['reason']
+        assert (files_state(lab[name]), lab[name].server_pid()) == before[name]
