@@ -41,7 +41,8 @@ def test_patch_is_applied_in_site_packages(host):
 
 def test_gpus_were_free_before_the_restart_and_strays_are_gone(host):
     r = report(host)
-    assert r['redeployed'] is True
+    assert r['status'] == 'redeployed' and r['healthy'] is True
+    assert r['downtime_s'] > 0
     assert r['gpu_memory_released_mib'] == [0]
     assert r['gpu_memory_before_mib'][0] > 20610  # the server plus a stray
     stray = [p.args for p in host.process.filter(user='root') if '--hold 0=4096' in p.args or 'leaked_cuda_job' in p.args]

@@ -1,0 +1,220 @@
+"""sglang_server and sglang_guard through real Ansible, on a real detached server process and real files.
+
+The "server" is tests/integration/files/tiny_server.py (a small stand-in: /health, /server_info), run
+detached from a launch.json exactly as the role runs SGLang. No systemd here: the guard's watcher is
+the detached process in its own session, the path of hosts without systemd.
+"""
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from helpers.ansible_run import run_task
+
+TINY_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'files', 'tiny_server.py')
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def health(port):
+    try:
+        with urllib.request.urlopen('http://127.0.0.1:%d/health' % port, timeout=2) as response:
+            return response.status
+    except OSError:
+        return None
+
+
+def max_running_requests(port):
+    with urllib.request.urlopen('http://127.0.0.1:%d/server_info' % port, timeout=2) as response:
+        return json.load(response)['max_running_requests']
+
+
+def sha256(path):
+    with open(str(path), 'rb') as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError('%s did not happen within %ss' % (what, timeout))
+
+
+def watchers(guard_dir):
+    """PIDs of guard watchers for this folder (their command line names it)."""
+    found = []
+    for entry in os.listdir('/proc'):
+        if entry.isdigit():
+            try:
+                with open('/proc/%s/cmdline' % entry, 'rb') as handle:
+                    if str(guard_dir).encode() in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+class Deployment(object):
+    """A launch.json, a 'site-packages' file and the server they describe, in a private folder."""
+
+    def __init__(self, tmp_path):
+        self.root = tmp_path
+        self.port = free_port()
+        self.launch = tmp_path / 'launch.json'
+        self.module_file = tmp_path / 'site-packages' / 'sglang' / 'worker.py'
+        self.module_file.parent.mkdir(parents=True)
+        self.module_file.write_bytes(b'# pre-run bytes \xe2\x9c\x93\n')
+        self.guard_dir = tmp_path / 'guard'
+        self.write_launch(64)
+
+    def write_launch(self, max_running, extra=()):
+        # Run as `python -m tiny_server ...`, the way the role runs `python -m sglang.launch_server`.
+        self.launch.write_text(json.dumps({
+            'python': sys.executable, 'module': 'tiny_server',
+            'args': ['--port', self.port, '--max-running-requests', max_running] + list(extra),
+            'environment': {'PYTHONPATH': os.path.dirname(TINY_SERVER)}}))
+
+    @property
+    def server(self):
+        return {'manager': 'detached', 'service_name': 'tiny', 'launch_file': str(self.launch),
+                'pidfile': str(self.root / 'tiny.pid'), 'log_file': str(self.root / 'tiny.log'),
+                'base_url': 'http://127.0.0.1:%d' % self.port, 'term_timeout': 5}
+
+    def server_args(self, **extra):
+        server = self.server
+        args = dict(manager='detached', service_name='tiny', launch_file=server['launch_file'],
+                    pidfile=server['pidfile'], log_file=server['log_file'], url=server['base_url'],
+                    term_timeout=5, health_timeout=20)
+        args.update(extra)
+        return args
+
+    def guard_args(self, **extra):
+        args = dict(folder=str(self.guard_dir), server=self.server, host='tiny-host', health_timeout=20,
+                    files=[str(self.launch), str(self.module_file), str(self.root / 'created-by-run.txt')],
+                    stop_marker=str(self.root / 'stopped_at'))
+        args.update(extra)
+        return args
+
+
+@pytest.fixture
+def deployment(tmp_path):
+    deployed = Deployment(tmp_path)
+    yield deployed
+    # Leave nothing running, whatever the test did.
+    run_task(tmp_path, 'gpuops.sglang.sglang_server', deployed.server_args(state='stopped'), name='cleanup')
+    state = deployed.guard_dir / 'state.json'
+    if state.exists():
+        state.unlink()
+
+
+def test_server_module_starts_waits_for_health_on_the_host_and_verifies(deployment, tmp_path):
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                       deployment.server_args(state='started', expected_server_info={'max_running_requests': 64}),
+                       name='start')
+    assert not started.failed, started.get('msg')
+    assert started['changed'] and started['healthy'] and started['healthy_at'] >= started['started_at']
+    assert health(deployment.port) == 200
+    again = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                     deployment.server_args(state='started', expected_server_info={'max_running_requests': 64}),
+                     name='again')
+    assert not again['changed'] and again['pid'] == started['pid']
+    mismatch = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                        deployment.server_args(state='started', expected_server_info={'max_running_requests': 96}),
+                        check=True, name='check')
+    assert mismatch['mismatches'] == ['max_running_requests is 64, want 96'] and mismatch['changed']
+    stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(state='stopped'), name='stop')
+    assert stopped['changed'] and stopped['stopped_at'] and health(deployment.port) is None
+
+
+def test_server_that_exits_at_once_fails_without_waiting_for_the_health_timeout(deployment, tmp_path):
+    deployment.write_launch(64, extra=['--no-such-flag'])
+    result = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(state='started',
+                                                                                      health_timeout=600),
+                      name='badflag')
+    assert result.failed
+    assert 'the server exited with status 2' in result['msg']
+    assert set(['running', 'pid', 'healthy', 'stopped_at', 'mismatches', 'cmd']) <= set(result)
+
+
+def test_a_poll_interval_of_zero_is_refused(deployment, tmp_path):
+    result = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(health_interval=0), name='zero')
+    assert result.failed and 'health_interval must be above 0' in result['msg']
+
+
+def test_guard_restores_files_and_previous_server_at_its_deadline(deployment, tmp_path):
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    before = {'launch': sha256(deployment.launch), 'module': sha256(deployment.module_file)}
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-1', deadline=3), name='arm')
+    assert not armed.failed, armed.get('msg')
+    assert armed['armed'] and armed['armed_by'] == 'run-1'
+    # The run stops the server, changes files, and its controller vanishes.
+    run_task(tmp_path, 'gpuops.sglang.sglang_server',
+             deployment.server_args(state='stopped', stop_marker=str(tmp_path / 'stopped_at')), name='stop')
+    deployment.write_launch(96, extra=['--no-such-flag'])
+    deployment.module_file.write_bytes(b'# half-patched\n')
+    (tmp_path / 'created-by-run.txt').write_text('new')
+    wait_until(lambda: health(deployment.port) == 200, 3 + 20, 'the previous server serving again')
+    wait_until(lambda: (deployment.guard_dir / 'fired.json').exists() and not
+               (deployment.guard_dir / 'state.json').exists(), 10, 'the guard finishing')
+    assert max_running_requests(deployment.port) == 64
+    assert {'launch': sha256(deployment.launch), 'module': sha256(deployment.module_file)} == before
+    assert not (tmp_path / 'created-by-run.txt').exists()
+    report = json.loads((deployment.guard_dir / 'fired.json').read_text())
+    assert report['acted_by'] == 'deadline' and report['status'] == 'rolled_back' and report['healthy']
+    assert report['run_id'] == 'run-1' and report['host'] == 'tiny-host'
+    assert report['downtime_s'] > 0
+    # The run that comes back too late learns that it was rolled back, and says so.
+    late = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                    deployment.guard_args(state='confirmed', run_id='run-1'), name='late')
+    assert late.failed and 'the guard acted before the run confirmed' in late['msg']
+    assert late['fired']['status'] == 'rolled_back'
+
+
+def test_confirmed_guard_never_acts(deployment, tmp_path):
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    run_task(tmp_path, 'gpuops.sglang.sglang_guard', deployment.guard_args(state='armed', run_id='run-2', deadline=2),
+             name='arm')
+    assert watchers(deployment.guard_dir), 'no watcher was started'
+    deployment.module_file.write_bytes(b'# the new, verified bytes\n')
+    confirmed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                         deployment.guard_args(state='confirmed', run_id='run-2'), name='confirm')
+    assert not confirmed.failed and confirmed['changed'] and not confirmed['armed']
+    # The watcher exits by itself once it sees the guard confirmed (or after acting): wait for that.
+    wait_until(lambda: not watchers(deployment.guard_dir), 10, 'the watcher exiting')
+    assert deployment.module_file.read_bytes() == b'# the new, verified bytes\n'
+    assert not (deployment.guard_dir / 'fired.json').exists()
+
+
+def test_restore_now_takes_over_and_a_second_arm_is_refused_while_armed(deployment, tmp_path):
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    original = deployment.module_file.read_bytes()
+    run_task(tmp_path, 'gpuops.sglang.sglang_guard', deployment.guard_args(state='armed', run_id='a', deadline=600),
+             name='arm-a')
+    refused = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                       deployment.guard_args(state='armed', run_id='b', deadline=600), name='arm-b')
+    assert refused.failed and 'still pending' in refused['msg'] and refused['armed_by'] == 'a'
+    deployment.module_file.write_bytes(b'# changed\n')
+    check = run_task(tmp_path, 'gpuops.sglang.sglang_guard', deployment.guard_args(state='restored'),
+                     check=True, name='check')
+    assert check['changed'] and check['armed'] and deployment.module_file.read_bytes() == b'# changed\n'
+    taken = run_task(tmp_path, 'gpuops.sglang.sglang_guard', deployment.guard_args(state='restored',
+                                                                                 reason='taken over'), name='take')
+    assert not taken.failed, taken.get('msg')
+    assert taken['fired']['acted_by'] == 'takeover' and taken['fired']['status'] == 'rolled_back'
+    assert deployment.module_file.read_bytes() == original and health(deployment.port) == 200
+    again = run_task(tmp_path, 'gpuops.sglang.sglang_guard', deployment.guard_args(state='restored'), name='again')
+    assert not again['changed'] and again['fired'] is None and again['last_fired']['acted_by'] == 'takeover'
+
