@@ -13,7 +13,8 @@ version_added: 0.2.0
 description:
   - Each server flag is defined once, in a table that yields both the command-line arguments and the value
     C(/server_info) reports for it, so the argv and the verification never drift apart.
-  - Input is a dict of settings (the role passes its variables); output is V({"args": [...], "expected": {...}}).
+  - Input is a dict of settings (the role passes its variables); output is a dict with V(args) (the argv after
+    C(-m MODULE)) and V(expected) (the C(/server_info) keys and values).
 author:
   - gpuops.sglang maintainers (@gpuops)
 options:

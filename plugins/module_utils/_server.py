@@ -27,10 +27,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import te
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import LocalProcesses, read_proc_record
 
 try:  # Python 3
-    from urllib.request import Request, urlopen
-    from urllib.error import HTTPError, URLError
+    from http.client import HTTPConnection, HTTPException
+    from urllib.parse import urlsplit
 except ImportError:  # pragma: no cover - Python 2 targets are not supported
-    Request = urlopen = HTTPError = URLError = None
+    HTTPConnection = HTTPException = urlsplit = None
 
 C_LOCALE = {'LANG': 'C', 'LC_ALL': 'C'}
 
@@ -66,17 +66,22 @@ def load_launch(path):
     return argv, env
 
 
-def http_get(url, timeout, headers=None):
-    """(status, body) of a GET; status -1 when nothing answered."""
+def http_get(url, timeout):
+    """(status, body) of a GET; status -1 when nothing answered.
+
+    http.client rather than urllib: the probe goes straight to the server's own address and never
+    through an http_proxy the environment may name (and it runs without Ansible in the guard).
+    """
+    parts = urlsplit(url)
     try:
-        response = urlopen(Request(url, headers=headers or {}), timeout=timeout)
+        connection = HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
         try:
+            connection.request('GET', (parts.path or '/') + ('?' + parts.query if parts.query else ''))
+            response = connection.getresponse()
             return response.status, response.read()
         finally:
-            response.close()
-    except HTTPError as exc:
-        return exc.code, b''
-    except (URLError, OSError, ValueError) as exc:
+            connection.close()
+    except (HTTPException, OSError, ValueError) as exc:
         return -1, str(exc).encode('utf-8', 'replace')
 
 
@@ -148,7 +153,7 @@ class Server(object):
     def main_pid(self):
         """PID of the running server's main process, or None."""
         if self.manager == 'systemd':
-            rc, out, _ = self._systemctl('show', '--property=MainPID', '--value', self.service_name)
+            rc, out, dummy = self._systemctl('show', '--property=MainPID', '--value', self.service_name)
             pid = int(out.strip() or 0) if rc == 0 and out.strip().isdigit() else 0
             return pid or None
         leader = self._read_pid()
@@ -230,11 +235,11 @@ class Server(object):
         return {'changed': True, 'started_at': started, 'pid': child.pid}, death
 
     def _systemd_death(self):
-        rc, out, _ = self._systemctl('show', '--property=ActiveState,Result', self.service_name)
+        dummy, out, dummy = self._systemctl('show', '--property=ActiveState,Result', self.service_name)
         props = dict(line.split('=', 1) for line in out.splitlines() if '=' in line)
         if props.get('ActiveState') in ('failed', 'inactive'):
-            return 'unit %s is %s (result %s); see %s' % (self.service_name, props.get('ActiveState'),
-                                                         props.get('Result', '?'), self.log_file)
+            return 'unit %s is %s (result %s); see %s' % (
+                self.service_name, props.get('ActiveState'), props.get('Result', '?'), self.log_file)
         return None
 
     # --- health and verification -----------------------------------------

@@ -284,8 +284,8 @@ def main():
                        % (params['service_name'], '; '.join(result['mismatches'])))
         finish()
     except (ServerError, OSError, ValueError, KeyError) as exc:
-        finish(failed=True, msg='sglang_server %s of %s failed: %s' % (params['state'], params['service_name'],
-                                                                        to_native(exc)))
+        finish(failed=True, msg='sglang_server %s of %s failed: %s'
+               % (params['state'], params['service_name'], to_native(exc)))
 
 
 if __name__ == '__main__':
