@@ -170,8 +170,9 @@ def unreadable(gpus):
 
 
 def gpus_over(gpus, max_used_mib):
-    """Readable GPUs using more than max_used_mib."""
-    return [gpu for gpu in gpus if gpu['memory_used_mib'] is not None and gpu['memory_used_mib'] > max_used_mib]
+    """GPUs not shown to be at or under max_used_mib: over it, or unreadable (fail safe for "is it free")."""
+    return [gpu for gpu in gpus if gpu['memory_used_mib'] is None or gpu['error'] is not None or
+            gpu['memory_used_mib'] > max_used_mib]
 
 
 def missing_gpus(gpus, expected_indices):
@@ -195,7 +196,7 @@ def format_gpu_table(gpus, max_used_mib, expected_indices=()):
     for gpu in gpus:
         if gpu['error'] is not None:
             flag = '  <-- unreadable: %s' % gpu['error']
-        elif gpu['memory_used_mib'] > max_used_mib:
+        elif gpu['memory_used_mib'] is not None and gpu['memory_used_mib'] > max_used_mib:
             flag = '  <-- over %d MiB' % max_used_mib
         else:
             flag = ''

@@ -397,12 +397,12 @@ def main():
 
     result['compute_apps'] = apps = reader.compute_apps()
     still_holding = sorted(local.holders(result['devices']))
-    busy = gpus_over(result['gpus'], params['max_used_mib'])
+    sick = unreadable(result['gpus'])
+    busy = [gpu for gpu in gpus_over(result['gpus'], params['max_used_mib']) if gpu not in sick]
     problems = []
     if busy:
         problems.append('did not drain to <= %d MiB on GPU(s) %s' % (
             params['max_used_mib'], ', '.join(str(gpu['index']) for gpu in busy)))
-    sick = unreadable(result['gpus'])
     if sick or proof.last_error:
         problems.append('could not be read on GPU(s) %s' % ', '.join(
             [str(gpu['index']) if gpu['index'] is not None else '?' for gpu in sick] or ['all']))
