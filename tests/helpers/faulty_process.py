@@ -13,6 +13,9 @@ import signal
 import sys
 import time
 
+# After an exec under another argv[0], sys.executable is guessed from that title: keep the real one.
+PYTHON = os.environ.setdefault('FAULTY_PROCESS_PYTHON', sys.executable)
+
 
 def write_ready(path):
     with open(path + '.tmp', 'w') as handle:
@@ -30,14 +33,14 @@ def main():
     parser.add_argument('--titled', action='store_true')
     args = parser.parse_args()
     if not args.titled:
-        os.execv(sys.executable, [args.title, os.path.abspath(__file__), '--titled'] + sys.argv[1:])
+        os.execv(PYTHON, [args.title, os.path.abspath(__file__), '--titled'] + sys.argv[1:])
 
     if args.on_term == 'fork':
         def fork_and_exit(signum, frame):
-            child_argv = [sys.executable, os.path.abspath(__file__), '--title', args.child_title,
+            child_argv = [PYTHON, os.path.abspath(__file__), '--title', args.child_title,
                           '--on-term', 'ignore', '--ready', args.child_ready]
             if os.fork() == 0:
-                os.execv(sys.executable, child_argv)
+                os.execv(PYTHON, child_argv)
             # Exit only once the child runs under its title: a listing between the two would
             # otherwise see neither, which is not the case this stands in for.
             while not os.path.exists(args.child_ready):
@@ -46,7 +49,7 @@ def main():
         signal.signal(signal.SIGTERM, fork_and_exit)
     elif args.on_term == 'retitle':
         def retitle(signum, frame):
-            os.execv(sys.executable, ['python3 draining', os.path.abspath(__file__), '--titled',
+            os.execv(PYTHON, ['python3 draining', os.path.abspath(__file__), '--titled',
                                       '--on-term', 'ignore'])
         signal.signal(signal.SIGTERM, retitle)
     else:
