@@ -147,8 +147,8 @@ def parse_signal_output(stdout):
     outcome = {}
     complete = False
     for line in stdout.splitlines():
-        word, _, pid = line.strip().partition(' ')
-        if word in ('sent', 'gone', 'refused') and pid.isdigit():
+        word, sep, pid = line.strip().partition(' ')
+        if sep and word in ('sent', 'gone', 'refused') and pid.isdigit():
             outcome[int(pid)] = word
         elif word == 'end':
             complete = True
