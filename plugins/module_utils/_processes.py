@@ -125,6 +125,14 @@ def planned_kills(targets, term_timeout):
     return [killed_entry(record, signame) for record in targets]
 
 
+def signalled_summary(killed):
+    """What a failure message says was already sent, from killed entries."""
+    if not killed:
+        return 'nothing was signalled'
+    return 'already signalled: %s' % ', '.join('pid %d (SIG%s)' % (entry['pid'], entry['signal'])
+                                               for entry in killed)
+
+
 class TerminationOutcome(object):
     def __init__(self, killed, remaining):
         self.killed = killed

@@ -208,6 +208,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     Termination,
     compile_patterns,
     planned_kills,
+    signalled_summary,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import (
     LocalProcesses,
@@ -272,13 +273,6 @@ def classify_holders(holders, excludes, guarded):
             continue
         left_alone.append({'pid': pid, 'cmdline': record.cmdline, 'devices': holders[pid], 'reason': reason})
     return targets, left_alone
-
-
-def signalled_summary(killed):
-    if not killed:
-        return 'nothing was signalled'
-    return 'already signalled: %s' % ', '.join('pid %d (SIG%s)' % (entry['pid'], entry['signal'])
-                                               for entry in killed)
 
 
 class FreeMemoryProof(object):

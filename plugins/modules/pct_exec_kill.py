@@ -144,19 +144,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     Termination,
     compile_patterns,
     planned_kills,
+    signalled_summary,
     select,
 )
 
 
 def remaining_entry(record):
     return {'pid': record.pid, 'cmdline': record.cmdline, 'state': record.state}
-
-
-def signalled_summary(killed):
-    if not killed:
-        return 'nothing was signalled'
-    return 'already signalled: %s' % ', '.join('pid %d (SIG%s)' % (entry['pid'], entry['signal'])
-                                               for entry in killed)
 
 
 def main():
