@@ -3,6 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """nvidia-smi: argv builders and parsers into GPU records.
 
+Pure standard library: a host-side helper imports this without Ansible.
+
 Parsing is pure (text in, records out) and tested on output captured from a
 real H200. ``nvidia-smi | grep 0MiB`` cannot tell a free GPU from a busy one
 (it matched both "0MiB / 143771MiB" and the process table); the CSV query
@@ -12,6 +14,10 @@ below gives one number per GPU.
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
+
+import glob
+import os
+import stat
 
 GPU_FIELDS = ('index', 'uuid', 'memory.used', 'memory.total')
 APP_FIELDS = ('pid', 'process_name', 'used_memory')
@@ -34,6 +40,52 @@ NVIDIA_DAEMON_EXCLUDES = [
 ]
 
 
+class DeviceError(Exception):
+    """The device patterns match nothing, or match something that is not an NVIDIA device file."""
+
+
+def device_refusal(path):
+    """Why path is not an NVIDIA device file, or None when it is one.
+
+    A name starting with "nvidia", and under /dev a character device: "/dev/*" matched
+    /dev/null, which would make every process on the host a holder.
+    """
+    real = os.path.realpath(path)
+    for name in sorted(set([path, real])):
+        if not os.path.basename(name).startswith('nvidia'):
+            return 'its name does not start with "nvidia"' + ('' if name == path else ' (it links to %s)' % real)
+    try:
+        mode = os.stat(real).st_mode
+    except OSError as exc:
+        return 'it cannot be read: %s' % exc.strerror
+    under_dev = any(name == '/dev' or name.startswith('/dev/') for name in (path, real))
+    if under_dev and not stat.S_ISCHR(mode):
+        return 'it is under /dev but not a character device'
+    if not (stat.S_ISCHR(mode) or stat.S_ISREG(mode)):
+        return 'it is not a device file (a directory or other special file)'
+    return None
+
+
+def expand_devices(patterns):
+    """Paths the glob patterns match, each with its real path (what /proc/PID/fd links show).
+
+    Raises DeviceError naming every refused path, or when nothing matches at all.
+    """
+    matched = set()
+    for pattern in patterns:
+        matched.update(glob.glob(pattern))
+    refused = ['%s (%s)' % (path, reason) for path, reason in
+               ((path, device_refusal(path)) for path in sorted(matched)) if reason]
+    if refused:
+        raise DeviceError('refusing device paths that are not NVIDIA device files: %s' % '; '.join(refused))
+    if not matched:
+        raise DeviceError('the device patterns %s match no file: is the NVIDIA driver loaded (ls -l /dev/nvidia*)? '
+                          'A typo here would release nothing' % ', '.join(patterns))
+    paths = set(matched)
+    paths.update(os.path.realpath(path) for path in matched)
+    return sorted(paths)
+
+
 class NvidiaSmiError(Exception):
     """nvidia-smi failed or printed something we cannot read."""
 
@@ -49,17 +101,43 @@ class NvidiaSmiCommand(object):
         return [self.path, '--query-compute-apps=' + ','.join(APP_FIELDS), CSV_FORMAT]
 
 
-def _csv_rows(stdout, width, what):
-    rows = []
+def _int_or_none(value):
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def parse_gpus(stdout):
+    """GPU records from ``--query-gpu=index,uuid,memory.used,memory.total`` CSV.
+
+    A GPU whose cells are not numbers ("[N/A]", "[Unknown Error]", "[GPU requires reset]") or a
+    line that is not a CSV row (nvidia-smi prints "Unable to determine the device handle for
+    GPU ...: Unknown Error" for a GPU it cannot reach) gives a record with ``error`` set and None
+    for what could not be read: one sick GPU does not hide the others. Raises NvidiaSmiError only
+    when no line names a GPU at all (the driver is unreachable, or nothing was printed).
+    """
+    gpus = []
     for line in stdout.splitlines():
         if not line.strip():
             continue
         cells = [cell.strip() for cell in line.split(',')]
-        if len(cells) != width:
-            raise NvidiaSmiError('unparsable nvidia-smi %s line (expected %d fields): %r'
-                                 % (what, width, line))
-        rows.append(cells)
-    return rows
+        if len(cells) != len(GPU_FIELDS) or _int_or_none(cells[0]) is None:
+            gpus.append({'index': None, 'uuid': None, 'memory_used_mib': None, 'memory_total_mib': None,
+                         'error': 'unparsable nvidia-smi line: %s' % line.strip()})
+            continue
+        index, uuid, used, total = cells
+        gpu = {'index': int(index), 'uuid': uuid, 'memory_used_mib': _int_or_none(used),
+               'memory_total_mib': _int_or_none(total), 'error': None}
+        bad = ['%s %r' % (field, value) for field, value in (('memory.used', used), ('memory.total', total))
+               if _int_or_none(value) is None]
+        if bad:
+            gpu['error'] = 'nvidia-smi reported %s instead of a MiB number' % ' and '.join(bad)
+        gpus.append(gpu)
+    if not any(gpu['index'] is not None for gpu in gpus):
+        raise NvidiaSmiError('nvidia-smi listed no GPU%s' % (
+            ': ' + '; '.join(gpu['error'] for gpu in gpus) if gpus else ''))
+    return gpus
 
 
 def _mib(value, line_desc):
@@ -68,22 +146,6 @@ def _mib(value, line_desc):
     except ValueError:
         # "[N/A]" or "[Not Supported]": a number we cannot compare to a threshold.
         raise NvidiaSmiError('nvidia-smi reported %r instead of a MiB number for %s' % (value, line_desc))
-
-
-def parse_gpus(stdout):
-    """GPU records from ``--query-gpu=index,uuid,memory.used,memory.total`` CSV."""
-    gpus = []
-    for index, uuid, used, total in _csv_rows(stdout, len(GPU_FIELDS), 'GPU'):
-        desc = 'GPU %s' % index
-        gpus.append({
-            'index': _mib(index, 'the index of a GPU'),
-            'uuid': uuid,
-            'memory_used_mib': _mib(used, desc),
-            'memory_total_mib': _mib(total, desc),
-        })
-    if not gpus:
-        raise NvidiaSmiError('nvidia-smi listed no GPU')
-    return gpus
 
 
 def parse_compute_apps(stdout):
@@ -98,18 +160,48 @@ def parse_compute_apps(stdout):
         if not sep or not sep2:
             raise NvidiaSmiError('unparsable nvidia-smi compute-apps line: %r' % line)
         apps.append({'pid': _mib(pid.strip(), 'a compute app pid'), 'process_name': name.strip(),
-                     'used_memory_mib': _mib(used.strip(), 'compute app %s' % pid.strip())})
+                     'used_memory_mib': _int_or_none(used.strip())})
     return apps
 
 
+def unreadable(gpus):
+    """GPUs (or lines) whose memory could not be read."""
+    return [gpu for gpu in gpus if gpu['error'] is not None or gpu['memory_used_mib'] is None]
+
+
 def gpus_over(gpus, max_used_mib):
-    return [gpu for gpu in gpus if gpu['memory_used_mib'] > max_used_mib]
+    """GPUs not shown to be at or under max_used_mib: over it, or unreadable (fail safe for "is it free")."""
+    return [gpu for gpu in gpus if gpu['memory_used_mib'] is None or gpu['error'] is not None or
+            gpu['memory_used_mib'] > max_used_mib]
 
 
-def format_gpu_table(gpus, max_used_mib):
+def missing_gpus(gpus, expected_indices):
+    """Indices seen earlier that this reading does not list."""
+    seen = set(gpu['index'] for gpu in gpus)
+    return sorted(index for index in expected_indices if index not in seen)
+
+
+def proven_free(gpus, max_used_mib, expected_indices=()):
+    """True only when every GPU (each expected index included) was read and is at or under the threshold."""
+    return bool(gpus) and not unreadable(gpus) and not gpus_over(gpus, max_used_mib) and \
+        not missing_gpus(gpus, expected_indices)
+
+
+def _cell(value):
+    return '?' if value is None else str(value)
+
+
+def format_gpu_table(gpus, max_used_mib, expected_indices=()):
     lines = ['GPU  memory.used/total MiB  uuid']
     for gpu in gpus:
-        flag = '  <-- over %d MiB' % max_used_mib if gpu['memory_used_mib'] > max_used_mib else ''
-        lines.append('%-4d %8d/%-8d %s%s'
-                     % (gpu['index'], gpu['memory_used_mib'], gpu['memory_total_mib'], gpu['uuid'], flag))
+        if gpu['error'] is not None:
+            flag = '  <-- unreadable: %s' % gpu['error']
+        elif gpu['memory_used_mib'] is not None and gpu['memory_used_mib'] > max_used_mib:
+            flag = '  <-- over %d MiB' % max_used_mib
+        else:
+            flag = ''
+        lines.append('%-4s %8s/%-8s %s%s' % (_cell(gpu['index']), _cell(gpu['memory_used_mib']),
+                                             _cell(gpu['memory_total_mib']), _cell(gpu['uuid']), flag))
+    for index in missing_gpus(gpus, expected_indices):
+        lines.append('%-4d %8s/%-8s %s  <-- missing: listed before the release, not now' % (index, '?', '?', '?'))
     return '\n'.join(lines)

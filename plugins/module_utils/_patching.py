@@ -1,23 +1,36 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Unified diffs applied to a package tree: parsing, path confinement, GNU patch argv, staging.
+"""Unified diffs applied to a package tree: parsing, path confinement, GNU patch argv, staging, lock, journal.
 
 The contract is all-or-nothing. GNU patch runs only against copies in a
 staging folder; site-packages changes only in ``PatchTransaction.commit``,
-which first writes every new file beside its target and only then renames
-them into place, restoring the originals if any rename fails.
+which writes every new file and a copy of every original beside its target,
+records them in a journal, and only then renames the new files into place.
+A run that finds a journal (the previous one crashed mid-commit) puts the
+originals back and removes the temp files before anything else
+(``Journal.recover``). Runs on one package are serialised by ``PackageLock``.
+
+Diffs are handled as bytes, as GNU patch does: a diff in another encoding
+applies byte for byte; only file names must be UTF-8.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import errno
+import fcntl
 import glob
 import hashlib
+import json
 import os
+import re
 import shutil
 import tempfile
+import time
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 
 
 class DiffError(Exception):
@@ -28,12 +41,77 @@ class DiffError(Exception):
 # hunks would let a diff touch paths we never confined, so they are refused.
 _UNSUPPORTED_GIT_LINES = ('rename from ', 'rename to ', 'copy from ', 'copy to ', 'new file mode ',
                           'deleted file mode ', 'GIT binary patch', 'Binary files ')
+# GNU patch applies git's mode lines only in some versions and modes; sglang_patch changes
+# contents only, so a mode change is refused rather than dropped silently.
+_MODE_LINES = ('old mode ', 'new mode ')
+_HUNK_HEADER = re.compile(r'^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@')
+
+
+def diff_text(data):
+    """The diff bytes as text for parsing; bytes that are not UTF-8 survive as surrogates."""
+    return data.decode('utf-8', 'surrogateescape')
+
+
+def is_utf8(data):
+    try:
+        data.decode('utf-8')
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def restore_final_newline(data):
+    """The diff with its final line ending, and the blank context lines a strip removed, put back.
+
+    ``lookup('file', ...)`` strips trailing whitespace (rstrip=true by default):
+    the final newline, and with it any trailing lines of the last hunk that were
+    blank context lines. GNU patch then stops with "patch unexpectedly ends in
+    middle of line" or a malformed hunk. The hunk header says how many lines
+    the hunk has; lines missing from both sides can only have been blank context.
+    """
+    if not data:
+        return data
+    eol = b'\r\n' if b'\r\n' in data.split(b'\n', 1)[0] + b'\n' else b'\n'
+    if not data.endswith(b'\n'):
+        data += eol
+    lines = data.split(b'\n')[:-1]
+    start = None
+    for number, line in enumerate(lines):
+        if line.startswith(b'@@ '):
+            start = number
+    if start is None:
+        return data
+    match = _HUNK_HEADER.match(diff_text(lines[start]))
+    if not match:
+        return data
+    old_len = int(match.group(1)) if match.group(1) is not None else 1
+    new_len = int(match.group(2)) if match.group(2) is not None else 1
+    old_seen = new_seen = 0
+    for line in lines[start + 1:]:
+        line = line.rstrip(b'\r')
+        if line.startswith(b'-'):
+            old_seen += 1
+        elif line.startswith(b'+'):
+            new_seen += 1
+        elif line.startswith(b'\\'):
+            continue
+        else:
+            old_seen += 1
+            new_seen += 1
+    missing = old_len - old_seen
+    if missing > 0 and missing == new_len - new_seen:
+        data += (b' ' + eol) * missing
+    return data
 
 
 def _header_name(line):
     name = line[4:].split('\t', 1)[0].rstrip('\r\n')
     if name.startswith('"'):
         raise DiffError('quoted file names are not supported: %r' % line.strip())
+    try:
+        name.encode('utf-8')
+    except UnicodeEncodeError:
+        raise DiffError('a file name in the diff is not UTF-8: %r' % name.encode('utf-8', 'surrogateescape'))
     return name.rstrip()
 
 
@@ -63,6 +141,10 @@ def parse_targets(diff_text, strip):
     pending_old = None
     current = None
     for line in diff_text.splitlines():
+        if line.startswith(_MODE_LINES):
+            raise DiffError('the diff changes a file mode (%r); sglang_patch changes file contents only: '
+                            'remove the "old mode"/"new mode" lines, or set the mode with ansible.builtin.file'
+                            % line.strip())
         if line.startswith(_UNSUPPORTED_GIT_LINES):
             raise DiffError('unsupported diff feature (only modifications of existing text files): %r'
                             % line.strip())
@@ -95,9 +177,14 @@ def parse_targets(diff_text, strip):
 
 
 def confine(tree, relative_paths):
-    """Absolute paths for relative_paths, each an existing regular file really inside tree."""
+    """Real paths for relative_paths, each an existing regular file really inside tree.
+
+    A symlink inside the tree is followed: its real file is what gets patched,
+    and the link stays a link. Two names for one real file are refused.
+    """
     root = os.path.realpath(tree)
     absolute = []
+    seen = {}
     for rel in relative_paths:
         path = os.path.join(root, rel)
         real = os.path.realpath(path)
@@ -105,12 +192,20 @@ def confine(tree, relative_paths):
             raise DiffError('%s resolves to %s, outside %s' % (rel, real, root))
         if not os.path.isfile(real):
             raise DiffError('target file %s does not exist in %s' % (rel, root))
+        if real in seen:
+            raise DiffError('%s and %s are the same file (%s) through a link; patch it under one name'
+                            % (seen[real], rel, real))
+        seen[real] = rel
         absolute.append(real)
     return absolute
 
 
+def sha256_bytes(data):
+    return hashlib.sha256(data).hexdigest()
+
+
 def sha256_text(text):
-    return hashlib.sha256(text.encode('utf-8')).hexdigest()
+    return sha256_bytes(text.encode('utf-8', 'surrogateescape'))
 
 
 class PatchCommand(object):
@@ -157,13 +252,24 @@ def read_dist_version(site_packages, distribution='sglang'):
     return None
 
 
-# Prints the folder that holds the sglang package, found without importing it.
+# Prints the folder that holds the sglang package, found without importing it. Run with
+# ``python -I`` from an empty folder: neither the current folder nor PYTHONPATH may put
+# another "sglang" ahead of the interpreter's own site-packages.
+SITE_MARKER = 'SGLANG_SITE_PACKAGES='
 DISCOVER_SITE_PACKAGES = (
     "import importlib.util, os, sys\n"
     "spec = importlib.util.find_spec('sglang')\n"
     "locs = list(spec.submodule_search_locations or []) if spec else []\n"
-    "sys.exit(3) if not locs else print(os.path.dirname(os.path.realpath(locs[0])))\n"
+    "sys.exit(3) if not locs else print('" + SITE_MARKER + "' + os.path.dirname(os.path.realpath(locs[0])))\n"
 )
+
+
+def parse_site_packages(stdout):
+    """The folder DISCOVER_SITE_PACKAGES printed, or None (a sitecustomize may print more lines)."""
+    for line in stdout.splitlines():
+        if line.startswith(SITE_MARKER) and line[len(SITE_MARKER):].strip():
+            return line[len(SITE_MARKER):].strip()
+    return None
 
 
 def read_bytes(path):
@@ -171,23 +277,195 @@ def read_bytes(path):
         return handle.read()
 
 
-class PatchTransaction(object):
-    """Copies of the target files in a staging folder, and an all-or-nothing commit back.
+TEMP_SUFFIX = '.sglang_patch.tmp'
+ORIG_SUFFIX = '.sglang_patch.orig'
+JOURNAL_NAME = '.sglang_patch.journal'
+LOCK_HINT = ('another sglang_patch run is changing this package (or a process holding it open is stuck: '
+             'see `fuser -v %s`)')
 
-    ``staging_parent`` can be anywhere (check mode uses the module's temp
-    folder); commit writes each new file next to its target and renames it,
-    so every single replacement is atomic and the set is rolled back on error.
+
+def _fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_beside(target, data, suffix, mode_from=None):
+    """A new file in target's folder holding data, with target's mode and owner; returns its path."""
+    stat = os.stat(mode_from or target)
+    directory, name = os.path.split(target)
+    handle, temp = tempfile.mkstemp(prefix='.' + name + '.', suffix=suffix, dir=directory)
+    try:
+        with os.fdopen(handle, 'wb') as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, stat.st_mode & 0o7777)
+        if os.geteuid() == 0:
+            os.chown(temp, stat.st_uid, stat.st_gid)
+    except Exception:
+        os.unlink(temp)
+        raise
+    return temp
+
+
+def _unlink_quietly(path):
+    try:
+        os.unlink(path)
+        return True
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            raise
+        return False
+
+
+class LockTimeout(Exception):
+    pass
+
+
+class PackageLock(object):
+    """An exclusive flock on the package folder, waited for at most ``timeout`` seconds.
+
+    flock on the folder itself needs no lock file, and the kernel drops it when
+    the holder dies, so a crashed run never leaves a stale lock behind.
     """
 
-    SUFFIX = '.sglang_patch.tmp'
+    def __init__(self, package_dir, timeout, clock=time.monotonic, sleep=time.sleep):
+        self.package_dir = package_dir
+        self.timeout = timeout
+        self.clock = clock
+        self.sleep = sleep
+        self.fd = None
 
-    def __init__(self, tree, relative_paths, staging_parent):
+    def _try(self):
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except (IOError, OSError) as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                raise
+            return False
+
+    def acquire(self):
+        self.fd = os.open(self.package_dir, os.O_RDONLY)
+        if not poll_until(self._try, bool, self.timeout, first_interval=0.05, max_interval=1.0,
+                          clock=self.clock, sleep=self.sleep):
+            self.release()
+            raise LockTimeout('waited %gs for the lock on %s: %s' % (
+                self.timeout, self.package_dir, LOCK_HINT % self.package_dir))
+        return self
+
+    def release(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class Journal(object):
+    """The record of a commit in progress, in the package folder: what an interrupted commit left behind.
+
+    ``state`` is "committing" from before the first rename until the last one,
+    then "committed" while the copies of the originals are removed. A commit
+    found "committing" is undone (each original copy renamed back over its
+    target), one found "committed" is finished (the copies removed): either way
+    the tree is whole again and no temp file is left.
+    """
+
+    def __init__(self, package_dir):
+        self.path = os.path.join(package_dir, JOURNAL_NAME)
+
+    def exists(self):
+        return os.path.exists(self.path)
+
+    def write(self, state, entries):
+        temp = write_beside(self.path, json.dumps({'state': state, 'pid': os.getpid(), 'entries': entries},
+                                                  sort_keys=True).encode('utf-8'),
+                            TEMP_SUFFIX, mode_from=os.path.dirname(self.path))
+        os.chmod(temp, 0o600)
+        os.rename(temp, self.path)
+        _fsync_dir(os.path.dirname(self.path))
+
+    def read(self):
+        try:
+            with open(self.path, 'rb') as handle:
+                record = json.loads(handle.read().decode('utf-8'))
+            state, entries = record['state'], [dict(entry) for entry in record['entries']]
+            if state not in ('committing', 'committed') or \
+                    not all(set(entry) >= set(['target', 'new', 'orig']) for entry in entries):
+                raise ValueError('unexpected content')
+            return state, entries
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DiffError('the journal %s of an interrupted commit cannot be read (%s); compare the files it '
+                            'names with a fresh sglang install, then remove it' % (self.path, exc))
+
+    def remove(self):
+        _unlink_quietly(self.path)
+        _fsync_dir(os.path.dirname(self.path))
+
+    def plan(self):
+        """(state, {target: file holding what the target must contain}) without changing anything."""
+        if not self.exists():
+            return None, {}
+        state, entries = self.read()
+        if state == 'committing':
+            return state, dict((entry['target'], entry['orig']) for entry in entries
+                               if os.path.exists(entry['orig']))
+        return state, {}
+
+    def recover(self):
+        """Undo or finish an interrupted commit; return what was done, one line each (empty if nothing)."""
+        if not self.exists():
+            return []
+        state, entries = self.read()
+        done = []
+        for entry in entries:
+            if state == 'committing' and os.path.exists(entry['orig']):
+                os.rename(entry['orig'], entry['target'])
+                done.append('restored %s from the copy an interrupted commit kept' % entry['target'])
+            elif _unlink_quietly(entry['orig']):
+                done.append('removed %s left by a finished commit' % entry['orig'])
+            if _unlink_quietly(entry['new']):
+                done.append('removed %s left by an interrupted commit' % entry['new'])
+        self.remove()
+        done.append('removed the journal %s (the interrupted commit was %s)'
+                    % (self.path, 'undone' if state == 'committing' else 'finished'))
+        return done
+
+
+def stray_temp_files(real_targets):
+    """Temp files an earlier run of this module left beside the targets (written, never renamed)."""
+    found = []
+    for target in real_targets:
+        directory, name = os.path.split(target)
+        for suffix in (TEMP_SUFFIX, ORIG_SUFFIX):
+            found.extend(glob.glob(os.path.join(glob.escape(directory), '.%s.*%s' % (glob.escape(name), suffix))))
+    return sorted(set(found))
+
+
+class PatchTransaction(object):
+    """Copies of the target files in a staging folder, and an all-or-nothing, journaled commit back.
+
+    ``real_targets`` maps each relative path to its real file (see confine);
+    ``sources`` optionally maps a real file to another file holding its
+    content (check mode while an interrupted commit awaits recovery).
+    ``staging_parent`` can be anywhere (check mode uses the module's temp folder).
+    """
+
+    SUFFIX = TEMP_SUFFIX
+
+    def __init__(self, tree, relative_paths, staging_parent, real_targets=None, sources=None, journal=None):
         self.tree = os.path.realpath(tree)
         self.relative_paths = list(relative_paths)
+        self.real = dict(zip(self.relative_paths, real_targets)) if real_targets else \
+            dict((rel, os.path.realpath(os.path.join(self.tree, rel))) for rel in self.relative_paths)
+        self.journal = journal
         self.staging = tempfile.mkdtemp(prefix='sglang_patch-', dir=staging_parent)
         self.originals = {}
+        sources = sources or {}
         for rel in self.relative_paths:
-            source = os.path.join(self.tree, rel)
+            source = sources.get(self.real[rel], self.real[rel])
             staged = self.staged_path(rel)
             if not os.path.isdir(os.path.dirname(staged)):
                 os.makedirs(os.path.dirname(staged))
@@ -203,7 +481,8 @@ class PatchTransaction(object):
         return os.path.join(self.staging_tree(), rel)
 
     def target_path(self, rel):
-        return os.path.join(self.tree, rel)
+        """The real file behind rel: a symlinked target is patched through its link, which stays a link."""
+        return self.real[rel]
 
     def changed_files(self):
         return [rel for rel in self.relative_paths
@@ -220,54 +499,54 @@ class PatchTransaction(object):
         }
 
     def commit(self, relative_paths):
-        """Replace targets with staged files; on any error put every original back and re-raise."""
-        temps = {}
+        """Replace targets with the staged files; on any error put every original back and re-raise."""
+        return self._replace(dict((rel, read_bytes(self.staged_path(rel))) for rel in relative_paths),
+                             self.originals, relative_paths)
+
+    def restore(self, relative_paths):
+        """Put the original bytes back, through the same journaled replacement."""
+        staged = dict((rel, read_bytes(self.staged_path(rel))) for rel in relative_paths)
+        return self._replace(dict((rel, self.originals[rel]) for rel in relative_paths), staged, relative_paths)
+
+    def _replace(self, new_contents, old_contents, relative_paths):
+        entries = []
         try:
             for rel in relative_paths:
-                temps[rel] = self._write_beside(rel, read_bytes(self.staged_path(rel)))
+                target = self.target_path(rel)
+                entry = {'target': target, 'new': write_beside(target, new_contents[rel], TEMP_SUFFIX), 'orig': None}
+                entries.append(entry)
+                entry['orig'] = write_beside(target, old_contents[rel], ORIG_SUFFIX)
         except Exception:
-            self._discard(temps)
+            self._discard(entries)
+            raise
+        journal = self.journal or Journal(self.tree)
+        try:
+            journal.write('committing', entries)
+        except Exception:
+            self._discard(entries)
             raise
         replaced = []
         try:
-            for rel in relative_paths:
-                os.rename(temps[rel], self.target_path(rel))
-                del temps[rel]
-                replaced.append(rel)
+            for entry in entries:
+                os.rename(entry['new'], entry['target'])
+                replaced.append(entry)
+            journal.write('committed', entries)
         except Exception:
-            self._discard(temps)
-            self.restore(replaced)
+            for entry in replaced:
+                os.rename(entry['orig'], entry['target'])
+            self._discard(entries)
+            journal.remove()
             raise
-        return replaced
-
-    def restore(self, relative_paths):
-        """Put the original bytes back, each with an atomic rename."""
-        for rel in relative_paths:
-            os.rename(self._write_beside(rel, self.originals[rel]), self.target_path(rel))
-
-    def _write_beside(self, rel, data):
-        target = self.target_path(rel)
-        stat = os.stat(target)
-        directory, name = os.path.split(target)
-        handle, temp = tempfile.mkstemp(prefix='.' + name + '.', suffix=self.SUFFIX, dir=directory)
-        try:
-            with os.fdopen(handle, 'wb') as out:
-                out.write(data)
-            os.chmod(temp, stat.st_mode & 0o7777)
-            if os.geteuid() == 0:
-                os.chown(temp, stat.st_uid, stat.st_gid)
-        except Exception:
-            os.unlink(temp)
-            raise
-        return temp
+        self._discard(entries)
+        journal.remove()
+        return list(relative_paths)
 
     @staticmethod
-    def _discard(temps):
-        for temp in temps.values():
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
+    def _discard(entries):
+        for entry in entries:
+            for key in ('new', 'orig'):
+                if entry.get(key):
+                    _unlink_quietly(entry[key])
 
     def cleanup(self):
         shutil.rmtree(self.staging, ignore_errors=True)

@@ -3,9 +3,25 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Proxmox VE ``pct``: argv builders, output parsers and the container process source.
 
-Every command is an argv list handed to run_command: ``pct exec VMID -- CMD ARGS``
-runs CMD inside the container without any shell, so nothing typed by the
-operator is ever re-parsed by bash, ssh or pct.
+Every command is an argv list: ``pct exec VMID -- /bin/sh -c SCRIPT NAME ARGS``
+runs a fixed script inside the container, and everything variable (PIDs, the
+signal name) travels as separate arguments, so nothing typed by the operator is
+re-parsed by bash, ssh or pct.
+
+Why the listing reads /proc with /bin/sh inside the container, and not ``ps``
+and not the container's cgroup from the node:
+- ``ps`` is procps: busybox ``ps`` (Alpine and other minimal templates) has no
+  ``-ww``, and some templates have no ``ps`` at all. /bin/sh and ``tr`` exist in
+  every template (dash, bash or busybox), and /proc is the kernel's own answer.
+- From the node, the cgroup holding a container differs between Proxmox VE
+  releases and cgroup v1/v2 (lxc/VMID, lxc/VMID/ns, lxc.payload.VMID), and its
+  PIDs are host PIDs an operator never sees in the container. Inside, PIDs are
+  the container's own, and PID 1 is its init.
+- The signalling script re-reads each process's start time and sends the signal
+  in the same shell, inside the container, so a PID reused between listing and
+  signalling is never hit, with no second round trip in between.
+The scripts print their own PID first; the module never selects that shell or
+anything it started, and never PID 1.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -17,8 +33,40 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     ProcessSourceError,
 )
 
-# -ww: never cut the command line, patterns must see all of it.
-PS_ARGS = ['ps', '-e', '-ww', '-o', 'pid=,ppid=,stat=,args=']
+# One line per process: "proc PID PPID STATE STARTTIME CMDLINE", NULs and newlines of the
+# command line turned into spaces. Field 22 of /proc/PID/stat is the start time; the fields
+# after "comm)" start at field 3, so it is ${20} there (comm may hold spaces and ')').
+LIST_SCRIPT = r'''echo "self $$"
+for d in /proc/[0-9]*; do
+  pid=${d#/proc/}
+  IFS= read -r stat < "$d/stat" || continue
+  set -- ${stat##*) }
+  [ $# -ge 20 ] || continue
+  cmd=$(tr '\000\n' '  ' < "$d/cmdline") || continue
+  printf 'proc %s %s %s %s %s\n' "$pid" "$2" "$1" "${20}" "$cmd"
+done 2>/dev/null
+echo end
+'''
+
+# Arguments: SIGNAL PID:STARTTIME... Prints "sent PID", "gone PID" (exited, or the PID now
+# belongs to another process) or "refused PID" (PID 1 or this shell) for each, then "end".
+SIGNAL_SCRIPT = r'''sig=$1
+shift
+for target in "$@"; do
+  pid=${target%%:*}
+  want=${target#*:}
+  if [ "$pid" = 1 ] || [ "$pid" = "$$" ]; then echo "refused $pid"; continue; fi
+  if ! IFS= read -r stat < "/proc/$pid/stat"; then echo "gone $pid"; continue; fi
+  set -- ${stat##*) }
+  if [ "${20}" != "$want" ]; then echo "gone $pid"; continue; fi
+  if kill -s "$sig" "$pid"; then echo "sent $pid"; else echo "gone $pid"; fi
+done 2>/dev/null
+echo end
+'''
+
+LIST_NAME = 'gpuops-sglang-list'
+SIGNAL_NAME = 'gpuops-sglang-signal'
+CONTAINER_INIT_PID = 1
 
 
 class PctCommand(object):
@@ -35,10 +83,16 @@ class PctCommand(object):
         return [self.pct_path, 'exec', str(self.vmid), '--'] + list(argv)
 
     def list_processes(self):
-        return self.exec_(PS_ARGS)
+        return self.exec_(['/bin/sh', '-c', LIST_SCRIPT, LIST_NAME])
 
-    def kill(self, signame, pids):
-        return self.exec_(['kill', '-s', signame] + [str(pid) for pid in pids])
+    def signal(self, signame, records):
+        return self.exec_(['/bin/sh', '-c', SIGNAL_SCRIPT, SIGNAL_NAME, signame] +
+                          ['%d:%d' % (record.pid, record.start_time) for record in records])
+
+
+def short_argv(argv):
+    """The argv for a message, with the inline scripts shown by name."""
+    return ' '.join('<script>' if '\n' in arg else arg for arg in argv)
 
 
 def parse_status(stdout):
@@ -50,50 +104,113 @@ def parse_status(stdout):
     return None
 
 
-def parse_ps(stdout):
-    """Records from ``ps -e -ww -o pid=,ppid=,stat=,args=`` output."""
+def parse_listing(stdout):
+    """(PID of the listing shell, records) from LIST_SCRIPT's output; ProcessSourceError when incomplete."""
+    self_pid = None
     records = []
+    complete = False
+    for line in stdout.split('\n'):
+        if line.startswith('self ') and line[5:].strip().isdigit():
+            self_pid = int(line[5:])
+        elif line.startswith('proc '):
+            fields = line[5:].split(' ', 4)
+            if len(fields) < 4 or not all(field.isdigit() for field in (fields[0], fields[1], fields[3])):
+                raise ProcessSourceError('unexpected line in the process listing: %r' % line)
+            cmdline = fields[4].strip() if len(fields) == 5 else ''
+            records.append(ProcessRecord(fields[0], fields[1], fields[2], cmdline, start_time=fields[3]))
+        elif line.strip() == 'end':
+            complete = True
+    if self_pid is None or not complete:
+        raise ProcessSourceError('the process listing was cut short or is not from the listing script')
+    if not any(record.pid == self_pid for record in records):
+        raise ProcessSourceError('the process listing does not show its own shell (pid %d): /proc in the '
+                                 'container is missing or not the container\'s own' % self_pid)
+    return self_pid, records
+
+
+def own_processes(self_pid, records):
+    """The listing shell and every process below it (its command substitutions)."""
+    children = {}
+    for record in records:
+        children.setdefault(record.ppid, []).append(record.pid)
+    own, todo = set(), [self_pid]
+    while todo:
+        pid = todo.pop()
+        if pid not in own:
+            own.add(pid)
+            todo.extend(children.get(pid, []))
+    return own
+
+
+def parse_signal_output(stdout):
+    """{pid: 'sent' | 'gone' | 'refused'}; ProcessSourceError when the script did not finish."""
+    outcome = {}
+    complete = False
     for line in stdout.splitlines():
-        fields = line.split(None, 3)
-        if not fields:
-            continue
-        if len(fields) < 3 or not fields[0].isdigit() or not fields[1].isdigit():
-            raise ProcessSourceError('unexpected ps output line: %r' % line)
-        cmdline = fields[3].strip() if len(fields) == 4 else ''
-        records.append(ProcessRecord(fields[0], fields[1], fields[2], cmdline))
-    return records
+        word, sep, pid = line.strip().partition(' ')
+        if sep and word in ('sent', 'gone', 'refused') and pid.isdigit():
+            outcome[int(pid)] = word
+        elif word == 'end':
+            complete = True
+    if not complete:
+        raise ProcessSourceError('the signalling script did not finish')
+    return outcome
 
 
 class ContainerProcesses(object):
-    """Processes inside one LXC container, seen and signalled through ``pct exec``."""
+    """Processes inside one LXC container, seen and signalled through ``pct exec``.
 
-    def __init__(self, run_command, pct_command):
-        self.run_command = run_command
+    ``runner`` is a _command.CommandRunner: every pct call has a deadline.
+    ``list()`` leaves out the listing shell itself; PID 1 stays listed (it may
+    match), and is never signalled (see PROTECTED).
+    """
+
+    PROTECTED = frozenset([CONTAINER_INIT_PID])
+
+    def __init__(self, runner, pct_command):
+        self.runner = runner
         self.pct = pct_command
-        self.commands = []
 
-    def run(self, argv):
-        self.commands.append(argv)
-        return self.run_command(argv, environ_update={'LANG': 'C', 'LC_ALL': 'C'})
+    @property
+    def vmid(self):
+        return self.pct.vmid
+
+    def _fail(self, doing, result, hint=''):
+        if result.timed_out:
+            why = '`%s` timed out after %gs and was killed' % (short_argv(result.argv), result.timeout)
+        else:
+            why = '`%s` failed (rc %d): %s' % (short_argv(result.argv), result.rc, result.output or 'no output')
+        raise ProcessSourceError('%s in container %d failed: %s%s' % (doing, self.vmid, why, hint))
 
     def list(self):
-        argv = self.pct.list_processes()
-        rc, stdout, stderr = self.run(argv)
-        if rc != 0:
-            raise ProcessSourceError('listing processes in container %d failed (rc %d): %s'
-                                     % (self.pct.vmid, rc, (stderr or stdout).strip()))
-        return parse_ps(stdout)
+        result = self.runner.run(self.pct.list_processes())
+        if result.timed_out or result.rc != 0:
+            self._fail('listing processes', result,
+                       '' if result.timed_out else '. The listing runs /bin/sh and tr inside the container and '
+                                                   'reads its /proc.')
+        try:
+            self_pid, records = parse_listing(result.stdout)
+        except ProcessSourceError as exc:
+            raise ProcessSourceError('listing processes in container %d failed: %s; output: %r'
+                                     % (self.vmid, exc, result.output[-400:]))
+        own = own_processes(self_pid, records)
+        return [record for record in records if record.pid not in own]
 
     def signal(self, records, signame):
-        if records:
-            # kill exits 1 when one PID already exited; alive() is the judge.
-            self.run(self.pct.kill(signame, [record.pid for record in records]))
+        records = [record for record in records if record.pid not in self.PROTECTED]
+        if not records:
+            return []
+        result = self.runner.run(self.pct.signal(signame, records))
+        if result.timed_out or result.rc != 0:
+            self._fail('sending SIG%s to pid(s) %s' % (signame, ', '.join(str(r.pid) for r in records)), result,
+                       '; whether the signal reached them is unknown')
+        try:
+            outcome = parse_signal_output(result.stdout)
+        except ProcessSourceError as exc:
+            raise ProcessSourceError('sending SIG%s in container %d: %s; output: %r'
+                                     % (signame, self.vmid, exc, result.output[-400:]))
+        return [record for record in records if outcome.get(record.pid) == 'sent']
 
     def alive(self, records):
-        current = dict((record.pid, record) for record in self.list())
-        still = []
-        for record in records:
-            now = current.get(record.pid)
-            if now is not None and now.same_process(record) and not now.is_zombie:
-                still.append(now)
-        return still
+        current = self.list()
+        return [now for now in current if not now.is_zombie and any(record.same_process(now) for record in records)]

@@ -3,11 +3,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Process records, pattern selection and the one TERM-wait-KILL policy.
 
-Two process sources share this policy: the local /proc (gpu_release) and a
-container seen through ``pct exec`` (pct_exec_kill, see _pct.py). A source
-offers three verbs: ``list()``, ``signal(records, signame)`` and
-``alive(records)``. The policy never touches /proc or signals itself, so it is
-tested with a fake source.
+Two process sources share this policy: the local /proc (gpu_release, see
+_procfs.py) and a container seen through ``pct exec`` (pct_exec_kill, see
+_pct.py). A source offers three verbs: ``list()``, ``signal(records, signame)``
+(returning the records it really signalled) and ``alive(records)``. The policy
+never touches /proc or sends a signal itself, so it is tested with a fake
+source.
+
+Pure standard library: a host-side helper imports this without Ansible.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -40,16 +43,21 @@ class ProcessSourceError(Exception):
 
 
 class ProcessRecord(object):
-    """One process as a source saw it. ``state`` is the ps/proc state letter(s)."""
+    """One process as a source saw it.
 
-    __slots__ = ('pid', 'ppid', 'state', 'cmdline', 'name')
+    ``state`` is the ps/proc state letter(s); ``start_time`` is field 22 of
+    /proc/PID/stat (clock ticks after boot), None where a source cannot read it.
+    """
 
-    def __init__(self, pid, ppid, state, cmdline, name=None):
+    __slots__ = ('pid', 'ppid', 'state', 'cmdline', 'name', 'start_time')
+
+    def __init__(self, pid, ppid, state, cmdline, name=None, start_time=None):
         self.pid = int(pid)
         self.ppid = int(ppid)
         self.state = state
         self.cmdline = cmdline
         self.name = name if name is not None else _name_from_cmdline(cmdline)
+        self.start_time = int(start_time) if start_time is not None else None
 
     @property
     def is_zombie(self):
@@ -57,16 +65,27 @@ class ProcessRecord(object):
         # to reap it, so for "is it gone" it counts as gone.
         return self.state.startswith('Z') or self.state.startswith('X')
 
+    @property
+    def key(self):
+        """Identity of the process: a PID is reused, a PID with its start time is not."""
+        return (self.pid, self.start_time if self.start_time is not None else self.cmdline)
+
     def same_process(self, other):
-        # PIDs are reused; the command line guards against signalling a
-        # newcomer that took the PID of a process that already exited.
-        return self.pid == other.pid and self.cmdline == other.cmdline
+        # The start time, not the command line, tells a newcomer on a reused PID from the
+        # process we saw: SGLang (setproctitle) and others change their command line, also
+        # while shutting down. Without a start time, the command line is the best guard.
+        if self.pid != other.pid:
+            return False
+        if self.start_time is not None and other.start_time is not None:
+            return self.start_time == other.start_time
+        return self.cmdline == other.cmdline
 
     def describe(self):
         return 'pid %d (state %s): %s' % (self.pid, self.state, self.cmdline)
 
     def __repr__(self):
-        return 'ProcessRecord(%r, %r, %r, %r)' % (self.pid, self.ppid, self.state, self.cmdline)
+        return 'ProcessRecord(%r, %r, %r, %r, start_time=%r)' % (
+            self.pid, self.ppid, self.state, self.cmdline, self.start_time)
 
 
 def _name_from_cmdline(cmdline):
@@ -106,151 +125,119 @@ def planned_kills(targets, term_timeout):
     return [killed_entry(record, signame) for record in targets]
 
 
+def signalled_summary(killed):
+    """What a failure message says was already sent, from killed entries."""
+    if not killed:
+        return 'nothing was signalled'
+    return 'already signalled: %s' % ', '.join('pid %d (SIG%s)' % (entry['pid'], entry['signal'])
+                                               for entry in killed)
+
+
 class TerminationOutcome(object):
     def __init__(self, killed, remaining):
         self.killed = killed
         self.remaining = remaining
 
 
-def terminate(source, targets, term_timeout, kill_timeout=10.0,
+class Termination(object):
+    """TERM, wait up to term_timeout, KILL the survivors, wait up to kill_timeout.
+
+    Every signalled process is tracked by PID and start time until it is gone,
+    so one that changes its command line on SIGTERM still gets SIGKILL.
+
+    With ``rescan`` (a function from a fresh ``source.list()`` to the records
+    that match now), every poll lists again and treats new matches (children
+    forked during shutdown, a respawn) as targets of the current round, and the
+    outcome's ``remaining`` comes from a final listing: any match still there,
+    signalled or not, is a survivor. Without it, only the given targets are
+    followed (gpu_release: its targets are the holders of the device files).
+
+    ``killed`` is filled as signals go out, so a caller that catches an error
+    half way (a listing that failed or timed out) can still say what was sent.
+    """
+
+    def __init__(self, source, term_timeout, kill_timeout=10.0, rescan=None,
+                 clock=time.monotonic, sleep=time.sleep):
+        self.source = source
+        self.term_timeout = term_timeout
+        self.kill_timeout = kill_timeout
+        self.rescan = rescan
+        self.clock = clock
+        self.sleep = sleep
+        self.tracked = {}      # key -> record as last seen
+        self.last_signal = {}  # key -> 'TERM' or 'KILL'
+        self.order = []        # keys in the order they were first signalled
+
+    @property
+    def killed(self):
+        return [killed_entry(self.tracked[key], self.last_signal[key]) for key in self.order]
+
+    def _send(self, records, signame):
+        if not records:
+            return
+        sent = self.source.signal(records, signame)
+        # A source that does not say whom it reached is taken to have reached all of them.
+        for record in (records if sent is None else sent):
+            if record.key not in self.last_signal:
+                self.order.append(record.key)
+            self.tracked[record.key] = record
+            self.last_signal[record.key] = signame
+
+    def _read(self, signame):
+        """(tracked processes still alive, matches nobody signalled yet); the latter get signame now."""
+        if self.rescan is None:
+            return self.source.alive([self.tracked[key] for key in self.order]), []
+        listing = [record for record in self.source.list() if not record.is_zombie]
+        alive = [record for record in listing
+                 if any(self.tracked[key].same_process(record) for key in self.order)]
+        fresh = [record for record in self.rescan(listing)
+                 if not any(self.tracked[key].same_process(record) for key in self.order)]
+        self._send(fresh, signame)
+        return alive, fresh
+
+    def _round(self, targets, signame, timeout):
+        self._send(targets, signame)
+        reading = poll_until(lambda: self._read(signame), lambda state: not state[0] and not state[1], timeout,
+                             first_interval=0.02, max_interval=0.5, clock=self.clock, sleep=self.sleep)
+        alive, fresh = reading
+        return alive + fresh
+
+    def run(self, targets):
+        if not targets and self.rescan is None:
+            return TerminationOutcome([], [])
+        survivors = list(targets)
+        if self.term_timeout > 0:
+            survivors = self._round(survivors, 'TERM', self.term_timeout)
+            if not survivors:
+                return TerminationOutcome(self.killed, [])
+        survivors = self._round(survivors, 'KILL', self.kill_timeout)
+        if survivors and self.rescan is not None:
+            # The last poll may have signalled newcomers; judge on one more listing.
+            survivors = self._final_survivors()
+        return TerminationOutcome(self.killed, survivors)
+
+    def _final_survivors(self):
+        listing = [record for record in self.source.list() if not record.is_zombie]
+        matches = dict((record.pid, record) for record in self.rescan(listing))
+        for record in listing:
+            if any(self.tracked[key].same_process(record) for key in self.order):
+                matches[record.pid] = record
+        return [matches[pid] for pid in sorted(matches)]
+
+
+def terminate(source, targets, term_timeout, kill_timeout=10.0, rescan=None,
               clock=time.monotonic, sleep=time.sleep):
     """SIGTERM the targets, wait up to term_timeout, SIGKILL survivors, wait up to kill_timeout.
 
     Waits poll rather than sleep a fixed time: a GPU holder killed with SIGKILL
     is gone in well under a second, a draining server may need all of
     term_timeout. Returns who got which last signal and who is still alive.
+    See Termination for ``rescan``.
     """
-    last_signal = {}
-    if not targets:
-        return TerminationOutcome([], [])
-    survivors = list(targets)
-    if term_timeout > 0:
-        source.signal(survivors, 'TERM')
-        for record in survivors:
-            last_signal[record.pid] = 'TERM'
-        survivors = wait_until_gone(source, survivors, term_timeout, clock, sleep)
-    if survivors:
-        source.signal(survivors, 'KILL')
-        for record in survivors:
-            last_signal[record.pid] = 'KILL'
-        survivors = wait_until_gone(source, survivors, kill_timeout, clock, sleep)
-    killed = [killed_entry(record, last_signal[record.pid]) for record in targets]
-    return TerminationOutcome(killed, survivors)
+    return Termination(source, term_timeout, kill_timeout, rescan, clock, sleep).run(targets)
 
 
 def wait_until_gone(source, records, timeout, clock=time.monotonic, sleep=time.sleep):
     """Poll source.alive() until none of records is left or timeout passes; return the survivors."""
     return poll_until(lambda: source.alive(records), lambda alive: not alive, timeout,
                       first_interval=0.02, max_interval=0.5, clock=clock, sleep=sleep)
-
-
-# --- the local /proc source -------------------------------------------------
-
-def read_proc_record(pid, proc_root='/proc'):
-    """ProcessRecord for one PID from /proc, or None if it is gone."""
-    base = os.path.join(proc_root, str(pid))
-    try:
-        with open(os.path.join(base, 'stat'), 'rb') as stat_file:
-            stat = stat_file.read().decode('utf-8', 'replace')
-        with open(os.path.join(base, 'cmdline'), 'rb') as cmdline_file:
-            raw_cmdline = cmdline_file.read()
-    except (IOError, OSError):
-        return None
-    # comm sits in parentheses and may itself contain spaces and ')'.
-    comm = stat[stat.find('(') + 1:stat.rfind(')')]
-    fields = stat[stat.rfind(')') + 2:].split()
-    state, ppid = fields[0], int(fields[1])
-    # setproctitle pads the argv area with NULs; kernel threads have none.
-    cmdline = raw_cmdline.replace(b'\0', b' ').decode('utf-8', 'replace').strip()
-    if not cmdline:
-        cmdline = '[%s]' % comm
-    return ProcessRecord(pid, ppid, state, cmdline, name=comm)
-
-
-def protected_pids(proc_root='/proc', pid=None):
-    """This process and every ancestor: never signalled, whatever their command line."""
-    guarded = set()
-    current = os.getpid() if pid is None else pid
-    while current and current not in guarded:
-        guarded.add(current)
-        record = read_proc_record(current, proc_root)
-        if record is None:
-            break
-        current = record.ppid
-    return guarded
-
-
-class LocalProcesses(object):
-    """Processes of the host the module runs on, read from /proc."""
-
-    def __init__(self, proc_root='/proc'):
-        self.proc_root = proc_root
-
-    def pids(self):
-        return sorted(int(entry) for entry in os.listdir(self.proc_root) if entry.isdigit())
-
-    def list(self):
-        records = []
-        for pid in self.pids():
-            record = read_proc_record(pid, self.proc_root)
-            if record is not None:
-                records.append(record)
-        return records
-
-    def signal(self, records, signame):
-        for record in records:
-            current = read_proc_record(record.pid, self.proc_root)
-            if current is None or not current.same_process(record):
-                continue
-            try:
-                os.kill(record.pid, SIGNALS[signame])
-            except OSError:
-                # It exited between the check and the kill: that is the goal.
-                pass
-
-    def alive(self, records):
-        still = []
-        for record in records:
-            current = read_proc_record(record.pid, self.proc_root)
-            if current is not None and current.same_process(record) and not current.is_zombie:
-                still.append(current)
-        return still
-
-    def holders(self, device_paths):
-        """Map PID -> sorted device paths it holds open or mapped (fuser semantics, no fuser).
-
-        fuser -v on a real H200 missed the /dev/nvidia-caps files a torch process
-        held; reading /proc/PID/fd finds all of them.
-        """
-        wanted = set(device_paths)
-        found = {}
-        for pid in self.pids():
-            held = set()
-            fd_dir = os.path.join(self.proc_root, str(pid), 'fd')
-            try:
-                fds = os.listdir(fd_dir)
-            except (IOError, OSError):
-                continue
-            for fd in fds:
-                try:
-                    target = os.readlink(os.path.join(fd_dir, fd))
-                except (IOError, OSError):
-                    continue
-                if target in wanted:
-                    held.add(target)
-            held.update(self._mapped(pid, wanted))
-            if held:
-                found[pid] = sorted(held)
-        return found
-
-    def _mapped(self, pid, wanted):
-        mapped = set()
-        try:
-            with open(os.path.join(self.proc_root, str(pid), 'maps'), 'rb') as maps:
-                for line in maps:
-                    parts = line.decode('utf-8', 'replace').split(None, 5)
-                    if len(parts) == 6 and parts[5].strip() in wanted:
-                        mapped.add(parts[5].strip())
-        except (IOError, OSError):
-            pass
-        return mapped

@@ -16,12 +16,19 @@ description:
   - Finds the processes that hold the NVIDIA device files open or mapped by reading C(/proc/PID/fd) and
     C(/proc/PID/maps) (what C(fuser) does, without depending on it; C(fuser -v) was seen to miss the
     C(/dev/nvidia-caps) files a torch process held).
-  - Stops them with SIGTERM, a wait of O(term_timeout) seconds and SIGKILL for the survivors. Never
-    signals itself, its parent processes, or the daemons matched by O(exclude); an excluded daemon that
-    holds a device is reported in RV(excluded).
-  - Then polls C(nvidia-smi --query-gpu=index,uuid,memory.used,memory.total) until every GPU uses at
-    most O(max_used_mib) MiB, with no fixed sleep, and fails with a per-GPU table and the remaining
-    compute apps when O(timeout) passes.
+  - Refuses, before anything is signalled, a device pattern that matches a file which is not an NVIDIA
+    device file (a name starting with C(nvidia), and a character device when under C(/dev)), and
+    patterns that match nothing at all.
+  - Stops them with SIGTERM, a wait of O(term_timeout) seconds and SIGKILL for the survivors, following
+    each by PID and start time. Never signals itself, its parent processes, or the daemons matched by
+    O(builtin_exclude) or O(exclude); an excluded daemon that holds a device is reported in RV(excluded).
+  - Then polls C(nvidia-smi --query-gpu=index,uuid,memory.used,memory.total) until every GPU seen before
+    the release is read and uses at most O(max_used_mib) MiB, with no fixed sleep, and fails with a
+    per-GPU table and the remaining compute apps when O(timeout) passes. A GPU that cannot be read before
+    the release (C([N/A]), C(Unknown Error)) is reported and does not stop the release; after it, an
+    unreadable GPU is never taken as free.
+  - Every nvidia-smi call runs under O(command_timeout); a hung one is killed and the failure says
+    what was and was not signalled.
   - Replaces C(fuser -k /dev/nvidia*; sleep 2; nvidia-smi | grep 0MiB), which killed the NVIDIA daemons,
     missed C(/dev/nvidia-caps), guessed the wait, and could not tell a free GPU from a busy one.
 author:
@@ -41,9 +48,19 @@ options:
     default: ['/dev/nvidia[0-9]*', '/dev/nvidiactl', '/dev/nvidia-uvm*', '/dev/nvidia-caps/*']
   exclude:
     description:
+      - More daemons to leave alone, B(added to) O(builtin_exclude).
       - Python regular expressions searched in a holder's command name (C(/proc/PID/comm)) and in the
         base name of its first argument (C(comm) is cut to 15 characters, C(nv-fabricmanager) has 16).
         A match is never killed.
+    type: list
+    elements: str
+    default: []
+  builtin_exclude:
+    description:
+      - The NVIDIA daemons that hold the devices by design and are never killed (persistence daemon,
+        fabric manager, DCGM, the X server). Same matching as O(exclude).
+      - Setting this B(replaces) the built-in list; V([]) leaves no daemon protected. To protect one
+        more daemon, use O(exclude) instead, which keeps these.
     type: list
     elements: str
     default: ['^nvidia-persistenced$', '^nv-fabricmanager$', '^nv-hostengine$', '^dcgm', '^Xorg$', '^X$']
@@ -65,6 +82,12 @@ options:
     description: Seconds the GPU memory may take to drain after the holders are gone.
     type: float
     default: 60
+  command_timeout:
+    description:
+      - Seconds any one nvidia-smi call may take before it is killed (a wedged driver hangs it).
+        The module then fails, saying which processes were already signalled.
+    type: float
+    default: 30
   nvidia_smi:
     description: Path of nvidia-smi. Found on E(PATH) when not given.
     type: path
@@ -84,6 +107,12 @@ EXAMPLES = r'''
     max_used_mib: 8
     timeout: 120
     term_timeout: 30
+
+- name: Protect one more GPU daemon, keeping the built-in list of NVIDIA daemons
+  gpuops.sglang.gpu_release:
+    exclude:
+      - '^my-gpu-exporter$'
+    command_timeout: 10
 
 - name: See who holds the GPUs without touching anything
   gpuops.sglang.gpu_release:
@@ -122,13 +151,18 @@ gpus_before:
     memory_total_mib:
       description: memory.total in MiB.
       type: int
+    error:
+      description:
+        - Why this GPU could not be read (C([N/A]), C(Unknown Error), a line that is not CSV), null when
+          it was. An unreadable line has a null RV(gpus_before[].index).
+      type: str
 gpus:
   description: GPUs after the release (in check mode, the same as RV(gpus_before)).
   returned: always
   type: list
   elements: dict
 devices:
-  description: Device files that matched O(devices) and were scanned.
+  description: Device files that matched O(devices) and were scanned (each with its real path).
   returned: always
   type: list
   elements: str
@@ -142,70 +176,80 @@ compute_apps:
   type: list
   elements: dict
 cmd:
-  description: The nvidia-smi argv used to read the GPUs.
+  description: The nvidia-smi argv used to read the GPUs (each call also runs under coreutils C(timeout)).
   returned: always
   type: list
   elements: str
 '''
 
-import glob
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
     NVIDIA_DAEMON_EXCLUDES,
     NVIDIA_DEVICE_GLOBS,
+    DeviceError,
     NvidiaSmiCommand,
     NvidiaSmiError,
+    expand_devices,
     format_gpu_table,
     gpus_over,
+    missing_gpus,
     parse_compute_apps,
     parse_gpus,
+    proven_free,
+    unreadable,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
-    LocalProcesses,
+    Termination,
     compile_patterns,
     planned_kills,
+    signalled_summary,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import (
+    LocalProcesses,
     protected_pids,
     read_proc_record,
-    terminate,
 )
-
-C_LOCALE = {'LANG': 'C', 'LC_ALL': 'C'}
 
 
 class GpuReader(object):
-    def __init__(self, module, nvidia_smi_path):
-        self.module = module
+    """nvidia-smi through the one command runner: every call bounded by command_timeout."""
+
+    def __init__(self, runner, nvidia_smi_path):
+        self.runner = runner
         self.command = NvidiaSmiCommand(nvidia_smi_path)
 
-    def _run(self, argv):
-        rc, out, err = self.module.run_command(argv, environ_update=C_LOCALE)
-        if rc != 0:
-            # nvidia-smi prints its driver errors ("couldn't communicate with the NVIDIA driver") on stdout.
-            raise NvidiaSmiError('%s failed (rc %d): %s' % (' '.join(argv), rc, (out + err).strip()))
-        return out
-
     def gpus(self):
-        return parse_gpus(self._run(self.command.query_gpus()))
+        """GPU records; NvidiaSmiError when nvidia-smi fails and names no GPU; CommandError on a timeout."""
+        result = self.runner.run(self.command.query_gpus())
+        if result.timed_out:
+            raise CommandError(result.describe(), result)
+        try:
+            gpus = parse_gpus(result.stdout)
+        except NvidiaSmiError as exc:
+            if result.rc != 0:
+                # nvidia-smi prints its driver errors ("couldn't communicate with the NVIDIA driver") on stdout.
+                raise NvidiaSmiError(result.describe())
+            raise
+        if result.rc != 0:
+            # Some GPUs listed, but nvidia-smi still failed: keep the readings, and say so.
+            gpus.append({'index': None, 'uuid': None, 'memory_used_mib': None, 'memory_total_mib': None,
+                         'error': result.describe()})
+        return gpus
 
     def compute_apps(self):
+        result = self.runner.run(self.command.query_compute_apps())
+        if result.timed_out or result.rc != 0:
+            return [{'error': result.describe()}]
         try:
-            return parse_compute_apps(self._run(self.command.query_compute_apps()))
+            return parse_compute_apps(result.stdout)
         except NvidiaSmiError as exc:
             return [{'error': str(exc)}]
-
-
-def expand_devices(patterns):
-    paths = set()
-    for pattern in patterns:
-        for path in glob.glob(pattern):
-            paths.add(path)
-            paths.add(os.path.realpath(path))
-    return sorted(paths)
 
 
 def excluded_by(record, excludes):
@@ -231,21 +275,50 @@ def classify_holders(holders, excludes, guarded):
     return targets, left_alone
 
 
-def wait_for_free_memory(reader, max_used_mib, timeout):
-    """Poll nvidia-smi until every GPU is at or under max_used_mib; return the last reading."""
-    return poll_until(reader.gpus, lambda gpus: not gpus_over(gpus, max_used_mib), timeout,
-                      first_interval=0.05, max_interval=1.0)
+class FreeMemoryProof(object):
+    """Polls nvidia-smi until every GPU seen before is read and at or under the threshold.
+
+    A failed or unreadable reading is polled again (a driver may answer [N/A]
+    for a moment); a hung nvidia-smi ends the polling at once, since the next
+    call would hang as well.
+    """
+
+    def __init__(self, reader, max_used_mib, expected_indices):
+        self.reader = reader
+        self.max_used_mib = max_used_mib
+        self.expected = expected_indices
+        self.timed_out = None
+        self.last_error = None
+
+    def read(self):
+        try:
+            gpus = self.reader.gpus()
+            self.last_error = None
+            return gpus
+        except CommandError as exc:
+            self.timed_out = exc
+        except NvidiaSmiError as exc:
+            self.last_error = str(exc)
+        return []
+
+    def done(self, gpus):
+        return self.timed_out is not None or proven_free(gpus, self.max_used_mib, self.expected)
+
+    def wait(self, timeout):
+        return poll_until(self.read, self.done, timeout, first_interval=0.05, max_interval=1.0)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             devices=dict(type='list', elements='str', default=NVIDIA_DEVICE_GLOBS),
-            exclude=dict(type='list', elements='str', default=NVIDIA_DAEMON_EXCLUDES),
+            exclude=dict(type='list', elements='str', default=[]),
+            builtin_exclude=dict(type='list', elements='str', default=NVIDIA_DAEMON_EXCLUDES),
             term_timeout=dict(type='float', default=10.0),
             kill_timeout=dict(type='float', default=10.0),
             max_used_mib=dict(type='int', default=0),
             timeout=dict(type='float', default=60.0),
+            command_timeout=dict(type='float', default=30.0),
             nvidia_smi=dict(type='path'),
         ),
         supports_check_mode=True,
@@ -257,24 +330,36 @@ def main():
     for name in ('term_timeout', 'kill_timeout', 'timeout', 'max_used_mib'):
         if params[name] < 0:
             module.fail_json(msg='%s must not be negative' % name, **result)
+    if params['command_timeout'] <= 0:
+        module.fail_json(msg='command_timeout must be greater than 0', **result)
     try:
-        excludes = compile_patterns(params['exclude'], 'exclude pattern')
+        excludes = compile_patterns(params['builtin_exclude'] + params['exclude'], 'exclude pattern')
     except ValueError as exc:
         module.fail_json(msg=str(exc), **result)
+    try:
+        result['devices'] = expand_devices(params['devices'])
+    except DeviceError as exc:
+        module.fail_json(msg='%s; nothing was signalled' % exc, **result)
 
     nvidia_smi = params['nvidia_smi'] or module.get_bin_path('nvidia-smi', required=False)
     if not nvidia_smi:
         module.fail_json(msg='nvidia-smi was not found on PATH; install the NVIDIA driver utilities '
                              'or set the nvidia_smi option', **result)
-    reader = GpuReader(module, nvidia_smi)
+    runner = CommandRunner(module, params['command_timeout'])
+    reader = GpuReader(runner, nvidia_smi)
     result['cmd'] = reader.command.query_gpus()
 
     try:
         result['gpus_before'] = reader.gpus()
-    except NvidiaSmiError as exc:
-        module.fail_json(msg='cannot read the GPUs before releasing them, nothing was killed: %s' % exc, **result)
+    except (CommandError, NvidiaSmiError) as exc:
+        module.fail_json(msg='cannot read the GPUs before releasing them, nothing was signalled: %s' % exc,
+                         **result)
+    for gpu in unreadable(result['gpus_before']):
+        # Informational before the kill: the proof afterwards must read every GPU anyway.
+        module.warn('before the release, GPU %s could not be read: %s' % (
+            gpu['index'] if gpu['index'] is not None else '?', gpu['error']))
+    expected = [gpu['index'] for gpu in result['gpus_before'] if gpu['index'] is not None]
 
-    result['devices'] = expand_devices(params['devices'])
     local = LocalProcesses()
     targets, result['excluded'] = classify_holders(local.holders(result['devices']), excludes,
                                                    protected_pids())
@@ -286,7 +371,7 @@ def main():
         module.exit_json(**result)
 
     started = time.monotonic()
-    outcome = terminate(local, targets, params['term_timeout'], params['kill_timeout'])
+    outcome = Termination(local, params['term_timeout'], params['kill_timeout']).run(targets)
     result['killed'] = outcome.killed
     result['changed'] = bool(outcome.killed)
     if outcome.remaining:
@@ -294,26 +379,39 @@ def main():
         module.fail_json(msg='%d GPU holder(s) survived SIGKILL: %s' % (
             len(outcome.remaining), '; '.join(record.describe() for record in outcome.remaining)), **result)
 
-    try:
-        result['gpus'] = wait_for_free_memory(reader, params['max_used_mib'], params['timeout'])
-    except NvidiaSmiError as exc:
-        result['elapsed'] = round(time.monotonic() - started, 3)
-        module.fail_json(msg='cannot read the GPUs after releasing them: %s' % exc, **result)
+    proof = FreeMemoryProof(reader, params['max_used_mib'], expected)
+    result['gpus'] = proof.wait(params['timeout'])
     result['elapsed'] = round(time.monotonic() - started, 3)
+    if proof.timed_out is not None:
+        module.fail_json(msg='cannot prove the GPU memory free: %s; %s. A hung nvidia-smi usually means a wedged '
+                             'driver: see dmesg (Xid errors) on this host.'
+                             % (proof.timed_out, signalled_summary(result['killed'])), **result)
+    if proven_free(result['gpus'], params['max_used_mib'], expected):
+        module.exit_json(**result)
 
-    busy = gpus_over(result['gpus'], params['max_used_mib'])
+    result['compute_apps'] = apps = reader.compute_apps()
+    still_holding = sorted(local.holders(result['devices']))
+    sick = unreadable(result['gpus'])
+    busy = [gpu for gpu in gpus_over(result['gpus'], params['max_used_mib']) if gpu not in sick]
+    problems = []
     if busy:
-        result['compute_apps'] = apps = reader.compute_apps()
-        still_holding = sorted(local.holders(result['devices']))
-        module.fail_json(
-            msg='GPU memory did not drain to <= %d MiB within %.1fs on GPU(s) %s. %s\n'
-                'compute apps: %s; processes holding the devices now: %s. With no process left, '
-                'memory that stays used is a driver-level leak: reset the GPU or reboot.'
-                % (params['max_used_mib'], params['timeout'], ', '.join(str(gpu['index']) for gpu in busy),
-                   format_gpu_table(result['gpus'], params['max_used_mib']), apps or 'none',
-                   still_holding or 'none'),
-            **result)
-    module.exit_json(**result)
+        problems.append('did not drain to <= %d MiB on GPU(s) %s' % (
+            params['max_used_mib'], ', '.join(str(gpu['index']) for gpu in busy)))
+    if sick or proof.last_error:
+        problems.append('could not be read on GPU(s) %s' % ', '.join(
+            [str(gpu['index']) if gpu['index'] is not None else '?' for gpu in sick] or ['all']))
+    missing = missing_gpus(result['gpus'], expected)
+    if missing:
+        problems.append('is not listed any more for GPU(s) %s' % ', '.join(str(index) for index in missing))
+    module.fail_json(
+        msg='GPU memory %s within %.1fs; %s.\n%s\n%s'
+            'compute apps: %s; processes holding the devices now: %s. With no process left, memory that stays '
+            'used or a GPU that cannot be read is a driver-level problem: reset the GPU or reboot.'
+            % (' and '.join(problems), params['timeout'], signalled_summary(result['killed']),
+               format_gpu_table(result['gpus'], params['max_used_mib'], expected),
+               'last nvidia-smi error: %s\n' % proof.last_error if proof.last_error else '',
+               apps or 'none', still_holding or 'none'),
+        **result)
 
 
 if __name__ == '__main__':

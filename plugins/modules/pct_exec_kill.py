@@ -13,13 +13,21 @@ module: pct_exec_kill
 short_description: Stop the SGLang processes inside a Proxmox VE LXC container
 version_added: 0.1.0
 description:
-  - Runs on a Proxmox VE node. Lists the processes of container O(vmid) with C(pct exec VMID -- ps),
-    selects those whose full command line matches O(patterns), and stops them with SIGTERM, a wait of
-    O(term_timeout) seconds, then SIGKILL for the survivors.
-  - Verifies that every selected process is gone and fails, listing each survivor with its state,
-    when one is not.
-  - Every command is an argument list (C(pct exec VMID -- kill -s TERM PID ...)); no shell string is
-    assembled, so nothing is re-quoted through ssh, pct and C(bash -c).
+  - Runs on a Proxmox VE node. Lists the processes of container O(vmid) by reading the container's
+    C(/proc) with C(pct exec VMID -- /bin/sh -c SCRIPT) (no C(ps) needed, so busybox and minimal
+    templates work), selects those whose full command line matches O(patterns), and stops them with
+    SIGTERM, a wait of O(term_timeout) seconds, then SIGKILL for the survivors.
+  - Lists again on every poll; a new match (a child forked during shutdown, a respawn) becomes a target
+    of the current round. Each signalled process is followed by PID and start time until it is gone, so
+    one that changes its command line on SIGTERM still gets SIGKILL.
+  - Succeeds only when a final listing shows no matching process; otherwise fails naming each survivor
+    with its state.
+  - Never signals the container's PID 1 (a warning says when it matches) or its own listing and
+    signalling shells.
+  - Every pct call runs under O(command_timeout); a hung one (a frozen container) is killed and the
+    failure says which processes were and were not signalled.
+  - The scripts are fixed text and every variable part (PIDs, signal) is a separate argument; no shell
+    string is assembled from input, so nothing is re-quoted through ssh, pct and C(bash -c).
   - Replaces the manual C(ps aux | grep python3 | xargs kill -9), which also killed unrelated Python
     processes and listed some PIDs twice.
 author:
@@ -42,6 +50,7 @@ options:
         C(comm), which cuts C(sglang::scheduler) to C(sglang::schedul)).
       - The default matches what upstream SGLang's own cleanup matches; the launcher, the
         C(sglang::) children, C(sglang.srt), C(sglang.bench) and C(sglang.data_parallel).
+      - An empty list, or an empty pattern (which matches every process), is refused.
     type: list
     elements: str
     default: ['sglang::', 'sglang\.launch_server', 'sglang\.bench', 'sglang\.data_parallel', 'sglang\.srt']
@@ -56,12 +65,18 @@ options:
     description: Seconds to wait after SIGKILL before reporting a process that will not die.
     type: float
     default: 10
+  command_timeout:
+    description: Seconds any one pct call may take before it is killed (a frozen container hangs it).
+    type: float
+    default: 30
   pct:
     description: Path of the pct binary. Found on E(PATH) when not given.
     type: path
+requirements:
+  - C(/bin/sh) and C(tr) inside the container (dash, bash or busybox; no procps).
 notes:
-  - Processes are identified by PID and command line, so a PID reused by a new process between
-    listing and signalling is never signalled.
+  - Processes are identified by PID and start time, checked inside the container in the same shell that
+    sends the signal, so a PID reused by a new process between listing and signalling is never signalled.
 seealso:
   - module: gpuops.sglang.gpu_release
 '''
@@ -99,13 +114,13 @@ killed:
       type: str
   sample: [{"pid": 412, "cmdline": "python3 -m sglang.launch_server --port 30000", "signal": "TERM"}]
 remaining:
-  description: Matching processes still alive at the end; the module fails when this is not empty.
+  description: Matching processes in the final listing (signalled or not); the module fails when this is not empty.
   returned: always
   type: list
   elements: dict
   sample: []
 cmd:
-  description: The argv lists run through pct, in order.
+  description: The argv lists run through pct, in order (each also runs under coreutils C(timeout)).
   returned: always
   type: list
   elements: list
@@ -117,6 +132,7 @@ vmid:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._pct import (
     ContainerProcesses,
     PctCommand,
@@ -125,10 +141,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._pct import (
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     DEFAULT_SGLANG_PATTERNS,
     ProcessSourceError,
+    Termination,
     compile_patterns,
     planned_kills,
+    signalled_summary,
     select,
-    terminate,
 )
 
 
@@ -143,6 +160,7 @@ def main():
             patterns=dict(type='list', elements='str', default=DEFAULT_SGLANG_PATTERNS),
             term_timeout=dict(type='float', default=10.0),
             kill_timeout=dict(type='float', default=10.0),
+            command_timeout=dict(type='float', default=30.0),
             pct=dict(type='path'),
         ),
         supports_check_mode=True,
@@ -150,47 +168,78 @@ def main():
     params = module.params
     result = dict(changed=False, killed=[], remaining=[], cmd=[], vmid=params['vmid'])
 
+    if not params['patterns']:
+        module.fail_json(msg='patterns is empty: give at least one regular expression for the command lines '
+                             'to stop (the default matches SGLang)', **result)
+    if any(not pattern.strip() for pattern in params['patterns']):
+        module.fail_json(msg='an empty pattern matches every process in the container; refusing it', **result)
     try:
         patterns = compile_patterns(params['patterns'])
     except ValueError as exc:
         module.fail_json(msg=str(exc), **result)
     if params['term_timeout'] < 0 or params['kill_timeout'] < 0:
         module.fail_json(msg='term_timeout and kill_timeout must not be negative', **result)
+    if params['command_timeout'] <= 0:
+        module.fail_json(msg='command_timeout must be greater than 0', **result)
 
     pct_path = params['pct'] or module.get_bin_path('pct', required=False)
     if not pct_path:
         module.fail_json(msg='pct was not found on PATH; is this a Proxmox VE node? '
                              'Set the pct option to its path.', **result)
+    runner = CommandRunner(module, params['command_timeout'])
+    result['cmd'] = runner.cmd
     pct = PctCommand(pct_path, params['vmid'])
-    container = ContainerProcesses(module.run_command, pct)
-    result['cmd'] = container.commands
-
-    rc, out, err = container.run(pct.status())
-    status = parse_status(out) if rc == 0 else None
-    if status != 'running':
-        detail = (err or out).strip() or 'no output'
-        state = ('is %s' % status) if status else 'does not exist or cannot be queried (rc %d: %s)' % (rc, detail)
-        module.fail_json(msg='container %d %s; nothing was killed' % (params['vmid'], state), **result)
+    container = ContainerProcesses(runner, pct)
 
     try:
-        targets = select(container.list(), patterns)
+        status_run = runner.run(pct.status())
+    except CommandError as exc:
+        module.fail_json(msg='%s; nothing was signalled' % exc, **result)
+    if status_run.timed_out:
+        module.fail_json(msg='%s; nothing was signalled' % status_run.describe(), **result)
+    status = parse_status(status_run.stdout) if status_run.rc == 0 else None
+    if status != 'running':
+        state = ('is %s' % status) if status else 'does not exist or cannot be queried (rc %d: %s)' % (
+            status_run.rc, status_run.output or 'no output')
+        module.fail_json(msg='container %d %s; nothing was killed' % (params['vmid'], state), **result)
+
+    def matching(listing):
+        for record in listing:
+            if record.pid in container.PROTECTED and any(pattern.search(record.cmdline) for pattern in patterns):
+                module.warn('pid %d in container %d (%s) matches the patterns but is the container\'s init; '
+                            'it is never signalled (stop the container instead)'
+                            % (record.pid, params['vmid'], record.cmdline))
+        return select(listing, patterns, protected_pids=container.PROTECTED)
+
+    termination = Termination(container, params['term_timeout'], params['kill_timeout'],
+                              rescan=lambda listing: select(listing, patterns, protected_pids=container.PROTECTED))
+    try:
+        targets = matching(container.list())
         if module.check_mode:
             result['killed'] = planned_kills(targets, params['term_timeout'])
             result['changed'] = bool(targets)
             module.exit_json(**result)
-        outcome = terminate(container, targets, params['term_timeout'], params['kill_timeout'])
-    except ProcessSourceError as exc:
-        module.fail_json(msg=str(exc), **result)
+        outcome = termination.run(targets) if targets else None
+    except (ProcessSourceError, CommandError) as exc:
+        result['killed'] = termination.killed
+        result['changed'] = bool(result['killed'])
+        module.fail_json(msg='%s; %s' % (exc, signalled_summary(result['killed'])), **result)
 
+    if outcome is None:
+        module.exit_json(**result)
     result['killed'] = outcome.killed
     result['remaining'] = [remaining_entry(record) for record in outcome.remaining]
     result['changed'] = bool(outcome.killed)
     if outcome.remaining:
+        signalled = set(entry['pid'] for entry in outcome.killed)
         module.fail_json(
-            msg='%d process(es) in container %d survived SIGKILL after %.1fs: %s. A process in state D '
-                'waits on the kernel (often a hung GPU or NFS); check dmesg on the node.'
+            msg='%d matching process(es) in container %d still there after SIGKILL and %.1fs: %s. %s; '
+                'a process in state D waits on the kernel (often a hung GPU or NFS), check dmesg on the node; '
+                'one that was never signalled keeps appearing (a respawn): stop what starts it.'
                 % (len(outcome.remaining), params['vmid'], params['kill_timeout'],
-                   '; '.join(record.describe() for record in outcome.remaining)),
+                   '; '.join('%s%s' % (record.describe(), '' if record.pid in signalled else ' [never signalled]')
+                             for record in outcome.remaining),
+                   signalled_summary(outcome.killed)),
             **result)
     module.exit_json(**result)
 

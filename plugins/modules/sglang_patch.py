@@ -21,9 +21,18 @@ description:
   - Idempotent by content. An already applied patch is V(changed=false); a patch that applies neither
     forwards nor backwards (for example half applied, or written for another sglang version) is refused.
     A changed patch file is judged by its new content, not by a marker.
+  - Crash-safe. The commit is recorded in a journal in the package folder before the first rename; a run
+    that finds one (an earlier run died mid-commit) first puts the originals back and removes every temp
+    file it left, and reports that in RV(recovered).
+  - Serialised. Runs on one sglang package take an exclusive lock on its folder and wait for it at most
+    O(lock_timeout) seconds, so two runs cannot both report a change and lose one.
   - Refuses, touching nothing, an empty diff, a path that is absolute, climbs out with C(..) or resolves
-    outside site-packages through a link, a diff that creates, deletes or renames files, and a target
-    file that does not exist.
+    outside site-packages through a link, a diff that creates, deletes or renames files or changes a file
+    mode (git's C(old mode)/C(new mode)), a file name that is not UTF-8, and a target file that does not
+    exist.
+  - A target that is a symlink inside site-packages is patched in its real file; the link stays a link.
+  - The diff is applied byte for byte, as GNU patch does, so a diff in another encoding than UTF-8 applies
+    to files in that encoding; a Python file that no longer compiles afterwards is refused.
 author:
   - gpuops.sglang maintainers (@gpuops)
 attributes:
@@ -38,10 +47,15 @@ options:
     description: Path of the unified diff on the managed host.
     type: path
   content:
-    description: The unified diff text itself.
+    description:
+      - The unified diff text itself, with or without its final newline. C(lookup('ansible.builtin.file'))
+        strips the final newline and trailing blank context lines; both are put back from the hunk header.
     type: str
   python:
-    description: Interpreter whose C(import sglang) finds the package to patch; also byte-compiles the result.
+    description:
+      - Interpreter whose C(import sglang) finds the package to patch; also byte-compiles the result.
+      - It is asked with C(python -I) from an empty folder, so neither the current folder nor E(PYTHONPATH)
+        can point it at another C(sglang).
     type: str
     default: python3
   site_packages:
@@ -63,6 +77,14 @@ options:
   patch:
     description: Path of GNU patch. Found on E(PATH) when not given.
     type: path
+  lock_timeout:
+    description: Seconds to wait for another run on the same sglang package to finish before failing.
+    type: float
+    default: 60
+  command_timeout:
+    description: Seconds any one command (patch, python) may take before it is killed and the run fails.
+    type: float
+    default: 60
 requirements:
   - GNU patch 2.7 or later on the managed host.
 notes:
@@ -127,8 +149,17 @@ backup_files:
   returned: always
   type: list
   elements: str
+recovered:
+  description:
+    - What this run did (in check mode, would do) to repair an earlier run that died mid-commit, one line
+      per file; empty when there was nothing to repair.
+  returned: always
+  type: list
+  elements: str
 cmd:
-  description: The patch argv lists run, in order (all against the staging copies).
+  description:
+    - The argv lists run, in order (python to find sglang, patch against the staging copies, python to
+      byte-compile); each also runs under coreutils C(timeout).
   returned: always
   type: list
   elements: list
@@ -139,18 +170,25 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     DISCOVER_SITE_PACKAGES,
     DiffError,
+    Journal,
+    LockTimeout,
+    PackageLock,
     PatchCommand,
     PatchTransaction,
     confine,
+    diff_text,
+    is_utf8,
+    parse_site_packages,
     parse_targets,
     read_dist_version,
-    sha256_text,
+    restore_final_newline,
+    sha256_bytes,
+    stray_temp_files,
 )
-
-C_LOCALE = {'LANG': 'C', 'LC_ALL': 'C'}
 
 
 class PatchModule(object):
@@ -159,25 +197,42 @@ class PatchModule(object):
         self.params = module.params
         self.result = dict(changed=False, site_packages=None, sglang_version=None, files=[],
                            patch_sha256=None, state=self.params['state'], applied=False,
-                           backup_files=[], cmd=[])
+                           backup_files=[], recovered=[], cmd=[])
         self.transaction = None
+        self.runner = None
+        self.lock = None
 
     def fail(self, msg):
         if self.transaction is not None:
             self.transaction.cleanup()
+        if self.lock is not None:
+            self.lock.release()
         self.module.fail_json(msg=msg, **self.result)
 
+    def exit(self):
+        if self.transaction is not None:
+            self.transaction.cleanup()
+        if self.lock is not None:
+            self.lock.release()
+        self.module.exit_json(**self.result)
+
     def run(self, argv, cwd=None):
-        return self.module.run_command(argv, environ_update=C_LOCALE, cwd=cwd)
+        result = self.runner.run(argv, cwd=cwd)
+        if result.timed_out:
+            self.fail('%s; nothing was changed in site-packages' % result.describe())
+        return result
 
     def read_diff(self):
+        """The diff as bytes, with the final newline a lookup may have stripped put back."""
         if self.params['content'] is not None:
-            return self.params['content']
-        try:
-            with open(self.params['src'], 'rb') as handle:
-                return to_native(handle.read(), errors='surrogate_or_strict')
-        except (IOError, OSError) as exc:
-            self.fail('cannot read the diff %s: %s' % (self.params['src'], to_native(exc)))
+            data = self.params['content'].encode('utf-8', 'surrogateescape')
+        else:
+            try:
+                with open(self.params['src'], 'rb') as handle:
+                    data = handle.read()
+            except (IOError, OSError) as exc:
+                self.fail('cannot read the diff %s: %s' % (self.params['src'], to_native(exc)))
+        return restore_final_newline(data)
 
     def python_path(self):
         python = self.params['python']
@@ -194,11 +249,18 @@ class PatchModule(object):
         if self.params['site_packages']:
             site_packages = self.params['site_packages']
         else:
-            rc, out, err = self.run([python, '-c', DISCOVER_SITE_PACKAGES])
-            if rc != 0:
+            # -I and an empty folder as cwd: a "sglang" folder where the task runs, or on
+            # PYTHONPATH, must not win over the interpreter's own site-packages.
+            found = self.run([python, '-I', '-c', DISCOVER_SITE_PACKAGES], cwd=self.module.tmpdir)
+            site_packages = parse_site_packages(found.stdout) if found.rc == 0 else None
+            if found.rc != 0:
                 self.fail('%s cannot find the sglang package (rc %d)%s; is sglang installed for this '
-                          'interpreter? Set python or site_packages.' % (python, rc, ': ' + err.strip() if err.strip() else ''))
-            site_packages = out.strip()
+                          'interpreter? Set python or site_packages.'
+                          % (python, found.rc, ': ' + found.output if found.output else ''))
+            if site_packages is None:
+                self.fail('%s exited 0 but printed no site-packages path (output: %r); is it a Python 3 '
+                          'interpreter? Set python to the server\'s interpreter, or set site_packages.'
+                          % (python, found.output[-300:]))
         if not os.path.isdir(os.path.join(site_packages, 'sglang')):
             self.fail('%s holds no sglang package' % site_packages)
         return os.path.realpath(site_packages)
@@ -206,75 +268,121 @@ class PatchModule(object):
     def dry_run(self, patch, diff_file, reverse):
         argv = patch.apply(self.transaction.staging_tree(), diff_file, self.params['strip'],
                            reverse=reverse, dry_run=True)
-        self.result['cmd'].append(argv)
-        rc, out, err = self.run(argv)
-        return rc == 0, (out + err).strip()
+        result = self.run(argv)
+        return result.rc == 0, result.output
 
     def byte_compile(self, python, paths, cwd):
         py_files = [path for path in paths if path.endswith('.py')]
         if not py_files:
             return 0, ''
-        rc, out, err = self.run([python, '-m', 'py_compile'] + py_files, cwd=cwd)
-        return rc, (out + err).strip()
+        result = self.run([python, '-m', 'py_compile'] + py_files, cwd=cwd)
+        return result.rc, result.output
+
+    def recover(self, package_dir, real_targets):
+        """Repair what an earlier run left mid-commit; in check mode, say what would be repaired.
+
+        Returns {real target: file holding its content after the repair} for check mode's staging copies.
+        """
+        journal = Journal(package_dir)
+        strays = stray_temp_files(real_targets)
+        if self.module.check_mode:
+            state, sources = journal.plan()
+            would = ['would restore %s from the copy an interrupted commit kept' % target for target in sorted(sources)]
+            if state:
+                would.append('would remove the journal %s of an interrupted commit' % journal.path)
+            would.extend('would remove %s left by an interrupted run' % path for path in strays
+                         if path not in sources.values())
+            self.result['recovered'] = would
+            self.result['changed'] = bool(would)
+            return sources
+        done = journal.recover()
+        for path in stray_temp_files(real_targets):
+            os.unlink(path)
+            done.append('removed %s left by an interrupted run' % path)
+        self.result['recovered'] = done
+        self.result['changed'] = bool(done)
+        return {}
 
     def main(self):
         params = self.params
         if params['strip'] < 0:
             self.fail('strip must not be negative')
-        diff_text = self.read_diff()
-        self.result['patch_sha256'] = sha256_text(diff_text)
+        if params['lock_timeout'] < 0:
+            self.fail('lock_timeout must not be negative')
+        if params['command_timeout'] <= 0:
+            self.fail('command_timeout must be greater than 0')
+        self.runner = CommandRunner(self.module, params['command_timeout'])
+        self.result['cmd'] = self.runner.cmd
+        data = self.read_diff()
+        self.result['patch_sha256'] = sha256_bytes(data)
         try:
-            targets = parse_targets(diff_text, params['strip'])
+            targets = parse_targets(diff_text(data), params['strip'])
         except DiffError as exc:
             self.fail('refusing the diff, nothing was changed: %s' % exc)
         self.result['files'] = targets
 
         python = self.python_path()
-        site_packages = self.find_site_packages(python)
+        try:
+            site_packages = self.find_site_packages(python)
+        except CommandError as exc:
+            self.fail('%s; nothing was changed' % exc)
         self.result['site_packages'] = site_packages
         self.result['sglang_version'] = read_dist_version(site_packages)
         try:
-            confine(site_packages, targets)
+            real_targets = confine(site_packages, targets)
         except DiffError as exc:
             self.fail('refusing the diff, nothing was changed: %s' % exc)
+
+        package_dir = os.path.join(site_packages, 'sglang')
+        try:
+            self.lock = PackageLock(package_dir, params['lock_timeout']).acquire()
+        except LockTimeout as exc:
+            self.fail('%s; nothing was changed' % exc)
+        try:
+            sources = self.recover(package_dir, real_targets)
+        except DiffError as exc:
+            self.fail(str(exc))
+        except (IOError, OSError) as exc:
+            self.fail('repairing an interrupted earlier commit failed: %s' % to_native(exc))
 
         patch = PatchCommand(params['patch'] or self.module.get_bin_path('patch', required=True))
         diff_file = os.path.join(self.module.tmpdir, 'change.diff')
         with open(diff_file, 'wb') as handle:
-            handle.write(diff_text.encode('utf-8', 'surrogateescape'))
+            handle.write(data)
 
-        self.transaction = PatchTransaction(site_packages, targets, self.module.tmpdir)
+        self.transaction = PatchTransaction(site_packages, targets, self.module.tmpdir, real_targets=real_targets,
+                                            sources=sources, journal=Journal(package_dir))
         want_applied = params['state'] == 'present'
         forward_ok, forward_out = self.dry_run(patch, diff_file, reverse=not want_applied)
         if not forward_ok:
             backward_ok, backward_out = self.dry_run(patch, diff_file, reverse=want_applied)
             if backward_ok:
                 self.result['applied'] = want_applied
-                self.transaction.cleanup()
-                self.module.exit_json(**self.result)
+                self.exit()
             self.fail('the diff applies neither forwards nor backwards to sglang %s in %s (wrong version, '
                       'or partly applied); nothing was changed.\nforward: %s\nbackward: %s'
                       % (self.result['sglang_version'], site_packages, forward_out, backward_out))
 
         argv = patch.apply(self.transaction.staging_tree(), diff_file, params['strip'], reverse=not want_applied)
-        self.result['cmd'].append(argv)
-        rc, out, err = self.run(argv)
-        if rc != 0:
+        applied = self.run(argv)
+        if applied.rc != 0:
             self.fail('patch failed on the staging copy after a clean dry run (rc %d), nothing was changed: %s'
-                      % (rc, (out + err).strip()))
+                      % (applied.rc, applied.output))
         changed_files = self.transaction.changed_files()
         rc, compile_out = self.byte_compile(python, [self.transaction.staged_path(rel) for rel in changed_files],
                                             self.transaction.staging)
         if rc != 0:
-            self.fail('the patched files do not compile with %s, nothing was changed: %s' % (python, compile_out))
+            encoding = '' if is_utf8(data) else (' (the diff is not UTF-8: Python reads source files as UTF-8 '
+                                                 'unless they declare another encoding)')
+            self.fail('the patched files do not compile with %s%s, nothing was changed: %s'
+                      % (python, encoding, compile_out))
 
-        self.result['changed'] = bool(changed_files)
+        self.result['changed'] = self.result['changed'] or bool(changed_files)
         self.result['applied'] = want_applied
         if self.module._diff:
             self.result['diff'] = [self.transaction.diff(rel) for rel in changed_files]
         if self.module.check_mode:
-            self.transaction.cleanup()
-            self.module.exit_json(**self.result)
+            self.exit()
 
         if params['backup']:
             self.result['backup_files'] = [self.module.backup_local(self.transaction.target_path(rel))
@@ -282,18 +390,17 @@ class PatchModule(object):
         try:
             self.transaction.commit(changed_files)
         except (IOError, OSError) as exc:
-            self.result['changed'] = False
+            self.result['changed'] = bool(self.result['recovered'])
             self.result['applied'] = not want_applied
             self.fail('writing the patched files failed, the originals were restored: %s' % to_native(exc))
         rc, compile_out = self.byte_compile(python, [self.transaction.target_path(rel) for rel in changed_files],
                                             site_packages)
         if rc != 0:
             self.transaction.restore(changed_files)
-            self.result['changed'] = False
+            self.result['changed'] = bool(self.result['recovered'])
             self.result['applied'] = not want_applied
             self.fail('byte-compiling in place failed, the originals were restored: %s' % compile_out)
-        self.transaction.cleanup()
-        self.module.exit_json(**self.result)
+        self.exit()
 
 
 def main():
@@ -307,6 +414,8 @@ def main():
             state=dict(type='str', choices=['present', 'absent'], default='present'),
             backup=dict(type='bool', default=False),
             patch=dict(type='path'),
+            lock_timeout=dict(type='float', default=60.0),
+            command_timeout=dict(type='float', default=60.0),
         ),
         mutually_exclusive=[('src', 'content')],
         required_one_of=[('src', 'content')],

@@ -6,6 +6,7 @@ module_utils, which Ansible ships with them.
 """
 import json
 import os
+import subprocess
 import sys
 
 import ansible_runner
@@ -27,15 +28,24 @@ class TaskResult(dict):
         return bool(self.get('failed'))
 
 
-def run_task(tmp_path, module, args, check=False, diff=False, name='task'):
-    """Run `module` with `args` once and return its result dict (with 'failed')."""
+def run_task(tmp_path, module, args, check=False, diff=False, name='task', keywords=None, files=None):
+    """Run `module` with `args` once and return its result dict (with 'failed').
+
+    ``keywords`` are task keywords (check_mode, environment, ...); ``files`` maps
+    names to text placed in the play's files/ folder (what lookup('file') reads).
+    """
     private = tmp_path / ('runner-%s' % name)
     project = private / 'project'
     project.mkdir(parents=True, exist_ok=True)
+    for file_name, text in (files or {}).items():
+        (project / 'files').mkdir(exist_ok=True)
+        (project / 'files' / file_name).write_text(text)
+    task = {'name': name, module: args}
+    task.update(keywords or {})
     play = [{
         'hosts': 'localhost',
         'gather_facts': False,
-        'tasks': [{'name': name, module: args}],
+        'tasks': [task],
     }]
     (project / 'play.yml').write_text(json.dumps(play))
     inventory = {'all': {'hosts': {'localhost': {
@@ -90,3 +100,25 @@ def run_playbook(tmp_path, playbook, inventory, extravars=None, name='run', limi
         quiet=True,
     )
     return PlaybookRun(runner)
+
+
+def start_module_process(tmp_path, module, args, name='direct'):
+    """Start one module as its own process, without ansible-playbook (for runs that must overlap).
+
+    AnsibleModule reads {"ANSIBLE_MODULE_ARGS": ...} from the file named in argv[1].
+    Returns the Popen; read its JSON result with module_process_result().
+    """
+    args_file = tmp_path / ('%s-args.json' % name)
+    args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, '.cache', 'collections'))
+    return subprocess.Popen([sys.executable, '-m', 'ansible_collections.gpuops.sglang.plugins.modules.%s' % module,
+                             str(args_file)], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def module_process_result(proc):
+    out, err = proc.communicate()
+    try:
+        return TaskResult(json.loads(out))
+    except ValueError:
+        raise AssertionError('module printed no JSON (rc %s):\n%s\n%s' % (proc.returncode, out, err))

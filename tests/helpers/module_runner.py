@@ -1,4 +1,9 @@
-"""Runs a module's main() in-process with only run_command (and get_bin_path) replaced."""
+"""Runs a module's main() in-process with only run_command (and get_bin_path) replaced.
+
+Every command reaches run_command behind the coreutils ``timeout`` prefix that
+_command.CommandRunner adds; the responder sees, and ``calls`` records, the
+command itself, and ``deadlines`` the prefix each call ran under.
+"""
 import os
 
 import pytest
@@ -7,6 +12,7 @@ from unittest import mock
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
+TIMEOUT = '/usr/bin/timeout'
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'fixtures')
 
 
@@ -28,22 +34,29 @@ class CommandLog(object):
     def __init__(self, responder):
         self.responder = responder
         self.calls = []
+        self.deadlines = []
+        self.environ = []
 
     def __call__(self, module_self, args, **kwargs):
-        self.calls.append(list(args))
-        return self.responder(list(args))
+        args = list(args)
+        assert args[0] == TIMEOUT, 'command run without a deadline: %r' % args
+        self.deadlines.append(args[1:3])
+        self.environ.append(kwargs.get('environ_update'))
+        self.calls.append(args[3:])
+        return self.responder(args[3:])
 
 
 @pytest.fixture
 def run_module():
-    def runner(main, args, responder, check_mode=False, diff=False, bin_paths=None):
+    def runner(main, args, responder, check_mode=False, diff=False, bin_paths=None, log=None):
         args = dict(args)
         if check_mode:
             args['_ansible_check_mode'] = True
         if diff:
             args['_ansible_diff'] = True
-        log = CommandLog(responder)
-        bins = bin_paths or {}
+        commands = CommandLog(responder)
+        bins = dict(bin_paths or {})
+        bins.setdefault('timeout', TIMEOUT)
 
         def exit_json(module_self, **kwargs):
             raise ModuleExit(kwargs, False)
@@ -56,11 +69,13 @@ def run_module():
             return bins.get(name)
 
         with patch_module_args(args), \
-                mock.patch.object(basic.AnsibleModule, 'run_command', autospec=True, side_effect=log), \
+                mock.patch.object(basic.AnsibleModule, 'run_command', autospec=True, side_effect=commands), \
                 mock.patch.object(basic.AnsibleModule, 'exit_json', exit_json), \
                 mock.patch.object(basic.AnsibleModule, 'fail_json', fail_json), \
                 mock.patch.object(basic.AnsibleModule, 'get_bin_path', get_bin_path):
             with pytest.raises(ModuleExit) as exited:
                 main()
-        return exited.value.result, log.calls
+        if log is not None:
+            log.update(deadlines=commands.deadlines, environ=commands.environ)
+        return exited.value.result, commands.calls
     return runner

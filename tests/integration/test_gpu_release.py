@@ -3,6 +3,7 @@ import os
 
 import pytest
 
+from helpers import faults
 from helpers.ansible_run import run_task
 from helpers.simulated import SimulatedGpuHost, is_running
 
@@ -82,8 +83,8 @@ def test_memory_that_never_drains_fails_with_a_table(tmp_path, gpu_host):
     gpu_host.set_leak(1, 512)
     result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, timeout=0.5))
     assert result.failed and set(result) >= KEYS
-    assert 'did not drain to <= 0 MiB within 0.5s on GPU(s) 1' in result['msg']
-    assert '512/143771' in result['msg'] and 'driver-level leak' in result['msg']
+    assert 'did not drain to <= 0 MiB on GPU(s) 1 within 0.5s' in result['msg']
+    assert '512/143771' in result['msg'] and 'driver-level problem' in result['msg']
     assert holder.wait(timeout=5) is not None
     assert result['gpus'][0]['memory_used_mib'] == 0
 
@@ -100,3 +101,80 @@ def test_driver_failure_kills_nothing(tmp_path, gpu_host):
     result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host))
     assert result.failed and "couldn't communicate with the NVIDIA driver" in result['msg']
     assert result['killed'] == [] and is_running(holder)
+
+
+
+def test_a_glob_reaching_non_nvidia_files_is_refused_and_nothing_is_signalled(tmp_path, gpu_host):
+    holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
+    for check in (True, False):
+        result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, devices=['/dev/*']),
+                          check=check, name='check' if check else 'real')
+        assert result.failed and set(result) >= KEYS
+        assert '/dev/null (its name does not start with "nvidia")' in result['msg']
+        assert 'nothing was signalled' in result['msg'] and result['killed'] == []
+    assert is_running(holder)
+
+
+def test_a_glob_matching_nothing_fails_instead_of_releasing_nothing(tmp_path, gpu_host):
+    holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
+    typo = [str(gpu_host.dev / 'nvidai[0-9]*')]
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, devices=typo))
+    assert result.failed and 'match no file' in result['msg'] and typo[0] in result['msg']
+    assert is_running(holder)
+
+
+def test_exclude_adds_to_the_builtin_daemons_and_builtin_exclude_replaces_them(tmp_path, gpu_host):
+    daemon = gpu_host.start('nvidia-persistenced', open_=['nvidiactl'])
+    exporter = gpu_host.start('my-gpu-exporter', open_=['nvidiactl'])
+    worker = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
+    added = run_task(tmp_path, 'gpuops.sglang.gpu_release',
+                     release_args(gpu_host, exclude=['^my-gpu-exporter$']), name='added')
+    assert not added.failed, added['msg']
+    assert [entry['pid'] for entry in added['killed']] == [worker.inner_pid]
+    assert sorted(entry['pid'] for entry in added['excluded']) == sorted([daemon.inner_pid, exporter.inner_pid])
+    assert is_running(daemon) and is_running(exporter)
+
+    replaced = run_task(tmp_path, 'gpuops.sglang.gpu_release',
+                        release_args(gpu_host, builtin_exclude=['^my-gpu-exporter$']), name='replaced')
+    assert not replaced.failed, replaced['msg']
+    assert [entry['pid'] for entry in replaced['killed']] == [daemon.inner_pid]
+    daemon.wait(timeout=10)
+    assert is_running(exporter)
+
+
+def test_hung_nvidia_smi_is_killed_at_command_timeout_and_nothing_is_signalled(tmp_path, gpu_host):
+    holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
+    pid_file = tmp_path / 'hung.pid'
+    hung = faults.hanging_command(tmp_path / 'nvidia-smi-hung', pid_file)
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release',
+                      release_args(gpu_host, nvidia_smi=hung, command_timeout=1))
+    assert result.failed and set(result) >= KEYS
+    assert '`%s --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits` timed out after 1s' \
+        % hung in result['msg']
+    assert 'nothing was signalled' in result['msg'] and is_running(holder)
+    # the hung command itself was killed, not left behind
+    assert not os.path.exists('/proc/%s' % pid_file.read_text().strip())
+
+
+def test_an_unreadable_gpu_before_the_release_is_reported_not_fatal(tmp_path, gpu_host):
+    holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
+    smi = faults.nvidia_smi_with_sick_gpu(tmp_path / 'nvidia-smi-na-once', gpu_host.nvidia_smi,
+                                          '1, GPU-sim-0001, [N/A], [N/A]', times=1, counter=tmp_path / 'count')
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, nvidia_smi=smi))
+    assert not result.failed, result['msg']
+    assert result['gpus_before'][1]['error'] == \
+        "nvidia-smi reported memory.used '[N/A]' and memory.total '[N/A]' instead of a MiB number"
+    assert any('GPU 1 could not be read' in warning for warning in result.get('warnings', []))
+    assert [gpu['memory_used_mib'] for gpu in result['gpus']] == [0, 0]
+    holder.wait(timeout=10)
+
+
+def test_the_final_proof_must_read_every_gpu(tmp_path, gpu_host):
+    holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
+    smi = faults.nvidia_smi_with_sick_gpu(tmp_path / 'nvidia-smi-unknown', gpu_host.nvidia_smi,
+                                          'Unable to determine the device handle for GPU 0000:C1:00.0: Unknown Error')
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, nvidia_smi=smi, timeout=0.5))
+    assert result.failed and 'could not be read on GPU(s) ?' in result['msg']
+    assert 'unreadable: unparsable nvidia-smi line: Unable to determine the device handle' in result['msg']
+    assert 'already signalled: pid %d (SIGTERM)' % holder.inner_pid in result['msg']
+    holder.wait(timeout=10)

@@ -1,8 +1,12 @@
 """pct_exec_kill through the pct simulator into a real PID namespace."""
+import os
+import subprocess
+
 import pytest
 
+from helpers import faults
 from helpers.ansible_run import run_task
-from helpers.simulated import SimulatedContainer, SimulatedGpuHost, is_running
+from helpers.simulated import SimulatedContainer, SimulatedGpuHost, is_running, wait_for
 
 KEYS = {'changed', 'killed', 'remaining', 'cmd', 'vmid'}
 LAUNCHER = 'python3 -m sglang.launch_server --model-path /models/m --speculative-algorithm EAGLE3 --port 30000'
@@ -52,6 +56,8 @@ def test_kill_escalates_inside_the_namespace_and_is_idempotent(tmp_path, lab):
         procs[name].wait(timeout=5)
     assert is_running(procs['unrelated']) and is_running(procs['outside'])
     assert all(cmd[:4] == [lab[1].pct, 'exec', '101', '--'] for cmd in result['cmd'][1:])
+    # the last command is the listing that proved no match is left
+    assert result['cmd'][-1][-1] == 'gpuops-sglang-list'
 
     again = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', args, name='again')
     assert not again.failed and again['changed'] is False and again['killed'] == []
@@ -68,6 +74,92 @@ def test_stopped_container_fails_and_kills_nothing(tmp_path, lab):
 def test_unknown_container_fails_with_pct_message(tmp_path, lab):
     result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 999, 'pct': lab[1].pct})
     assert result.failed and "999.conf' does not exist" in result['msg']
+
+
+def start_faulty(lab, tmp_path, name, title, on_term, child_title=None):
+    """A misbehaving process inside the container; returns (Popen, inner PID, child ready file)."""
+    ready = tmp_path / ('%s.ready' % name)
+    child_ready = tmp_path / ('%s.child.ready' % name)
+    proc = subprocess.Popen(lab[1].nsenter + faults.faulty_argv(title, on_term, ready, child_title, child_ready),
+                            start_new_session=True)
+    wait_for(ready.exists, what=name)
+    return proc, int(ready.read_text()), child_ready
+
+
+def inner_alive(lab, inner_pid):
+    """Whether PID (as the container numbers it) still runs, read in the container's own /proc."""
+    out = subprocess.run(lab[1].nsenter + ['cat', '/proc/%d/stat' % inner_pid], stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, universal_newlines=True).stdout
+    return bool(out) and out.rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
+
+
+def test_child_forked_during_shutdown_is_found_and_stopped(tmp_path, lab):
+    parent, parent_pid, child_ready = start_faulty(lab, tmp_path, 'launcher', LAUNCHER, 'fork',
+                                                   child_title='sglang::detokenizer')
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 1})
+    assert not result.failed, result['msg']
+    child_pid = int(child_ready.read_text())
+    signals = dict((entry['pid'], entry['signal']) for entry in result['killed'])
+    # the child ignores SIGTERM: found by a later listing, it is followed until SIGKILL ends it
+    assert signals == {parent_pid: 'TERM', child_pid: 'KILL'}
+    assert result['remaining'] == [] and not inner_alive(lab, child_pid)
+
+
+def test_process_that_retitles_itself_on_term_still_gets_kill(tmp_path, lab):
+    proc, pid, _ = start_faulty(lab, tmp_path, 'scheduler', 'sglang::scheduler_TP0', 'retitle')
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 1})
+    assert not result.failed, result['msg']
+    assert result['killed'] == [{'pid': pid, 'cmdline': 'python3 draining %s --titled --on-term ignore'
+                                 % faults.FAULTY_PROCESS, 'signal': 'KILL'}]
+    assert proc.wait(timeout=10) is not None
+
+
+def test_a_pattern_matching_everything_spares_pid_1_and_its_own_shells(tmp_path, lab):
+    procs = start_in_container(lab)
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill',
+                      {'vmid': 101, 'pct': lab[1].pct, 'patterns': ['.'], 'term_timeout': 0.5}, name='all')
+    assert not result.failed, result['msg']
+    inside = ('launcher', 'scheduler', 'detokenizer', 'unrelated')
+    assert sorted(entry['pid'] for entry in result['killed']) == sorted(procs[name].inner_pid for name in inside)
+    assert 1 not in [entry['pid'] for entry in result['killed']]
+    assert inner_alive(lab, 1) and is_running(procs['outside'])
+    assert any('is the container\'s init' in warning for warning in result.get('warnings', []))
+
+
+def test_its_own_listing_is_never_a_target(tmp_path, lab):
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill',
+                      {'vmid': 101, 'pct': lab[1].pct, 'patterns': ['gpuops-sglang', r'/proc/\[0-9\]']})
+    assert not result.failed and result['killed'] == [] and result['changed'] is False
+
+
+def test_listing_needs_no_procps_in_the_container(tmp_path, lab):
+    procs = start_in_container(lab)
+    bare = faults.minimal_path(tmp_path / 'bare-bin')
+    assert not os.path.exists(os.path.join(bare, 'ps'))
+    pct = faults.pct_wrapper(tmp_path / 'pct-no-procps', lab[1].pct, path_dirs=bare)
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': pct, 'term_timeout': 0})
+    assert not result.failed, result['msg']
+    assert sorted(entry['pid'] for entry in result['killed']) == sorted(
+        procs[name].inner_pid for name in ('launcher', 'scheduler', 'detokenizer'))
+
+
+def test_hung_pct_exec_is_killed_at_command_timeout_and_nothing_is_signalled(tmp_path, lab):
+    procs = start_in_container(lab)
+    pid_file = tmp_path / 'hung-pct.pid'
+    pct = faults.pct_wrapper(tmp_path / 'pct-frozen', lab[1].pct, hang_exec_pid_file=pid_file)
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': pct, 'command_timeout': 1})
+    assert result.failed and set(result) >= KEYS
+    assert '`%s exec 101 -- /bin/sh -c <script> gpuops-sglang-list` timed out after 1s' % pct in result['msg']
+    assert 'nothing was signalled' in result['msg'] and result['killed'] == []
+    assert all(is_running(proc) for proc in procs.values())
+    assert not os.path.exists('/proc/%s' % pid_file.read_text().strip())
+
+
+def test_empty_patterns_are_refused(tmp_path, lab):
+    procs = start_in_container(lab)
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'patterns': []})
+    assert result.failed and 'patterns is empty' in result['msg'] and set(result) >= KEYS
+    assert all(is_running(proc) for proc in procs.values())
 
 
 def test_missing_pct_binary(tmp_path):

@@ -1,16 +1,20 @@
 """sglang_patch against a real sglang release installed with pip --no-deps."""
+import fcntl
 import hashlib
 import os
 import subprocess
+import sys
 
 import pytest
+import yaml
 
-from helpers.ansible_run import REPO, run_task
+from ansible_collections.gpuops.sglang.plugins.modules import sglang_patch
+from helpers.ansible_run import REPO, module_process_result, run_task, start_module_process
 
 PATCH = os.path.join(REPO, 'files', 'eagle_dynamic_spec_threshold.diff')
 WORKER = 'sglang/srt/speculative/eagle_worker.py'
 KEYS = {'changed', 'site_packages', 'sglang_version', 'files', 'patch_sha256', 'state', 'applied',
-        'backup_files', 'cmd'}
+        'backup_files', 'recovered', 'cmd'}
 
 
 def tree_digest(site):
@@ -126,10 +130,216 @@ def test_refused_diff_leaves_site_packages_byte_identical(tmp_path, sglang_venv,
     assert result.failed
     assert message in result['msg'], result['msg']
     assert 'nothing was changed' in result['msg']
-    assert set(result) >= KEYS - {'changed'}
+    assert set(result) >= KEYS
     assert tree_digest(site) == before
 
 
 def test_python_without_sglang_is_a_clear_failure(tmp_path):
     result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': '/usr/bin/python3'})
-    assert result.failed and 'cannot find the sglang package' in result['msg']
+    assert result.failed and 'cannot find the sglang package' in result['msg'] and set(result) >= KEYS
+
+
+def test_a_program_that_is_not_python_is_a_clear_failure(tmp_path):
+    result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': '/bin/true'})
+    assert result.failed and set(result) >= KEYS
+    assert "/bin/true exited 0 but printed no site-packages path" in result['msg']
+
+
+def example_tasks():
+    return yaml.safe_load(sglang_patch.EXAMPLES)
+
+
+def test_the_lookup_example_works_as_written(tmp_path, sglang_venv):
+    """EXAMPLES' content: lookup(...) task, with only the interpreter path pointed at the test venv."""
+    python, site = sglang_venv
+    example = [task for task in example_tasks() if 'content' in task['gpuops.sglang.sglang_patch']][0]
+    args = dict(example['gpuops.sglang.sglang_patch'], python=python)
+    assert args['content'] == "{{ lookup('ansible.builtin.file', 'eagle_dynamic_spec.diff') }}"
+    files = {'eagle_dynamic_spec.diff': diff_text()}
+    keywords = dict((key, value) for key, value in example.items() if key not in ('name', 'gpuops.sglang.sglang_patch'))
+    assert keywords == {'check_mode': True, 'diff': True}
+    checked = run_task(tmp_path, 'gpuops.sglang.sglang_patch', args, keywords=keywords, files=files, name='example')
+    assert not checked.failed, checked['msg']
+    assert checked['changed'] is True and checked['patch_sha256'] == hashlib.sha256(diff_text().encode()).hexdigest()
+    applied = run_task(tmp_path, 'gpuops.sglang.sglang_patch', args, files=files, name='example-real')
+    assert not applied.failed, applied['msg']
+    assert 'def should_skip_draft' in read(site)
+
+
+def test_sglang_is_found_by_the_interpreter_not_by_the_folder_or_pythonpath(tmp_path, sglang_venv):
+    python, site = sglang_venv
+    decoy = tmp_path / 'runner-decoy' / 'project'
+    (decoy / 'sglang').mkdir(parents=True)
+    (decoy / 'sglang' / '__init__.py').write_text('')
+    result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': python},
+                      keywords={'environment': {'PYTHONPATH': str(decoy)}}, check=True, name='decoy')
+    assert not result.failed, result['msg']
+    assert result['site_packages'] == os.path.realpath(site)
+    assert result['cmd'][0][:2] == [python, '-I']
+
+
+def hold_package_lock(site):
+    holder = os.open(os.path.join(site, 'sglang'), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    return holder
+
+
+def test_a_run_waits_for_the_lock_at_most_lock_timeout(tmp_path, sglang_venv):
+    python, site = sglang_venv
+    before = tree_digest(site)
+    holder = hold_package_lock(site)
+    try:
+        result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': python, 'lock_timeout': 0})
+    finally:
+        os.close(holder)
+    assert result.failed and set(result) >= KEYS
+    assert 'another sglang_patch run is changing this package' in result['msg'] and 'nothing was changed' in result['msg']
+    assert tree_digest(site) == before
+
+
+def one_line_diff(site, line_number, suffix):
+    lines = read(site).splitlines()
+    old = lines[line_number - 1]
+    return '--- a/{rel}\n+++ b/{rel}\n@@ -{n} +{n} @@\n-{old}\n+{old}{suffix}\n'.format(
+        rel=WORKER, n=line_number, old=old, suffix=suffix)
+
+
+def test_concurrent_runs_with_different_patches_keep_both_changes(tmp_path, sglang_venv):
+    python, site = sglang_venv
+    lines = read(site).splitlines()
+    first = [n for n, line in enumerate(lines, 1) if line.startswith('import ')][0]
+    last = [n for n, line in enumerate(lines, 1) if line.startswith('logger = ')][0]
+    diffs = [one_line_diff(site, first, '  # run one'), one_line_diff(site, last, '  # run two')]
+    runs = [start_module_process(tmp_path, 'sglang_patch', {'content': diff, 'python': python}, name='run%d' % i)
+            for i, diff in enumerate(diffs)]
+    results = [module_process_result(run) for run in runs]
+    assert all(not result.get('failed') and result['changed'] for result in results), results
+    text = read(site)
+    assert '  # run one' in text and '  # run two' in text
+
+
+def crash_mid_commit(site, diff):
+    """Apply diff with the module's own transaction in a process SIGKILLed between two renames."""
+    script = r'''
+import os, signal, sys
+sys.path.insert(0, sys.argv[3])
+from ansible_collections.gpuops.sglang.plugins.module_utils import _patching as patching
+site, diff_path = sys.argv[1], sys.argv[2]
+data = open(diff_path, 'rb').read()
+targets = patching.parse_targets(patching.diff_text(data), 1)
+real = patching.confine(site, targets)
+staging = sys.argv[4]
+tx = patching.PatchTransaction(site, targets, staging, real_targets=real,
+                               journal=patching.Journal(os.path.join(site, 'sglang')))
+import subprocess
+subprocess.check_call(['patch', '--batch', '-p1', '-d', tx.staging_tree(), '-i', diff_path], stdout=subprocess.DEVNULL)
+renames = []
+real_rename = os.rename
+def rename(src, dst):
+    renames.append(dst)
+    # 1: the journal, 2: the first target; die before the second target is replaced
+    if len(renames) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real_rename(src, dst)
+os.rename = rename
+tx.commit(targets)
+'''
+    diff_path = os.path.join(os.path.dirname(site), 'crash.diff')
+    with open(diff_path, 'w') as handle:
+        handle.write(diff)
+    staging = os.path.join(os.path.dirname(site), 'crash-staging')
+    os.mkdir(staging)
+    run = subprocess.run([sys.executable, '-c', script, site, diff_path, os.path.join(REPO, '.cache', 'collections'),
+                          staging])
+    assert run.returncode == -9
+
+
+def temp_files(site):
+    return sorted(os.path.join(root, name) for root, _, names in os.walk(site) for name in names
+                  if '.sglang_patch.' in name)
+
+
+@pytest.mark.parametrize('state', ['present', 'absent'])
+def test_a_run_after_a_crash_mid_commit_repairs_the_tree_first(tmp_path, sglang_venv, state):
+    python, site = sglang_venv
+    two_files = other_file_diff(site) + diff_text()
+    originals = {rel: read(site, rel) for rel in ('sglang/version.py', WORKER)}
+    crash_mid_commit(site, two_files)
+    assert read(site, 'sglang/version.py') != originals['sglang/version.py']
+    assert read(site) == originals[WORKER]
+    assert temp_files(site), 'the crash left no journal or temp files to recover'
+
+    before = tree_digest(site)
+    checked = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'content': two_files, 'python': python, 'state': state},
+                       check=True, name='check')
+    assert not checked.failed, checked['msg']
+    assert checked['changed'] is True and any('would restore' in line for line in checked['recovered'])
+    assert tree_digest(site) == before
+
+    result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'content': two_files, 'python': python, 'state': state})
+    assert not result.failed, result['msg']
+    assert result['changed'] is True and any('undone' in line for line in result['recovered'])
+    assert temp_files(site) == []
+    if state == 'present':
+        assert 'def should_skip_draft' in read(site), result
+        assert read(site, 'sglang/version.py').splitlines()[0].endswith('  # patched')
+    else:
+        assert {rel: read(site, rel) for rel in originals} == originals
+
+
+def test_a_symlinked_target_is_patched_in_its_real_file(tmp_path, sglang_venv):
+    python, site = sglang_venv
+    worker = os.path.join(site, WORKER)
+    real = os.path.join(os.path.dirname(worker), 'eagle_worker_real.py')
+    os.rename(worker, real)
+    os.symlink('eagle_worker_real.py', worker)
+    result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': python})
+    assert not result.failed, result['msg']
+    assert os.path.islink(worker) and os.readlink(worker) == 'eagle_worker_real.py'
+    with open(real) as handle:
+        assert 'def should_skip_draft' in handle.read()
+
+
+def test_a_git_mode_change_is_refused_clearly(tmp_path, sglang_venv):
+    python, site = sglang_venv
+    before = tree_digest(site)
+    diff = 'diff --git a/{0} b/{0}\nold mode 100644\nnew mode 100755\n'.format(WORKER) + diff_text()
+    result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'content': diff, 'python': python})
+    assert result.failed and 'changes a file mode' in result['msg'] and set(result) >= KEYS
+    assert tree_digest(site) == before
+
+
+def latin1_diff(site, rel):
+    first = read(site, rel).splitlines()[0]
+    return ('--- a/{rel}\n+++ b/{rel}\n@@ -1 +1 @@\n-{first}\n+{first} caf\xe9\n'
+            .format(rel=rel, first=first).encode('latin-1'))
+
+
+def test_a_latin1_diff_applies_byte_for_byte_and_reverts(tmp_path, sglang_venv):
+    python, site = sglang_venv
+    original = open(os.path.join(site, 'sglang/README.md'), 'rb').read()
+    diff_file = tmp_path / 'latin1.diff'
+    diff_file.write_bytes(latin1_diff(site, 'sglang/README.md'))
+    applied = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': str(diff_file), 'python': python}, name='apply')
+    assert not applied.failed, applied['msg']
+    assert applied['patch_sha256'] == hashlib.sha256(diff_file.read_bytes()).hexdigest()
+    assert open(os.path.join(site, 'sglang/README.md'), 'rb').read().splitlines()[0].endswith(b' caf\xe9')
+    reverted = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': str(diff_file), 'python': python,
+                                                                'state': 'absent'}, name='revert')
+    assert not reverted.failed and reverted['changed'] is True
+    assert open(os.path.join(site, 'sglang/README.md'), 'rb').read() == original
+
+
+def test_a_latin1_diff_to_python_source_is_refused_clearly(tmp_path, sglang_venv):
+    python, site = sglang_venv
+    before = tree_digest(site)
+    diff_file = tmp_path / 'latin1-py.diff'
+    # Python 3.11 lets a stray byte pass in a comment, not in a string literal.
+    lines = read(site, 'sglang/version.py').splitlines()
+    number = [n for n, line in enumerate(lines, 1) if '__version__ = "0.0.0.dev0"' in line][0]
+    old = lines[number - 1]
+    diff_file.write_bytes(('--- a/sglang/version.py\n+++ b/sglang/version.py\n@@ -{n} +{n} @@\n-{old}\n+{new}\n'
+                           .format(n=number, old=old, new=old.replace('dev0"', 'dev0 caf\xe9"'))).encode('latin-1'))
+    result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': str(diff_file), 'python': python})
+    assert result.failed and 'do not compile' in result['msg'] and 'the diff is not UTF-8' in result['msg']
+    assert tree_digest(site) == before

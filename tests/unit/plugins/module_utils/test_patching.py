@@ -99,3 +99,97 @@ def test_dist_version_read_without_import(tmp_path):
     (info / 'METADATA').write_text('Metadata-Version: 2.4\nName: sglang\nVersion: 0.5.12.post1\n\nbody\n')
     assert patching.read_dist_version(str(tmp_path)) == '0.5.12.post1'
     assert patching.read_dist_version(str(tmp_path / 'none')) is None
+
+
+# --- issue 11: newline, modes, encodings, symlinks, lock, journal ------------------------------
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import _patching as patching  # noqa: E402
+
+TWO_LINE = b'--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1,3 +1,3 @@\n-x = 1\n+x = 2\n y = 3\n \n'
+
+
+def test_final_newline_and_stripped_blank_context_lines_come_back():
+    assert patching.restore_final_newline(TWO_LINE.rstrip()) == TWO_LINE
+    assert patching.restore_final_newline(TWO_LINE) == TWO_LINE
+    crlf = TWO_LINE.replace(b'\n', b'\r\n')
+    assert patching.restore_final_newline(crlf.rstrip()) == crlf
+
+
+def test_git_mode_change_is_refused_clearly():
+    diff = 'diff --git a/pkg/m.py b/pkg/m.py\nold mode 100644\nnew mode 100755\n' + TWO_LINE.decode()
+    with pytest.raises(patching.DiffError, match='changes a file mode'):
+        patching.parse_targets(diff, 1)
+
+
+def test_non_utf8_hunks_parse_and_a_non_utf8_file_name_is_refused():
+    latin1 = '--- a/pkg/README.md\n+++ b/pkg/README.md\n@@ -1 +1 @@\n-caf\n+caf\xe9\n'.encode('latin-1')
+    assert patching.parse_targets(patching.diff_text(latin1), 1) == ['pkg/README.md']
+    assert not patching.is_utf8(latin1)
+    assert patching.sha256_bytes(latin1) == patching.sha256_text(patching.diff_text(latin1))
+    bad_name = b'--- a/pkg/\xe9.py\n+++ b/pkg/\xe9.py\n@@ -1 +1 @@\n-a\n+b\n'
+    with pytest.raises(patching.DiffError, match='not UTF-8'):
+        patching.parse_targets(patching.diff_text(bad_name), 1)
+
+
+def test_symlinked_target_resolves_to_its_real_file_and_two_names_for_one_file_are_refused(tmp_path):
+    (tmp_path / 'pkg').mkdir()
+    (tmp_path / 'pkg' / 'real.py').write_text('x = 1\n')
+    (tmp_path / 'pkg' / 'link.py').symlink_to('real.py')
+    assert patching.confine(str(tmp_path), ['pkg/link.py']) == [str(tmp_path / 'pkg' / 'real.py')]
+    with pytest.raises(patching.DiffError, match='same file'):
+        patching.confine(str(tmp_path), ['pkg/link.py', 'pkg/real.py'])
+
+
+def test_lock_held_elsewhere_times_out_with_a_clear_message(tmp_path):
+    import fcntl
+    holder = os.open(str(tmp_path), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(patching.LockTimeout, match='another sglang_patch run is changing this package'):
+            patching.PackageLock(str(tmp_path), 0).acquire()
+    finally:
+        os.close(holder)
+    lock = patching.PackageLock(str(tmp_path), 0).acquire()
+    lock.release()
+
+
+def interrupted_commit(tmp_path, state):
+    """A tree as a run killed mid-commit leaves it: pkg/a.py replaced, pkg/b.py not yet."""
+    pkg = tmp_path / 'pkg'
+    pkg.mkdir()
+    entries = []
+    for name, now in (('a.py', 'new a\n'), ('b.py', 'old b\n')):
+        target = pkg / name
+        target.write_text(now)
+        orig = patching.write_beside(str(target), ('old %s\n' % name[0]).encode(), patching.ORIG_SUFFIX)
+        new = None if name == 'a.py' else patching.write_beside(str(target), b'new b\n', patching.TEMP_SUFFIX)
+        entries.append({'target': str(target), 'orig': orig, 'new': new or str(target) + '.gone'})
+    journal = patching.Journal(str(pkg))
+    journal.write(state, entries)
+    return pkg, journal
+
+
+def test_recovery_undoes_a_commit_interrupted_between_renames(tmp_path):
+    pkg, journal = interrupted_commit(tmp_path, 'committing')
+    state, sources = journal.plan()
+    assert state == 'committing' and sorted(sources) == [str(pkg / 'a.py'), str(pkg / 'b.py')]
+    done = journal.recover()
+    assert (pkg / 'a.py').read_text() == 'old a\n' and (pkg / 'b.py').read_text() == 'old b\n'
+    assert sorted(os.listdir(str(pkg))) == ['a.py', 'b.py']
+    assert any('undone' in line for line in done)
+
+
+def test_recovery_finishes_a_commit_interrupted_while_cleaning_up(tmp_path):
+    pkg, journal = interrupted_commit(tmp_path, 'committed')
+    (pkg / 'b.py').write_text('new b\n')
+    journal.recover()
+    assert (pkg / 'a.py').read_text() == 'new a\n' and (pkg / 'b.py').read_text() == 'new b\n'
+    assert sorted(os.listdir(str(pkg))) == ['a.py', 'b.py']
+
+
+def test_stray_temp_files_beside_targets_are_found(tmp_path):
+    target = tmp_path / 'm.py'
+    target.write_text('x\n')
+    stray = patching.write_beside(str(target), b'y\n', patching.TEMP_SUFFIX)
+    (tmp_path / 'unrelated.tmp').write_text('')
+    assert patching.stray_temp_files([str(target)]) == [stray]

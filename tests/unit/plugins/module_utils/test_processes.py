@@ -1,20 +1,10 @@
-import os
 import re
-import subprocess
-import sys
-import time
 
 import pytest
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import _processes as processes
-from ansible_collections.gpuops.sglang.plugins.module_utils._pct import parse_ps
-
-FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'fixtures')
-
-
-def read_fixture(name):
-    with open(os.path.join(FIXTURES, name)) as handle:
-        return handle.read()
+from ansible_collections.gpuops.sglang.plugins.module_utils._pct import parse_listing
+from helpers.module_runner import read_fixture
 
 
 class FakeClock(object):
@@ -29,43 +19,72 @@ class FakeClock(object):
 
 
 class FakeSource(object):
-    """Processes that die after a given signal once enough fake time passed."""
+    """Processes that die after a given signal once enough fake time passed.
 
-    def __init__(self, clock, records, dies_on):
+    ``on_signal`` maps (pid, signame) to a function run when that signal reaches
+    that pid: it may add processes (a child forked during shutdown, a respawn)
+    or change a command line.
+    """
+
+    def __init__(self, clock, records, dies_on, on_signal=None):
         self.clock = clock
         self.records = dict((record.pid, record) for record in records)
         self.dies_on = dies_on  # pid -> (signal name, seconds after it) or None: never dies
+        self.on_signal = on_signal or {}
         self.dead_at = {}
         self.sent = []
+
+    def add(self, record, dies_on):
+        self.records[record.pid] = record
+        self.dies_on[record.pid] = dies_on
 
     def list(self):
         return [record for pid, record in sorted(self.records.items()) if not self._dead(pid)]
 
     def signal(self, records, signame):
+        reached = []
         for record in records:
+            current = self.records.get(record.pid)
+            if current is None or self._dead(record.pid) or not current.same_process(record):
+                continue
             self.sent.append((record.pid, signame))
+            reached.append(record)
             rule = self.dies_on.get(record.pid)
             if signame == 'KILL' and rule is not None and rule[0] != 'KILL':
                 rule = ('KILL', 0.0)
             if rule is not None and rule[0] == signame and record.pid not in self.dead_at:
                 self.dead_at[record.pid] = self.clock() + rule[1]
+            hook = self.on_signal.pop((record.pid, signame), None)
+            if hook is not None:
+                hook(self)
+        return reached
 
     def _dead(self, pid):
         return pid in self.dead_at and self.clock() >= self.dead_at[pid]
 
     def alive(self, records):
-        return [record for record in records if not self._dead(record.pid)]
+        return [self.records[record.pid] for record in records
+                if not self._dead(record.pid) and self.records[record.pid].same_process(record)]
 
 
-def record(pid, cmdline, state='S'):
-    return processes.ProcessRecord(pid, 1, state, cmdline)
+def record(pid, cmdline=None, state='S', start_time=None):
+    return processes.ProcessRecord(pid, 1, state, cmdline or 'sglang::scheduler_TP%d' % pid,
+                                   start_time=1000 + pid if start_time is None else start_time)
 
 
-def run_policy(dies_on, term_timeout, kill_timeout=10.0):
+SGLANG = processes.compile_patterns(processes.DEFAULT_SGLANG_PATTERNS)
+
+
+def rescan(listing):
+    return processes.select(listing, SGLANG, protected_pids={1})
+
+
+def run_policy(dies_on, term_timeout, kill_timeout=10.0, on_signal=None, with_rescan=False):
     clock = FakeClock()
-    targets = [record(pid, 'sglang::scheduler_TP%d' % pid) for pid in sorted(dies_on)]
-    source = FakeSource(clock, targets, dies_on)
-    outcome = processes.terminate(source, targets, term_timeout, kill_timeout, clock=clock, sleep=clock.sleep)
+    targets = [record(pid) for pid in sorted(dies_on)]
+    source = FakeSource(clock, targets, dict(dies_on), on_signal)
+    outcome = processes.terminate(source, targets, term_timeout, kill_timeout, rescan=rescan if with_rescan else None,
+                                  clock=clock, sleep=clock.sleep)
     return outcome, source, clock
 
 
@@ -104,13 +123,55 @@ def test_no_targets_sends_nothing():
     assert outcome.killed == [] and outcome.remaining == []
 
 
+def test_child_forked_during_shutdown_is_found_by_the_next_listing_and_stopped():
+    def fork_child(source):
+        source.add(record(20, 'sglang::detokenizer'), ('TERM', 0.2))
+    outcome, source, _ = run_policy({10: ('TERM', 0.5)}, term_timeout=5, on_signal={(10, 'TERM'): fork_child},
+                                    with_rescan=True)
+    assert source.sent == [(10, 'TERM'), (20, 'TERM')]
+    assert [entry['pid'] for entry in outcome.killed] == [10, 20]
+    assert outcome.remaining == []
+
+
+def test_process_that_changes_its_command_line_on_term_is_still_followed_and_killed():
+    def retitle(source):
+        old = source.records[10]
+        source.records[10] = processes.ProcessRecord(10, 1, 'S', 'python3 draining', start_time=old.start_time)
+    outcome, source, _ = run_policy({10: ('KILL', 0.0)}, term_timeout=1, on_signal={(10, 'TERM'): retitle},
+                                    with_rescan=True)
+    assert source.sent == [(10, 'TERM'), (10, 'KILL')]
+    assert outcome.killed == [{'pid': 10, 'cmdline': 'python3 draining', 'signal': 'KILL'}]
+    assert outcome.remaining == []
+
+
+def test_a_respawn_that_keeps_coming_back_is_a_survivor_of_the_final_listing():
+    counter = {'next': 30}
+
+    def respawn(source):
+        pid = counter['next']
+        counter['next'] += 1
+        source.add(record(pid, 'python3 -m sglang.launch_server --port 30000'), ('TERM', 0.0))
+        source.on_signal[(pid, 'TERM')] = respawn
+        source.on_signal[(pid, 'KILL')] = respawn
+    outcome, source, _ = run_policy({10: ('TERM', 0.0)}, term_timeout=1, kill_timeout=1,
+                                    on_signal={(10, 'TERM'): respawn}, with_rescan=True)
+    assert outcome.remaining and all('launch_server' in r.cmdline for r in outcome.remaining)
+    assert all(r.pid not in (10,) for r in outcome.remaining)
+
+
+def test_a_reused_pid_is_a_different_process():
+    first = record(10, start_time=500)
+    newcomer = processes.ProcessRecord(10, 1, 'S', first.cmdline, start_time=900)
+    assert not first.same_process(newcomer)
+    assert first.same_process(processes.ProcessRecord(10, 1, 'S', 'another title', start_time=500))
+
+
 def test_select_matches_full_cmdline_dedupes_and_skips_protected_and_zombies():
-    records = parse_ps(read_fixture('ps-container.txt'))
+    _, records = parse_listing(read_fixture('pct-listing-container.txt'))
     records.append(records[2])  # same PID listed twice, as `ps aux | grep` pipelines did
     records.append(processes.ProcessRecord(77, 1, 'Z', 'sglang::scheduler_TP1'))
-    patterns = processes.compile_patterns(processes.DEFAULT_SGLANG_PATTERNS)
-    chosen = processes.select(records, patterns, protected_pids={44})
-    assert [r.pid for r in chosen] == [43, 51]
+    chosen = processes.select(records, SGLANG, protected_pids={1, 4})
+    assert [r.pid for r in chosen] == [2, 3]
     assert all('nightly_eval' not in r.cmdline for r in chosen)
 
 
@@ -119,58 +180,6 @@ def test_invalid_pattern_names_the_pattern():
         processes.compile_patterns(['sglang::('])
 
 
-def test_read_proc_record_of_real_process_with_title(tmp_path):
-    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
-    try:
-        rec = processes.read_proc_record(child.pid)
-        assert rec.pid == child.pid
-        assert rec.ppid == os.getpid()
-        assert rec.cmdline.endswith('import time; time.sleep(60)')
-    finally:
-        child.kill()
-        child.wait()
-    assert processes.read_proc_record(child.pid) is None
-
-
-def test_protected_pids_cover_self_and_ancestors():
-    guarded = processes.protected_pids()
-    assert os.getpid() in guarded
-    assert os.getppid() in guarded
-    assert 1 in guarded or len(guarded) > 1
-
-
-def test_local_source_finds_holders_of_a_file_and_kills_them(tmp_path):
-    device = tmp_path / 'nvidia0'
-    device.write_text('')
-    holder = subprocess.Popen([sys.executable, '-c',
-                               'import sys, time; f = open(sys.argv[1]); print("ok", flush=True); time.sleep(60)',
-                               str(device)], stdout=subprocess.PIPE)
-    bystander = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
-    try:
-        holder.stdout.readline()
-        local = processes.LocalProcesses()
-        holders = local.holders([str(device)])
-        assert holders == {holder.pid: [str(device)]}
-        target = processes.read_proc_record(holder.pid)
-        outcome = processes.terminate(local, [target], term_timeout=5)
-        assert outcome.remaining == []
-        assert holder.wait(timeout=5) == -15
-        assert bystander.poll() is None
-    finally:
-        for proc in (holder, bystander):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-
-
-def test_signal_skips_a_reused_pid(tmp_path):
-    child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
-    try:
-        stale = processes.ProcessRecord(child.pid, 1, 'S', 'sglang::scheduler_TP0')
-        processes.LocalProcesses().signal([stale], 'KILL')
-        time.sleep(0.1)
-        assert child.poll() is None
-        assert processes.LocalProcesses().alive([stale]) == []
-    finally:
-        child.kill()
-        child.wait()
+def test_planned_kills_report_the_first_signal():
+    assert processes.planned_kills([record(5)], 0) == [{'pid': 5, 'cmdline': 'sglang::scheduler_TP5', 'signal': 'KILL'}]
+    assert processes.planned_kills([record(5)], 3)[0]['signal'] == 'TERM'

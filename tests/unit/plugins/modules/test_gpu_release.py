@@ -1,10 +1,21 @@
+import pytest
+
+from helpers.module_runner import run_module  # noqa: F401  (the fixture)
 from ansible_collections.gpuops.sglang.plugins.modules import gpu_release
 
 from helpers.module_runner import read_fixture
 
 SMI = '/usr/bin/nvidia-smi'
 KEYS = {'changed', 'killed', 'excluded', 'gpus_before', 'gpus', 'devices', 'compute_apps', 'elapsed', 'cmd'}
-NO_DEVICES = {'devices': ['/nonexistent/nvidia[0-9]*']}
+IDLE = (0, read_fixture('nvidia-smi-h200-idle.csv'), '')
+HELD = (0, read_fixture('nvidia-smi-h200-held.csv'), '')
+
+
+@pytest.fixture
+def devices(tmp_path):
+    """A device file nobody holds: the module's GPU logic, without any process to signal."""
+    (tmp_path / 'nvidia0').write_text('')
+    return {'devices': [str(tmp_path / 'nvidia[0-9]*')]}
 
 
 def smi(readings, apps=''):
@@ -17,28 +28,33 @@ def smi(readings, apps=''):
     return respond
 
 
-def test_free_gpus_are_not_a_change(run_module):
-    idle = (0, read_fixture('nvidia-smi-h200-idle.csv'), '')
-    result, calls = run_module(gpu_release.main, NO_DEVICES, smi([idle]), bin_paths={'nvidia-smi': SMI})
+def test_free_gpus_are_not_a_change(run_module, devices):
+    result, calls = run_module(gpu_release.main, devices, smi([IDLE]), bin_paths={'nvidia-smi': SMI})
     assert result['changed'] is False and not result['failed']
     assert result['gpus'][0]['memory_used_mib'] == 0
     assert set(result) >= KEYS
     assert calls[0] == [SMI, '--query-gpu=index,uuid,memory.used,memory.total', '--format=csv,noheader,nounits']
 
 
-def test_memory_draining_late_is_polled_until_free(run_module):
-    held = (0, read_fixture('nvidia-smi-h200-held.csv'), '')
-    idle = (0, read_fixture('nvidia-smi-h200-idle.csv'), '')
-    result, calls = run_module(gpu_release.main, NO_DEVICES, smi([held, held, held, idle]),
+def test_every_nvidia_smi_call_runs_under_command_timeout(run_module, devices):
+    log = {}
+    result, calls = run_module(gpu_release.main, dict(devices, command_timeout=7), smi([IDLE]),
+                               bin_paths={'nvidia-smi': SMI}, log=log)
+    assert not result['failed']
+    assert log['deadlines'] == [['--kill-after=5', '7s']] * len(calls)
+    assert log['environ'][0] == {'LANG': 'C', 'LC_ALL': 'C'}
+
+
+def test_memory_draining_late_is_polled_until_free(run_module, devices):
+    result, calls = run_module(gpu_release.main, devices, smi([HELD, HELD, HELD, IDLE]),
                                bin_paths={'nvidia-smi': SMI})
     assert not result['failed'] and result['gpus_before'][0]['memory_used_mib'] == 20619
     assert result['gpus'][0]['memory_used_mib'] == 0
     assert len(calls) == 4
 
 
-def test_memory_that_never_drains_fails_with_table_and_apps(run_module):
-    held = (0, read_fixture('nvidia-smi-h200-held.csv'), '')
-    result, _ = run_module(gpu_release.main, dict(NO_DEVICES, timeout=0.3), smi([held], apps='436, python3, 20610\n'),
+def test_memory_that_never_drains_fails_with_table_and_apps(run_module, devices):
+    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.3), smi([HELD], apps='436, python3, 20610\n'),
                            bin_paths={'nvidia-smi': SMI})
     assert result['failed']
     assert 'did not drain to <= 0 MiB' in result['msg'] and '20619/143771' in result['msg']
@@ -46,24 +62,83 @@ def test_memory_that_never_drains_fails_with_table_and_apps(run_module):
     assert set(result) >= KEYS
 
 
-def test_threshold_accepts_h100_idle_reading(run_module):
-    result, _ = run_module(gpu_release.main, dict(NO_DEVICES, max_used_mib=4), smi([(0, '0, GPU-a, 4, 81559\n', '')]),
+def test_threshold_accepts_h100_idle_reading(run_module, devices):
+    result, _ = run_module(gpu_release.main, dict(devices, max_used_mib=4), smi([(0, '0, GPU-a, 4, 81559\n', '')]),
                            bin_paths={'nvidia-smi': SMI})
     assert not result['failed']
 
 
-def test_driver_unreachable_fails_before_killing(run_module):
+def test_driver_unreachable_fails_before_killing(run_module, devices):
     broken = (9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n", '')
-    result, _ = run_module(gpu_release.main, NO_DEVICES, smi([broken]), bin_paths={'nvidia-smi': SMI})
+    result, _ = run_module(gpu_release.main, devices, smi([broken]), bin_paths={'nvidia-smi': SMI})
     assert result['failed'] and "couldn't communicate with the NVIDIA driver" in result['msg']
-    assert 'nothing was killed' in result['msg'] and result['killed'] == []
+    assert 'nothing was signalled' in result['msg'] and result['killed'] == []
 
 
-def test_missing_nvidia_smi(run_module):
-    result, calls = run_module(gpu_release.main, {}, smi([]), bin_paths={})
+def test_hung_nvidia_smi_before_the_release_fails_naming_the_command(run_module, devices):
+    result, calls = run_module(gpu_release.main, dict(devices, command_timeout=3), smi([(124, '', '')]),
+                               bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and set(result) >= KEYS
+    assert ('`%s --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits` timed out after 3s'
+            % SMI) in result['msg']
+    assert 'nothing was signalled' in result['msg'] and len(calls) == 1
+
+
+def test_hung_nvidia_smi_during_the_proof_stops_polling_and_says_what_was_signalled(run_module, devices):
+    result, calls = run_module(gpu_release.main, dict(devices, command_timeout=3), smi([HELD, (124, '', '')]),
+                               bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and 'cannot prove the GPU memory free' in result['msg']
+    assert 'timed out after 3s' in result['msg'] and 'nothing was signalled' in result['msg']
+    assert len(calls) == 2
+
+
+def test_unreadable_gpu_before_the_release_is_reported_not_fatal(run_module, devices):
+    sick = (0, read_fixture('nvidia-smi-one-gpu-unknown-error.csv'), '')
+    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.2), smi([sick, IDLE]),
+                           bin_paths={'nvidia-smi': SMI})
+    assert not result['failed'], result['msg']
+    assert 'Unknown Error' in result['gpus_before'][1]['error']
+    assert result['gpus'][0]['memory_used_mib'] == 0
+
+
+def test_unreadable_gpu_after_the_release_is_never_taken_as_free(run_module, devices):
+    sick = (0, read_fixture('nvidia-smi-one-gpu-na.csv'), '')
+    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.2, max_used_mib=100000), smi([sick]),
+                           bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and 'could not be read on GPU(s) 1' in result['msg']
+    assert "unreadable: nvidia-smi reported memory.used '[N/A]'" in result['msg']
+
+
+def test_a_gpu_that_vanishes_from_the_listing_fails_the_proof(run_module, devices):
+    two = (0, read_fixture('nvidia-smi-h200-idle.csv') + '1, GPU-b, 0, 143771\n', '')
+    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.2), smi([two, IDLE]),
+                           bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and 'is not listed any more for GPU(s) 1' in result['msg']
+
+
+def test_devices_matching_nothing_fail_before_any_command(run_module, tmp_path):
+    result, calls = run_module(gpu_release.main, {'devices': [str(tmp_path / 'nvidai*')]}, smi([IDLE]),
+                               bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and 'match no file' in result['msg'] and 'nothing was signalled' in result['msg']
+    assert calls == [] and set(result) >= KEYS
+
+
+def test_a_glob_reaching_other_device_files_is_refused(run_module):
+    result, calls = run_module(gpu_release.main, {'devices': ['/dev/*']}, smi([IDLE]), bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and '/dev/null (its name does not start with "nvidia")' in result['msg']
+    assert calls == []
+
+
+def test_missing_nvidia_smi(run_module, devices):
+    result, calls = run_module(gpu_release.main, devices, smi([]), bin_paths={})
     assert result['failed'] and 'nvidia-smi was not found' in result['msg'] and calls == []
 
 
-def test_negative_threshold_is_rejected(run_module):
-    result, calls = run_module(gpu_release.main, {'max_used_mib': -1}, smi([]), bin_paths={'nvidia-smi': SMI})
-    assert result['failed'] and 'max_used_mib must not be negative' in result['msg'] and calls == []
+@pytest.mark.parametrize('name, value, message', [
+    ('max_used_mib', -1, 'max_used_mib must not be negative'),
+    ('command_timeout', 0, 'command_timeout must be greater than 0'),
+])
+def test_bad_numbers_are_rejected(run_module, devices, name, value, message):
+    result, calls = run_module(gpu_release.main, dict(devices, **{name: value}), smi([]),
+                               bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and message in result['msg'] and calls == []

@@ -2,7 +2,7 @@ from ansible_collections.gpuops.sglang.plugins.modules import sglang_patch
 
 PATCH = '/usr/bin/patch'
 DIFF = '--- a/sglang/mod.py\n+++ b/sglang/mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n'
-KEYS = {'changed', 'site_packages', 'sglang_version', 'files', 'patch_sha256', 'state', 'applied',
+KEYS = {'changed', 'site_packages', 'sglang_version', 'files', 'patch_sha256', 'state', 'applied', 'recovered',
         'backup_files', 'cmd'}
 
 
@@ -48,3 +48,53 @@ def test_site_packages_without_sglang_is_refused_before_patch_runs(run_module, t
     result, calls = run_module(sglang_patch.main, {'content': DIFF, 'site_packages': str(tmp_path), 'patch': PATCH},
                                patch_answers(0, 0), bin_paths={'python3': '/usr/bin/python3'})
     assert result['failed'] and 'holds no sglang package' in result['msg'] and calls == []
+
+
+def test_python_that_prints_no_path_is_a_clear_failure_with_every_key(run_module, tmp_path):
+    def respond(argv):
+        assert argv[:2] == ['/bin/true', '-I']
+        return 0, '', ''
+    result, calls = run_module(sglang_patch.main, {'content': DIFF, 'python': '/bin/true', 'patch': PATCH}, respond)
+    assert result['failed'] and set(result) >= KEYS | {'recovered'}
+    assert "/bin/true exited 0 but printed no site-packages path (output: '')" in result['msg']
+
+
+def test_sglang_is_located_with_an_isolated_interpreter_from_an_empty_folder(run_module, tmp_path):
+    found = site(tmp_path)
+
+    def respond(argv):
+        if argv[0] == '/usr/bin/python3':
+            return 0, 'noise from a sitecustomize\nSGLANG_SITE_PACKAGES=%s\n' % found, ''
+        return patch_answers(forward_rc=1, reverse_rc=0)(argv)
+    result, calls = run_module(sglang_patch.main, {'content': DIFF, 'patch': PATCH}, respond,
+                               bin_paths={'python3': '/usr/bin/python3'})
+    assert not result['failed'], result['msg']
+    assert calls[0][:3] == ['/usr/bin/python3', '-I', '-c'] and result['site_packages'] == found
+
+
+def test_content_without_final_newline_is_the_same_patch(run_module, tmp_path):
+    first, _ = run_module(sglang_patch.main, {'content': DIFF, 'site_packages': site(tmp_path), 'patch': PATCH},
+                          patch_answers(forward_rc=1, reverse_rc=0), bin_paths={'python3': '/usr/bin/python3'})
+    stripped, _ = run_module(sglang_patch.main, {'content': DIFF.rstrip('\n'), 'site_packages': str(tmp_path),
+                                                 'patch': PATCH}, patch_answers(forward_rc=1, reverse_rc=0),
+                             bin_paths={'python3': '/usr/bin/python3'})
+    assert not first['failed'] and not stripped['failed']
+    assert first['patch_sha256'] == stripped['patch_sha256']
+
+
+def test_hung_patch_fails_naming_the_command(run_module, tmp_path):
+    def respond(argv):
+        return 124, '', ''
+    result, _ = run_module(sglang_patch.main, {'content': DIFF, 'site_packages': site(tmp_path), 'patch': PATCH,
+                                               'command_timeout': 5}, respond,
+                           bin_paths={'python3': '/usr/bin/python3'})
+    assert result['failed'] and 'timed out after 5s' in result['msg'] and PATCH in result['msg']
+    assert 'nothing was changed' in result['msg'] and set(result) >= KEYS | {'recovered'}
+
+
+def test_mode_change_is_refused_not_dropped(run_module, tmp_path):
+    diff = 'diff --git a/sglang/mod.py b/sglang/mod.py\nold mode 100644\nnew mode 100755\n' + DIFF
+    result, calls = run_module(sglang_patch.main, {'content': diff, 'site_packages': site(tmp_path), 'patch': PATCH},
+                               patch_answers(0, 0))
+    assert result['failed'] and 'changes a file mode' in result['msg'] and calls == []
+    assert set(result) >= KEYS | {'recovered'}

@@ -1,0 +1,106 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one way the modules run a command: an argv list, the C locale, a deadline, recorded in ``cmd``.
+
+Every command goes through ``module.run_command`` (so unit tests replace only
+that), prefixed with coreutils ``timeout``. ``run_command`` itself has no
+deadline, and a wedged driver (nvidia-smi) or a frozen container (pct exec) is
+exactly when these modules run. ``timeout`` puts the command in its own process
+group and signals the whole group, so helpers it started (nsenter, lxc-attach)
+die with it and release the output pipes ``run_command`` waits on.
+
+No Ansible import here: the module object is passed in.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+C_LOCALE = {'LANG': 'C', 'LC_ALL': 'C'}
+# After the deadline: TERM to the command's process group, KILL this much later.
+KILL_AFTER = 5
+# coreutils timeout exits 124 when the command ended on its signal, 128+9 when KILL was needed.
+
+
+class CommandError(Exception):
+    """A command could not be run at all, or did not finish before its deadline."""
+
+    def __init__(self, msg, result=None):
+        super(CommandError, self).__init__(msg)
+        self.result = result
+
+
+class CommandResult(object):
+    __slots__ = ('argv', 'rc', 'stdout', 'stderr', 'timed_out', 'timeout')
+
+    def __init__(self, argv, rc, stdout, stderr, timed_out, timeout):
+        self.argv = argv
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+        self.timed_out = timed_out
+        self.timeout = timeout
+
+    @property
+    def output(self):
+        """stdout and stderr together, stripped: nvidia-smi prints its driver errors on stdout."""
+        return '\n'.join(part.strip() for part in (self.stdout, self.stderr) if part and part.strip())
+
+    def describe(self):
+        """'`ARGV` timed out after Ns' or '`ARGV` failed (rc N): OUTPUT' for a failure message."""
+        if self.timed_out:
+            return '`%s` timed out after %gs and was killed' % (format_argv(self.argv), self.timeout)
+        return '`%s` failed (rc %d): %s' % (format_argv(self.argv), self.rc, self.output or 'no output')
+
+
+def format_argv(argv):
+    return ' '.join(argv)
+
+
+class CommandRunner(object):
+    """Runs argv lists through ``module.run_command`` under a deadline and records each in ``cmd``.
+
+    ``cmd`` holds the argv as the operator would type it, without the
+    ``timeout`` prefix that bounds it.
+    """
+
+    def __init__(self, module, timeout, clock=time.monotonic):
+        if timeout <= 0:
+            raise CommandError('command_timeout must be greater than 0, got %r' % timeout)
+        self.module = module
+        self.timeout = timeout
+        self.clock = clock
+        self.cmd = []
+        self._timeout_bin = None
+
+    def _deadline_prefix(self, timeout):
+        if self._timeout_bin is None:
+            self._timeout_bin = self.module.get_bin_path('timeout', required=False)
+            if not self._timeout_bin:
+                raise CommandError('coreutils `timeout` was not found on PATH; every command runs under it '
+                                   'so that a hung driver or container cannot hang the task')
+        return [self._timeout_bin, '--kill-after=%d' % KILL_AFTER, '%gs' % timeout]
+
+    def run(self, argv, timeout=None, cwd=None, data=None):
+        """Run argv and return a CommandResult; never raises for a non-zero rc or a timeout."""
+        argv = [str(arg) for arg in argv]
+        timeout = self.timeout if timeout is None else timeout
+        prefix = self._deadline_prefix(timeout)
+        self.cmd.append(argv)
+        started = self.clock()
+        rc, stdout, stderr = self.module.run_command(prefix + argv, environ_update=dict(C_LOCALE), cwd=cwd,
+                                                     data=data, binary_data=data is not None)
+        # 137 is also what a command killed by someone else (the OOM killer) exits with: only a
+        # 137 at or past the deadline is ours. None of the wrapped tools exits 124 by itself.
+        timed_out = rc == 124 or (rc == 137 and self.clock() - started >= timeout)
+        return CommandResult(argv, rc, stdout or '', stderr or '', timed_out, timeout)
+
+    def check(self, argv, timeout=None, cwd=None, data=None):
+        """Run argv; raise CommandError (carrying the result) unless it exited 0 in time."""
+        result = self.run(argv, timeout=timeout, cwd=cwd, data=data)
+        if result.timed_out or result.rc != 0:
+            raise CommandError(result.describe(), result)
+        return result

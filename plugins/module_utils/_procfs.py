@@ -1,0 +1,138 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The local process source: the host the module runs on, read from /proc and signalled with os.kill.
+
+Same verbs as the container source in _pct.py (list, signal, alive), plus
+``holders``: who has given files open or mapped (what fuser does, without it).
+
+Pure standard library: a host-side helper imports this without Ansible.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import os
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import SIGNALS, ProcessRecord
+
+
+def parse_stat(stat):
+    """(comm, state, ppid, start_time) from the text of /proc/PID/stat."""
+    # comm sits in parentheses and may itself contain spaces and ')'.
+    comm = stat[stat.find('(') + 1:stat.rfind(')')]
+    fields = stat[stat.rfind(')') + 2:].split()
+    # Fields after comm start at field 3 (state); starttime is field 22.
+    return comm, fields[0], int(fields[1]), int(fields[19])
+
+
+def read_proc_record(pid, proc_root='/proc'):
+    """ProcessRecord for one PID from /proc, or None if it is gone."""
+    base = os.path.join(proc_root, str(pid))
+    try:
+        with open(os.path.join(base, 'stat'), 'rb') as stat_file:
+            stat = stat_file.read().decode('utf-8', 'replace')
+        with open(os.path.join(base, 'cmdline'), 'rb') as cmdline_file:
+            raw_cmdline = cmdline_file.read()
+        comm, state, ppid, start_time = parse_stat(stat)
+    except (IOError, OSError, IndexError, ValueError):
+        return None
+    # setproctitle pads the argv area with NULs; kernel threads have none.
+    cmdline = raw_cmdline.replace(b'\0', b' ').decode('utf-8', 'replace').strip()
+    if not cmdline:
+        cmdline = '[%s]' % comm
+    return ProcessRecord(pid, ppid, state, cmdline, name=comm, start_time=start_time)
+
+
+def protected_pids(proc_root='/proc', pid=None):
+    """This process and every ancestor: never signalled, whatever their command line."""
+    guarded = set()
+    current = os.getpid() if pid is None else pid
+    while current and current not in guarded:
+        guarded.add(current)
+        record = read_proc_record(current, proc_root)
+        if record is None:
+            break
+        current = record.ppid
+    return guarded
+
+
+class LocalProcesses(object):
+    """Processes of the host the module runs on, read from /proc."""
+
+    def __init__(self, proc_root='/proc'):
+        self.proc_root = proc_root
+
+    def pids(self):
+        return sorted(int(entry) for entry in os.listdir(self.proc_root) if entry.isdigit())
+
+    def list(self):
+        records = []
+        for pid in self.pids():
+            record = read_proc_record(pid, self.proc_root)
+            if record is not None:
+                records.append(record)
+        return records
+
+    def signal(self, records, signame):
+        """Signal each record still running as the same process (PID and start time); return those signalled."""
+        sent = []
+        for record in records:
+            current = read_proc_record(record.pid, self.proc_root)
+            if current is None or not current.same_process(record):
+                continue
+            try:
+                os.kill(record.pid, SIGNALS[signame])
+            except OSError:
+                # It exited between the check and the kill: that is the goal.
+                continue
+            sent.append(record)
+        return sent
+
+    def alive(self, records):
+        still = []
+        for record in records:
+            current = read_proc_record(record.pid, self.proc_root)
+            if current is not None and current.same_process(record) and not current.is_zombie:
+                still.append(current)
+        return still
+
+    def holders(self, device_paths):
+        """Map PID -> sorted device paths it holds open or mapped (fuser semantics, no fuser).
+
+        fuser -v on a real H200 missed the /dev/nvidia-caps files a torch process
+        held; reading /proc/PID/fd finds all of them.
+        """
+        wanted = set(device_paths)
+        found = {}
+        for pid in self.pids():
+            held = set()
+            fd_dir = os.path.join(self.proc_root, str(pid), 'fd')
+            try:
+                fds = os.listdir(fd_dir)
+            except (IOError, OSError):
+                continue
+            for fd in fds:
+                try:
+                    target = os.readlink(os.path.join(fd_dir, fd))
+                except (IOError, OSError):
+                    continue
+                if target in wanted:
+                    held.add(target)
+            held.update(self._mapped(pid, wanted))
+            if held:
+                found[pid] = sorted(held)
+        return found
+
+    def _mapped(self, pid, wanted):
+        mapped = set()
+        try:
+            with open(os.path.join(self.proc_root, str(pid), 'maps'), 'rb') as maps:
+                for line in maps:
+                    parts = line.decode('utf-8', 'replace').split(None, 5)
+                    if len(parts) == 6 and parts[5].strip() in wanted:
+                        mapped.add(parts[5].strip())
+        except (IOError, OSError):
+            pass
+        return mapped

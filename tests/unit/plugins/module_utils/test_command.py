@@ -1,0 +1,68 @@
+import pytest
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+
+
+class FakeModule(object):
+    def __init__(self, answer=(0, 'out', ''), timeout_bin='/usr/bin/timeout'):
+        self.answer = answer
+        self.timeout_bin = timeout_bin
+        self.calls = []
+
+    def get_bin_path(self, name, required=False):
+        return self.timeout_bin if name == 'timeout' else None
+
+    def run_command(self, argv, **kwargs):
+        self.calls.append((argv, kwargs))
+        return self.answer
+
+
+class StepClock(object):
+    def __init__(self, *times):
+        self.times = list(times)
+
+    def __call__(self):
+        return self.times.pop(0)
+
+
+def test_every_command_runs_under_a_deadline_in_the_c_locale_and_is_recorded():
+    module = FakeModule()
+    runner = CommandRunner(module, 30)
+    result = runner.run(['nvidia-smi', '--query-gpu=index'])
+    argv, kwargs = module.calls[0]
+    assert argv == ['/usr/bin/timeout', '--kill-after=5', '30s', 'nvidia-smi', '--query-gpu=index']
+    assert kwargs['environ_update'] == {'LANG': 'C', 'LC_ALL': 'C'}
+    assert runner.cmd == [['nvidia-smi', '--query-gpu=index']]
+    assert (result.rc, result.stdout, result.timed_out) == (0, 'out', False)
+    runner.run(['patch'], timeout=0.5)
+    assert module.calls[1][0][:3] == ['/usr/bin/timeout', '--kill-after=5', '0.5s']
+
+
+def test_exit_124_is_a_timeout_named_in_the_message():
+    runner = CommandRunner(FakeModule(answer=(124, '', '')), 2)
+    result = runner.run(['pct', 'exec', '101', '--', 'true'])
+    assert result.timed_out
+    assert result.describe() == '`pct exec 101 -- true` timed out after 2s and was killed'
+    with pytest.raises(CommandError, match='timed out after 2s'):
+        runner.check(['pct', 'status', '101'])
+
+
+def test_exit_137_is_a_timeout_only_at_the_deadline():
+    early = CommandRunner(FakeModule(answer=(137, '', 'Killed')), 30, clock=StepClock(0.0, 1.0))
+    assert not early.run(['nvidia-smi']).timed_out
+    late = CommandRunner(FakeModule(answer=(137, '', '')), 30, clock=StepClock(0.0, 35.0))
+    assert late.run(['nvidia-smi']).timed_out
+
+
+def test_failure_names_the_command_and_its_output():
+    runner = CommandRunner(FakeModule(answer=(9, "NVIDIA-SMI has failed because it couldn't communicate\n", '')), 30)
+    with pytest.raises(CommandError) as error:
+        runner.check(['nvidia-smi', '-L'])
+    assert str(error.value) == "`nvidia-smi -L` failed (rc 9): NVIDIA-SMI has failed because it couldn't communicate"
+
+
+def test_missing_coreutils_timeout_and_bad_deadline_are_refused():
+    with pytest.raises(CommandError, match='coreutils `timeout` was not found'):
+        CommandRunner(FakeModule(timeout_bin=None), 30).run(['true'])
+    with pytest.raises(CommandError, match='greater than 0'):
+        CommandRunner(FakeModule(), 0)

@@ -1,0 +1,36 @@
+"""The policy, the /proc source and the nvidia-smi parsers import without Ansible.
+
+A host-side helper copies these files under ansible_collections/gpuops/sglang/plugins/module_utils/
+and runs them with a bare interpreter; -S keeps site-packages (and so Ansible) out of reach.
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+from helpers.ansible_run import REPO
+
+STDLIB_ONLY = ['_polling.py', '_processes.py', '_procfs.py', '_nvidia.py', '_command.py']
+PROBE = '''
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
+    DEFAULT_SGLANG_PATTERNS, ProcessRecord, compile_patterns, select, terminate)
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import NvidiaSmiCommand, parse_gpus, proven_free
+import os, sys
+assert 'ansible' not in sys.modules and 'ansible.module_utils' not in sys.modules
+me = read_proc_record(os.getpid())
+assert me.pid == os.getpid() and os.getpid() in protected_pids()
+assert select([me], compile_patterns(['.']), protected_pids()) == []
+assert proven_free(parse_gpus('0, GPU-a, 0, 10\\n'), 0)
+print('ok')
+'''
+
+
+def test_policy_procfs_and_nvidia_import_with_the_standard_library_alone(tmp_path):
+    dest = tmp_path / 'ansible_collections' / 'gpuops' / 'sglang' / 'plugins' / 'module_utils'
+    dest.mkdir(parents=True)
+    for name in STDLIB_ONLY:
+        shutil.copy(os.path.join(REPO, 'plugins', 'module_utils', name), str(dest / name))
+    out = subprocess.run([sys.executable, '-S', '-c', PROBE], cwd=str(tmp_path), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, universal_newlines=True, env={'PYTHONPATH': str(tmp_path)})
+    assert out.stdout.strip() == 'ok', out.stdout
