@@ -50,7 +50,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     select,
     terminate,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import LocalProcesses, protected_pids
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
     Server,
     ServerError,
@@ -59,7 +59,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
 
 PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
 # What the watcher imports, installed into lib/ from the collection that armed the guard.
-RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_polling.py', '_nvidia.py')
+RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py')
 ENTRY_POINT = '''# Installed by gpuops.sglang.sglang_guard: runs the guard without Ansible.
 import os
 import sys

@@ -24,7 +24,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import terminate
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import LocalProcesses, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, read_proc_record
 
 try:  # Python 3
     from http.client import HTTPConnection, HTTPException

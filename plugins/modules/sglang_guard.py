@@ -164,8 +164,9 @@ import sys
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import PACKAGE, Guard, GuardError
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import C_LOCALE
 
 SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'base_url')
 
@@ -193,9 +194,12 @@ def main():
     )
     params = module.params
 
+    commands = CommandRunner(module, 60)
+
     def runner(argv, timeout):
-        return module.run_command(['timeout', '--kill-after=5', '%d' % max(1, int(timeout))] + argv,
-                                  environ_update=C_LOCALE)
+        # One deadline per command: a wedged systemd or a hung tool must not hang the task.
+        result = commands.run(argv, timeout=timeout)
+        return result.rc, result.stdout, result.stderr
 
     guard = Guard(params['folder'], runner=runner, lock_timeout=params['lock_timeout'])
     result = dict(changed=False, armed=False, armed_by=None, deadline_at=None, fired=None, last_fired=None, cmd=[])
@@ -260,7 +264,7 @@ def main():
         finish()
     except GuardError as exc:
         finish(to_native(exc))
-    except (OSError, IOError, ValueError, KeyError) as exc:
+    except (CommandError, OSError, IOError, ValueError, KeyError) as exc:
         finish('sglang_guard %s failed: %s' % (params['state'], to_native(exc)))
 
 

@@ -174,8 +174,9 @@ cmd:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
-    C_LOCALE,
     Server,
     ServerError,
     mismatches,
@@ -209,11 +210,12 @@ def main():
     if params['health_interval'] <= 0 or params['health_timeout'] < 0 or params['term_timeout'] < 0:
         module.fail_json(msg='health_interval must be above 0, health_timeout and term_timeout not negative', **result)
 
+    commands = CommandRunner(module, 60)
+
     def runner(argv, timeout):
-        # A wedged systemd or a hanging command must not hang the task: the deadline bounds it.
-        rc, out, err = module.run_command(['timeout', '--kill-after=5', '%d' % max(1, int(timeout))] + argv,
-                                          environ_update=C_LOCALE)
-        return rc, out, err
+        # One deadline per command: a wedged systemd or a hung tool must not hang the task.
+        result = commands.run(argv, timeout=timeout)
+        return result.rc, result.stdout, result.stderr
 
     server = Server(params['manager'], params['service_name'], params['launch_file'], params['pidfile'],
                     params['log_file'], params['url'], params['term_timeout'], runner=runner)
@@ -283,7 +285,7 @@ def main():
                 finish(failed=True, msg='the server %s reports other settings than wanted: %s'
                        % (params['service_name'], '; '.join(result['mismatches'])))
         finish()
-    except (ServerError, OSError, ValueError, KeyError) as exc:
+    except (ServerError, CommandError, OSError, ValueError, KeyError) as exc:
         finish(failed=True, msg='sglang_server %s of %s failed: %s'
                % (params['state'], params['service_name'], to_native(exc)))
 
