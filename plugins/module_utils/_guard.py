@@ -323,8 +323,10 @@ class Guard(object):
         step('wait for the GPUs', lambda: self._wait_gpus(settings))
         previous = any(entry['existed'] for entry in state['files']
                        if entry['path'] == state['server']['launch_file'])
-        health = {'healthy': False, 'healthy_at': None, 'why': 'there was no previous launch configuration to start'}
-        if previous:
+        health = {'healthy': False, 'healthy_at': None, 'why': None}
+        if not previous:
+            problems.append('there was no previous server to start (no launch configuration before the run)')
+        else:
             launched = step('start the previous server', lambda: server.start(daemon_reload=False))
             if launched is not None:
                 health = server.wait_healthy(float(settings.get('health_timeout', 900)),

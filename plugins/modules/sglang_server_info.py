@@ -1,0 +1,246 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: sglang_server_info
+short_description: Everything a redeploy decision needs about one SGLang server, in one round trip
+version_added: 0.2.0
+description:
+  - Reads, without changing anything, what decides whether an SGLang server must be redeployed, so that a
+    run with nothing to change costs one module call per host, not one per question.
+  - How the server is managed (systemd where C(/run/systemd/system) exists), whether its interpreter exists,
+    whether it runs, answers C(/health) and reports the wanted settings in C(/server_info), which of the
+    wanted configuration files differ from the live ones, and whether a rollback guard is armed.
+author:
+  - gpuops.sglang maintainers (@gpuops)
+attributes:
+  check_mode:
+    support: full
+    description: The module never changes anything.
+  diff_mode:
+    support: none
+    description: Not applicable.
+options:
+  service_manager:
+    description: V(auto) picks V(systemd) where the host runs it, V(detached) elsewhere.
+    type: str
+    choices: [auto, systemd, detached]
+    default: auto
+  service_name:
+    description: Name of the systemd unit, and of the server in messages.
+    type: str
+    default: sglang
+  launch_file:
+    description: The live C(launch.json).
+    type: path
+    required: true
+  pidfile:
+    description: Pid file of the detached server.
+    type: path
+    required: true
+  url:
+    description: Base URL the server answers at.
+    type: str
+    required: true
+  python:
+    description: The server's interpreter; reported in RV(python_exists).
+    type: path
+  expected_server_info:
+    description: Keys and values C(/server_info) must report.
+    type: dict
+    default: {}
+  expected_environment:
+    description: Environment variables the server must report under C(environment) in C(/server_info).
+    type: dict
+    default: {}
+  configs:
+    description:
+      - Wanted configuration files, compared byte for byte with the live ones.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      label:
+        description: Name of the file in RV(configs_changed).
+        type: str
+        required: true
+      path:
+        description: The live file.
+        type: path
+        required: true
+      content:
+        description: What the live file must hold. May carry secrets; never logged or returned.
+        type: str
+        required: true
+      systemd_only:
+        description: Compare it only where systemd manages the server (the unit file).
+        type: bool
+        default: false
+  guard_folder:
+    description: Folder of the M(gpuops.sglang.sglang_guard) for this server.
+    type: path
+seealso:
+  - module: gpuops.sglang.sglang_server
+  - module: gpuops.sglang.sglang_guard
+'''
+
+EXAMPLES = r'''
+- name: What would a redeploy change?
+  gpuops.sglang.sglang_server_info:
+    launch_file: /etc/sglang/launch.json
+    pidfile: /run/sglang/sglang.pid
+    url: http://127.0.0.1:30000
+    python: /opt/sglang/venv/bin/python
+    expected_server_info:
+      max_running_requests: 64
+    configs:
+      - label: launch configuration
+        path: /etc/sglang/launch.json
+        content: "{{ lookup('ansible.builtin.template', 'launch.json.j2') }}"
+    guard_folder: /var/lib/gpuops-sglang/sglang
+  register: server
+'''
+
+RETURN = r'''
+service_manager:
+  description: V(systemd) or V(detached).
+  returned: always
+  type: str
+python_exists:
+  description: Whether O(python) exists (true when not given).
+  returned: always
+  type: bool
+running:
+  description: Whether the server runs.
+  returned: always
+  type: bool
+pid:
+  description: Its main PID (null when it does not run).
+  returned: always
+  type: int
+healthy:
+  description: Whether C(/health) answered 200.
+  returned: always
+  type: bool
+mismatches:
+  description: What C(/server_info) reports differently from what was asked (empty when unhealthy).
+  returned: always
+  type: list
+  elements: str
+configs_changed:
+  description: Labels of the configuration files whose live content differs from the wanted one.
+  returned: always
+  type: list
+  elements: str
+guard_armed_by:
+  description: Run id of an armed rollback guard (null when none).
+  returned: always
+  type: str
+guard_last_fired:
+  description: Report of the guard's last restore on this host (null when there never was one).
+  returned: always
+  type: dict
+cmd:
+  description: The commands run, as argv lists.
+  returned: always
+  type: list
+  elements: list
+'''
+
+import hashlib
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_bytes, to_native
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError, mismatches
+
+
+def _sha256_of_file(path):
+    try:
+        with open(path, 'rb') as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except (IOError, OSError):
+        return None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            service_manager=dict(type='str', default='auto', choices=['auto', 'systemd', 'detached']),
+            service_name=dict(type='str', default='sglang'),
+            launch_file=dict(type='path', required=True),
+            pidfile=dict(type='path', required=True),
+            url=dict(type='str', required=True),
+            python=dict(type='path'),
+            expected_server_info=dict(type='dict', default={}),
+            expected_environment=dict(type='dict', default={}),
+            configs=dict(type='list', elements='dict', default=[], options=dict(
+                label=dict(type='str', required=True),
+                path=dict(type='path', required=True),
+                # The launch configuration carries the secret environment.
+                content=dict(type='str', required=True, no_log=True),
+                systemd_only=dict(type='bool', default=False),
+            )),
+            guard_folder=dict(type='path'),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    commands = CommandRunner(module, 30)
+
+    def runner(argv, timeout):
+        result = commands.run(argv, timeout=timeout)
+        return result.rc, result.stdout, result.stderr
+
+    manager = params['service_manager']
+    if manager == 'auto':
+        manager = 'systemd' if os.path.isdir('/run/systemd/system') else 'detached'
+    result = dict(changed=False, service_manager=manager, python_exists=True, running=False, pid=None,
+                  healthy=False, mismatches=[], configs_changed=[], guard_armed_by=None, guard_last_fired=None,
+                  cmd=[])
+    server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
+                    params['url'], runner=runner)
+    try:
+        if params['python']:
+            result['python_exists'] = os.path.exists(params['python'])
+        for config in params['configs']:
+            if config['systemd_only'] and manager != 'systemd':
+                continue
+            wanted = hashlib.sha256(to_bytes(config['content'])).hexdigest()
+            if _sha256_of_file(config['path']) != wanted:
+                result['configs_changed'].append(config['label'])
+        result['pid'] = server.main_pid()
+        result['running'] = result['pid'] is not None
+        result['healthy'] = result['running'] and server.health() == 200
+        if result['healthy'] and (params['expected_server_info'] or params['expected_environment']):
+            try:
+                reported = server.server_info()
+                result['mismatches'] = mismatches(reported, params['expected_server_info'],
+                                                  params['expected_environment'])
+            except ServerError as exc:
+                result['mismatches'] = ['its settings could not be read: %s' % to_native(exc)]
+        if params['guard_folder'] and os.path.isdir(params['guard_folder']):
+            guard = Guard(params['guard_folder'], runner=runner)
+            state = guard.state()
+            result['guard_armed_by'] = state.get('run_id') if state else None
+            result['guard_last_fired'] = guard.last_fired()
+    except (CommandError, GuardError, OSError, ValueError) as exc:
+        result['cmd'] = commands.cmd
+        module.fail_json(msg='reading the state of %s failed: %s' % (params['service_name'], to_native(exc)),
+                         **result)
+    result['cmd'] = commands.cmd
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()
