@@ -16,7 +16,7 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: setup host-packages test test-unit test-integration test-lab sanity lint molecule demo lab-up lab-down gpu-check build clean bench
+.PHONY: setup host-packages test test-unit test-integration test-lab sanity lint molecule demo lab-up lab-down gpu-check build clean bench bench-outage bench-gpu
 
 setup: host-packages $(VENV)/.installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
 
@@ -92,3 +92,17 @@ gpu-check: setup
 
 bench: setup
 	$(BIN)/python bench/bench_modules.py
+
+# Outage from outside (20 ms /health probes) on the lab: plain restart, manual script, redeploy, no-op.
+bench-outage: setup $(VENV)/.bench-installed
+	lab/lab up
+	$(BIN)/python bench/outage.py --rounds $${ROUNDS:-5}
+
+$(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-bench.txt
+	touch $@
+
+# On a host with NVIDIA GPUs and torch (never in CI): the real-GPU check plus gpu_release beside the
+# driver's own release time.
+bench-gpu: setup
+	bench/h200.sh
