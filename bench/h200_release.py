@@ -3,8 +3,9 @@
 
     OUT=/tmp/out python3 bench/h200_release.py            (on a GPU host; the device tool runs it there)
 
-For each case, first the driver alone: the holders are killed with SIGKILL by this script and
-nvidia-smi is polled every 10 ms until every GPU reads 0 MiB (the driver's release time). Then the
+For each case, first the driver alone: this script sends the holders the module's first signal
+(SIGKILL for term_timeout 0, SIGTERM otherwise) and polls nvidia-smi every 10 ms until every GPU
+reads 0 MiB (the driver's release time, the holder's own exit included). Then the
 same holder set is released through ansible-playbook and gpu_release, whose `elapsed` is compared
 with the driver's time. Cases: one 20 GiB holder with term_timeout 0 (the SIGKILL path) and 3
 (a holder that exits on SIGTERM), eight holders of 8 GiB with term_timeout 0, and, where there are
@@ -51,12 +52,13 @@ def start_holders(specs, on_term):
     return procs
 
 
-def driver_release(specs):
+def driver_release(specs, signum):
+    """The release time without the module: this script signals the holders itself."""
     procs = start_holders(specs, 'exit')
     held = used()
     started = time.monotonic()
     for proc in procs:
-        os.kill(proc.pid, signal.SIGKILL)
+        os.kill(proc.pid, signum)
     while any(value > 0 for value in used()):
         time.sleep(0.01)
     elapsed = time.monotonic() - started
@@ -100,7 +102,9 @@ def main():
         ['nvidia-smi', '--query-gpu=driver_version,name', '--format=csv,noheader'], universal_newlines=True).strip(),
         'cases': []}
     for name, specs, term_timeout, on_term in cases:
-        driver = [driver_release(specs) for _ in range(args.rounds)]
+        # The same first signal as the module sends: SIGKILL for term_timeout 0, SIGTERM otherwise.
+        signum = signal.SIGKILL if term_timeout == 0 else signal.SIGTERM
+        driver = [driver_release(specs, signum) for _ in range(args.rounds)]
         module = [module_release(specs, term_timeout, on_term, out) for _ in range(args.rounds)]
         case = {'case': name, 'driver': driver, 'module': module,
                 'driver_median_s': statistics.median(d['elapsed'] for d in driver),

@@ -55,9 +55,11 @@ try: print(urllib.request.urlopen(sys.argv[1], timeout=1).status)
 except Exception: print(0)' http://%s:30000/health)" = 200 ]; do sleep 0.05; done
 '''
 WAIT_GPU_FREE = r'''
-until nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '$1 > 0 {busy=1} END {exit busy}'; do sleep 0.05; done
+until nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits \
+      | awk -F', ' '$3 > 0 {busy=1} END {exit busy}'; do sleep 0.05; done
 '''
-KILL_LEFTOVERS = ['pct', 'exec', '101', '--', 'pkill', '-TERM', '-f', 'sglang::|sglang_standin']
+# One remote command line: ssh hands it to the node's shell, so the pattern is quoted for it.
+KILL_LEFTOVERS = "pct exec 101 -- pkill -TERM -f 'sglang::|sglang_standin'"
 
 
 class Probe(object):
@@ -137,7 +139,7 @@ def manual(name):
     def run():
         if name == 'gpu1':
             ssh(HOSTS[name], 'systemctl stop sglang')
-            subprocess.run(SSH + ['root@' + PVE] + KILL_LEFTOVERS, stdout=subprocess.DEVNULL)
+            subprocess.run(SSH + ['root@' + PVE, KILL_LEFTOVERS], stdout=subprocess.DEVNULL)
             ssh(HOSTS[name], WAIT_GPU_FREE + 'systemctl start sglang\n' + WAIT_HEALTHY % HOSTS[name])
         else:
             script = DETACHED_RESTART.replace('setsid', WAIT_GPU_FREE + 'setsid')
