@@ -98,6 +98,14 @@ class CommandRunner(object):
         timed_out = rc == 124 or (rc == 137 and self.clock() - started >= timeout)
         return CommandResult(argv, rc, stdout or '', stderr or '', timed_out, timeout)
 
+    def as_runner(self):
+        """A ``runner(argv, timeout) -> (rc, stdout, stderr)`` for the pure-stdlib helpers (_server, _guard),
+        which run the same commands without Ansible on the host-side guard."""
+        def runner(argv, timeout):
+            result = self.run(argv, timeout=timeout)
+            return result.rc, result.stdout, result.stderr
+        return runner
+
     def check(self, argv, timeout=None, cwd=None, data=None):
         """Run argv; raise CommandError (carrying the result) unless it exited 0 in time."""
         result = self.run(argv, timeout=timeout, cwd=cwd, data=data)

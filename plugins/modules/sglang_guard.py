@@ -194,12 +194,9 @@ def main():
     )
     params = module.params
 
+    # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     commands = CommandRunner(module, 60)
-
-    def runner(argv, timeout):
-        # One deadline per command: a wedged systemd or a hung tool must not hang the task.
-        result = commands.run(argv, timeout=timeout)
-        return result.rc, result.stdout, result.stderr
+    runner = commands.as_runner()
 
     guard = Guard(params['folder'], runner=runner, lock_timeout=params['lock_timeout'])
     result = dict(changed=False, armed=False, armed_by=None, deadline_at=None, fired=None, last_fired=None, cmd=[])

@@ -210,12 +210,9 @@ def main():
     if params['health_interval'] <= 0 or params['health_timeout'] < 0 or params['term_timeout'] < 0:
         module.fail_json(msg='health_interval must be above 0, health_timeout and term_timeout not negative', **result)
 
+    # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     commands = CommandRunner(module, 60)
-
-    def runner(argv, timeout):
-        # One deadline per command: a wedged systemd or a hung tool must not hang the task.
-        result = commands.run(argv, timeout=timeout)
-        return result.rc, result.stdout, result.stderr
+    runner = commands.as_runner()
 
     server = Server(params['manager'], params['service_name'], params['launch_file'], params['pidfile'],
                     params['log_file'], params['url'], params['term_timeout'], runner=runner)

@@ -196,11 +196,9 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
+    # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     commands = CommandRunner(module, 30)
-
-    def runner(argv, timeout):
-        result = commands.run(argv, timeout=timeout)
-        return result.rc, result.stdout, result.stderr
+    runner = commands.as_runner()
 
     manager = params['service_manager']
     if manager == 'auto':

@@ -154,28 +154,27 @@ def test_a_poll_interval_of_zero_is_refused(deployment, tmp_path):
 
 
 def test_guard_restores_files_and_previous_server_at_its_deadline(deployment, tmp_path):
-    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start')
+    assert not started.failed, started.get('msg')
     before = {'launch': sha256(deployment.launch), 'module': sha256(deployment.module_file)}
+    # 10 s leaves the changes below (made within milliseconds of the arm returning) well inside the deadline.
     armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
-                     deployment.guard_args(state='armed', run_id='run-1', deadline=3), name='arm')
+                     deployment.guard_args(state='armed', run_id='run-1', deadline=10), name='arm')
     assert not armed.failed, armed.get('msg')
     assert armed['armed'] and armed['armed_by'] == 'run-1'
-    # The run stops the server, changes files, and its controller vanishes.
-    run_task(tmp_path, 'gpuops.sglang.sglang_server',
-             deployment.server_args(state='stopped', stop_marker=str(tmp_path / 'stopped_at')), name='stop')
+    # The run changes files (a launch configuration that cannot start), then its controller vanishes.
     deployment.write_launch(96, extra=['--no-such-flag'])
     deployment.module_file.write_bytes(b'# half-patched\n')
     (tmp_path / 'created-by-run.txt').write_text('new')
-    wait_until(lambda: health(deployment.port) == 200, 3 + 20, 'the previous server serving again')
     wait_until(lambda: (deployment.guard_dir / 'fired.json').exists() and not
-               (deployment.guard_dir / 'state.json').exists(), 10, 'the guard finishing')
-    assert max_running_requests(deployment.port) == 64
+               (deployment.guard_dir / 'state.json').exists(), 10 + 30, 'the guard acting and finishing')
+    assert health(deployment.port) == 200 and max_running_requests(deployment.port) == 64
+    assert int((tmp_path / 'tiny.pid').read_text()) != started['pid'], 'the guard started the server again'
     assert {'launch': sha256(deployment.launch), 'module': sha256(deployment.module_file)} == before
     assert not (tmp_path / 'created-by-run.txt').exists()
     report = json.loads((deployment.guard_dir / 'fired.json').read_text())
     assert report['acted_by'] == 'deadline' and report['status'] == 'rolled_back' and report['healthy']
     assert report['run_id'] == 'run-1' and report['host'] == 'tiny-host'
-    assert report['downtime_s'] > 0
     # The run that comes back too late learns that it was rolled back, and says so.
     late = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
                     deployment.guard_args(state='confirmed', run_id='run-1'), name='late')
@@ -185,14 +184,15 @@ def test_guard_restores_files_and_previous_server_at_its_deadline(deployment, tm
 
 def test_confirmed_guard_never_acts(deployment, tmp_path):
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
-    run_task(tmp_path, 'gpuops.sglang.sglang_guard', deployment.guard_args(state='armed', run_id='run-2', deadline=2),
-             name='arm')
+    run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+             deployment.guard_args(state='armed', run_id='run-2', deadline=600), name='arm')
     assert watchers(deployment.guard_dir), 'no watcher was started'
     deployment.module_file.write_bytes(b'# the new, verified bytes\n')
     confirmed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
                          deployment.guard_args(state='confirmed', run_id='run-2'), name='confirm')
-    assert not confirmed.failed and confirmed['changed'] and not confirmed['armed']
-    # The watcher exits by itself once it sees the guard confirmed (or after acting): wait for that.
+    assert not confirmed.failed, confirmed.get('msg')
+    assert confirmed['changed'] and not confirmed['armed']
+    # A watcher leaves only by acting or by seeing its guard confirmed; with 600 s to go, it must be the latter.
     wait_until(lambda: not watchers(deployment.guard_dir), 10, 'the watcher exiting')
     assert deployment.module_file.read_bytes() == b'# the new, verified bytes\n'
     assert not (deployment.guard_dir / 'fired.json').exists()

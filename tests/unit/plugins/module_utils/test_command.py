@@ -66,3 +66,21 @@ def test_missing_coreutils_timeout_and_bad_deadline_are_refused():
         CommandRunner(FakeModule(timeout_bin=None), 30).run(['true'])
     with pytest.raises(CommandError, match='greater than 0'):
         CommandRunner(FakeModule(), 0)
+
+
+def test_as_runner_gives_the_stdlib_helpers_rc_and_output_under_the_same_deadline():
+    calls = []
+
+    class Module(object):
+        def get_bin_path(self, name, required=False):
+            return '/usr/bin/timeout'
+
+        def run_command(self, argv, **kwargs):
+            calls.append(argv)
+            return 3, 'out', 'err'
+
+    from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandRunner
+    commands = CommandRunner(Module(), 30)
+    assert commands.as_runner()(['systemctl', 'show', 'sglang'], 7) == (3, 'out', 'err')
+    assert calls == [['/usr/bin/timeout', '--kill-after=5', '7s', 'systemctl', 'show', 'sglang']]
+    assert commands.cmd == [['systemctl', 'show', 'sglang']]
