@@ -121,6 +121,8 @@ def assert_rolled_back(lab, host_name, before, run, words):
     assert words in written['reason'], written['reason']
     assert 'the previous server serves again' in written['reason']
     assert written['downtime_s'] > 0
+    print('%s: rolled back, previous server serving %.2f s after the stop (report, host clock)'
+          % (host_name, written['downtime_s']))
     # The same summary reaches ansible-runner's artifacts, keyed by host.
     assert artifacts(run)['sglang_redeploy'][host_name]['status'] == 'rolled_back'
 
@@ -286,3 +288,15 @@ def test_check_mode_on_a_lab_that_would_change_reports_why_and_changes_nothing(l
         assert 'would redeploy (check mode)' in summary[name]['reason']
         assert 'max_running_requests is 64, want 96' in summary[name]['reason']
         assert (files_state(lab[name]), lab[name].server_pid()) == before[name]
+
+
+def test_a_poll_interval_of_zero_is_refused_before_anything_runs(lab, redeploy):
+    pids = dict((name, lab[name].server_pid()) for name in ('gpu1', 'gpu2'))
+    run = redeploy(dict(CHANGE, sglang_health_poll_interval=0), name='zero-interval')
+    assert run.rc != 0
+    for name in ('gpu1', 'gpu2'):
+        written = report(name)
+        assert written['status'] == 'failed' and written['healthy'] is True
+        assert written['reason'].startswith('nothing was stopped')
+        assert 'sglang_health_poll_interval must be above 0' in written['reason']
+        assert lab[name].server_pid() == pids[name]
