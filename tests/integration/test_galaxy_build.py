@@ -16,7 +16,7 @@ SHIPPED_TOP = {'COPYING', 'README.md', 'MANIFEST.json', 'FILES.json', 'changelog
                'meta', 'playbooks', 'plugins', 'roles', 'tests'}
 MUST_SHIP = ['COPYING', 'README.md', 'meta/runtime.yml', 'changelogs/changelog.yaml', 'changelogs/config.yaml',
              'playbooks/redeploy.yml', 'roles/sglang/tasks/main.yml', 'roles/sglang/meta/argument_specs.yml',
-             'plugins/filter/sglang_flags.py',
+             'plugins/doc_fragments/attributes.py', 'plugins/filter/sglang_flags.py',
              'files/eagle_dynamic_spec_threshold.diff', 'inventory/example/hosts.yml'] + ['plugins/modules/%s.py' % name for name in MODULES]
 # Development of this checkout only: the lab and its inventory, molecule, bench, the pytest suites.
 NEVER_SHIP = ['lab', 'molecule', 'bench', 'Makefile', 'ansible.cfg', 'pytest.ini', 'requirements.txt',
