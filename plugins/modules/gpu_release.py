@@ -166,7 +166,7 @@ gpus_before:
   returned: always
   type: list
   elements: dict
-  contains:
+  contains: &gpu_record
     index:
       description: GPU index.
       type: int
@@ -189,22 +189,8 @@ gpus:
   returned: always
   type: list
   elements: dict
-  contains:
-    index:
-      description: GPU index.
-      type: int
-    uuid:
-      description: GPU UUID.
-      type: str
-    memory_used_mib:
-      description: memory.used in MiB.
-      type: int
-    memory_total_mib:
-      description: memory.total in MiB.
-      type: int
-    error:
-      description: Why this GPU could not be read, null when it was (see RV(gpus_before[].error)).
-      type: str
+  # the same records as gpus_before
+  contains: *gpu_record
 devices:
   description: Device files that matched O(devices) and were scanned (each with its real path).
   returned: always
