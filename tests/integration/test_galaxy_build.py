@@ -17,12 +17,14 @@ SHIPPED_TOP = {'COPYING', 'README.md', 'MANIFEST.json', 'FILES.json', 'changelog
 MUST_SHIP = ['COPYING', 'README.md', 'meta/runtime.yml', 'changelogs/changelog.yaml', 'changelogs/config.yaml',
              'playbooks/redeploy.yml', 'roles/sglang/tasks/main.yml', 'roles/sglang/meta/argument_specs.yml',
              'plugins/doc_fragments/attributes.py', 'plugins/filter/sglang_flags.py',
-             'files/eagle_dynamic_spec_threshold.diff', 'inventory/example/hosts.yml'] + ['plugins/modules/%s.py' % name for name in MODULES]
+             'files/eagle_dynamic_spec_threshold.diff', 'inventory/example/hosts.yml',
+             'tests/integration/targets/sglang_patch/tasks/main.yml',
+             'tests/integration/targets/sglang_patch/aliases'] + ['plugins/modules/%s.py' % name for name in MODULES]
 # Development of this checkout only: the lab and its inventory, molecule, bench, the pytest suites.
 NEVER_SHIP = ['lab', 'molecule', 'bench', 'Makefile', 'ansible.cfg', 'pytest.ini', 'requirements.txt',
               'requirements-lab.txt', '.ci', '.cache', '.venv', '.gitignore', '.ansible-lint', 'inventory/lab',
               'tests/lab', 'tests/unit', 'tests/helpers', 'tests/fixtures', 'tests/gpu', 'tests/conftest.py',
-              'tests/integration/test_galaxy_build.py', 'tests/sanity/run-ansible-test.sh']
+              'tests/integration/test_galaxy_build.py', 'tests/sanity/run-ansible-test.sh', 'tests/ansible-test.sh']
 
 
 @pytest.fixture(scope='module')
