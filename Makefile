@@ -1,6 +1,6 @@
 # Two commands on a fresh Debian machine, as root:
 #   make demo   full redeploy against the embedded lab, visible and verified
-#   make test   every test (unit, integration, sanity, lint, molecule)
+#   make test   every test (unit, integration, sanity, ansible-test integration, lint, the 2.21 matrix, molecule)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -16,7 +16,7 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: setup host-packages test test-unit test-integration test-lab sanity lint molecule demo lab-up lab-down gpu-check build clean bench bench-outage bench-gpu
+.PHONY: setup host-packages test test-unit test-integration test-lab sanity integration-targets lint molecule demo lab-up lab-down gpu-check build clean bench bench-outage bench-gpu matrix
 
 setup: host-packages $(VENV)/.installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
 
@@ -55,6 +55,10 @@ test-lab: setup
 sanity: setup
 	tests/sanity/run-ansible-test.sh
 
+# ansible-test's own integration targets (tests/integration/targets), as a downstream CI runs them.
+integration-targets: setup
+	tests/ansible-test.sh integration --venv
+
 lint: setup
 	rm -rf $(STALE_COPY)
 	$(BIN)/ansible-lint --offline --profile production
@@ -67,7 +71,7 @@ molecule: setup
 
 test: setup
 	$(BIN)/pytest tests/unit tests/integration tests/lab
-	$(MAKE) --no-print-directory sanity lint molecule
+	$(MAKE) --no-print-directory sanity integration-targets lint matrix molecule
 
 demo: setup
 	lab/lab up
@@ -79,6 +83,11 @@ lab-up: setup
 
 lab-down:
 	lab/lab down
+
+# The second controller: ansible-core 2.21 on Python 3.13 (Debian 13) in a podman container
+# (tests/matrix/run.sh); `make test-unit test-integration` is the first (2.19 on the host's 3.11).
+matrix: setup
+	tests/matrix/run.sh
 
 build: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path $(CACHE)/build

@@ -33,13 +33,17 @@ description:
     missed C(/dev/nvidia-caps), guessed the wait, and could not tell a free GPU from a busy one.
 author:
   - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
 attributes:
   check_mode:
     support: full
-    description: Reports the holders that would be killed and the current GPU memory; signals nothing.
+    details: Reports the holders that would be killed and the current GPU memory; signals nothing.
   diff_mode:
     support: none
-    description: Not applicable; the module acts on processes, not on files.
+    details: Not applicable; the module acts on processes, not on files.
+  platform:
+    platforms: posix
 options:
   devices:
     description: Glob patterns of the device files whose holders are ended.
@@ -126,19 +130,43 @@ killed:
   returned: always
   type: list
   elements: dict
+  contains:
+    pid:
+      description: PID of the holder.
+      type: int
+    cmdline:
+      description: Full command line of the holder.
+      type: str
+    signal:
+      description: Last signal sent, V(TERM) or V(KILL).
+      type: str
   sample: [{"pid": 436, "cmdline": "python3 hold.py", "signal": "KILL"}]
 excluded:
   description: Holders left alone, with the reason (V(exclude) pattern or V(self/ancestor)) and the devices they hold.
   returned: always
   type: list
   elements: dict
+  contains:
+    pid:
+      description: PID of the holder.
+      type: int
+    cmdline:
+      description: Full command line of the holder.
+      type: str
+    devices:
+      description: The device files it holds open or mapped.
+      type: list
+      elements: str
+    reason:
+      description: V(exclude) (matched O(builtin_exclude) or O(exclude)) or V(self/ancestor) (this module or a parent of it).
+      type: str
   sample: [{"pid": 88, "cmdline": "/usr/bin/nvidia-persistenced", "devices": ["/dev/nvidiactl"], "reason": "exclude"}]
 gpus_before:
   description: GPUs as nvidia-smi reported them before anything was signalled.
   returned: always
   type: list
   elements: dict
-  contains:
+  contains: &gpu_record
     index:
       description: GPU index.
       type: int
@@ -161,6 +189,8 @@ gpus:
   returned: always
   type: list
   elements: dict
+  # the same records as gpus_before
+  contains: *gpu_record
 devices:
   description: Device files that matched O(devices) and were scanned (each with its real path).
   returned: always
@@ -175,6 +205,17 @@ compute_apps:
   returned: always
   type: list
   elements: dict
+  contains:
+    pid:
+      description: PID as nvidia-smi reports it (the host's PID namespace).
+      type: int
+    process_name:
+      description: Process name as nvidia-smi reports it.
+      type: str
+    used_memory_mib:
+      description: GPU memory it uses in MiB; null when nvidia-smi cannot say (C([N/A])).
+      type: int
+  sample: [{"pid": 436, "process_name": "python3", "used_memory_mib": 20610}]
 cmd:
   description: The nvidia-smi argv used to read the GPUs (each call also runs under coreutils C(timeout)).
   returned: always

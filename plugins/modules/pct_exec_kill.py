@@ -32,13 +32,17 @@ description:
     processes and listed some PIDs twice.
 author:
   - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
 attributes:
   check_mode:
     support: full
-    description: Lists what would be killed (same RV(killed) list) and signals nothing.
+    details: Lists what would be killed (same RV(killed) list) and signals nothing.
   diff_mode:
     support: none
-    description: Not applicable; the module acts on processes, not on files.
+    details: Not applicable; the module acts on processes, not on files.
+  platform:
+    platforms: posix
 options:
   vmid:
     description: ID of the LXC container whose processes are stopped.
@@ -118,6 +122,16 @@ remaining:
   returned: always
   type: list
   elements: dict
+  contains:
+    pid:
+      description: PID inside the container.
+      type: int
+    cmdline:
+      description: Full command line.
+      type: str
+    state:
+      description: Process state letter from C(/proc/PID/stat) (for example V(S), V(D), V(Z)).
+      type: str
   sample: []
 cmd:
   description: The argv lists run through pct, in order (each also runs under coreutils C(timeout)).

@@ -27,13 +27,17 @@ description:
   - O(state=query) only reports.
 author:
   - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
 attributes:
   check_mode:
     support: full
-    description: Reports whether a guard is armed and what would be done; changes nothing.
+    details: Reports whether a guard is armed and what would be done; changes nothing.
   diff_mode:
     support: none
-    description: Not applicable.
+    details: Not applicable; the guard keeps byte copies of files and reports them, it shows no diff.
+  platform:
+    platforms: posix
 options:
   state:
     description: What to do with the guard.
@@ -146,8 +150,59 @@ fired:
   description: The report of the restore done by this task (null when none was done).
   returned: always
   type: dict
+  contains:
+    run_id:
+      description: The run that armed the guard.
+      type: str
+    host:
+      description: The host's inventory name given in O(host) when armed.
+      type: str
+    hostname:
+      description: The host's own name.
+      type: str
+    acted_by:
+      description: Who restored, V(controller) (the arming run), V(takeover) (a later run) or V(deadline) (the watcher).
+      type: str
+    status:
+      description: V(rolled_back) when the previous server answers C(/health) again, V(failed) otherwise.
+      type: str
+    healthy:
+      description: Whether the previous server answered C(/health) after the restore.
+      type: bool
+    reason:
+      description: Why the restore was done.
+      type: str
+    restored_files:
+      description: Files written back (or removed, when they did not exist before).
+      type: list
+      elements: str
+    steps:
+      description: The restore steps that succeeded, in order.
+      type: list
+      elements: str
+    problems:
+      description: The steps that failed, each with its error.
+      type: list
+      elements: str
+    timings:
+      description: Seconds each step took, by step.
+      type: dict
+    started_at:
+      description: When the restore began (seconds since the epoch, host clock).
+      type: float
+    finished_at:
+      description: When it ended (host clock).
+      type: float
+    healthy_at:
+      description: When the previous server first answered C(/health) (host clock); null when it did not.
+      type: float
+    downtime_s:
+      description: Seconds from the stop to that answer; null when unknown.
+      type: float
 last_fired:
-  description: The report of the last restore on this host, by anyone (null when there never was one).
+  description: >-
+    The report of the last restore on this host, by anyone (null when there never was one); the same keys as
+    RV(fired).
   returned: always
   type: dict
 cmd:

@@ -35,13 +35,17 @@ description:
     to files in that encoding; a Python file that no longer compiles afterwards is refused.
 author:
   - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
 attributes:
   check_mode:
     support: full
-    description: Runs the patch on the staging copies and reports what would change; site-packages is not written.
+    details: Runs the patch on the staging copies and reports what would change; site-packages is not written.
   diff_mode:
     support: full
-    description: Shows each changed file before and after.
+    details: Shows each changed file before and after.
+  platform:
+    platforms: posix
 options:
   src:
     description: Path of the unified diff on the managed host.

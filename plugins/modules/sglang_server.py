@@ -24,13 +24,17 @@ description:
     O(expected_server_info).
 author:
   - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
 attributes:
   check_mode:
     support: full
-    description: Reports whether the server runs and would be stopped or started; changes nothing.
+    details: Reports whether the server runs and would be stopped or started; changes nothing.
   diff_mode:
     support: none
-    description: Not applicable; the module acts on processes.
+    details: Not applicable; the module acts on processes.
+  platform:
+    platforms: posix
 options:
   state:
     description:

@@ -12,6 +12,17 @@ SGLANG_REQUIREMENT = [line for line in SGLANG_REQUIREMENT if line.startswith('sg
 WHEELS = os.path.join(REPO, '.cache', 'wheels')
 
 
+def wheel_tags_of_the_cached_wheel():
+    """pip options that accept the cached CPython 3.11 sglang wheel on another controller Python.
+
+    `make setup` fetches the wheel for the host's Python 3.11; the 2.21 controller of `make matrix`
+    runs Python 3.13. The tests patch sglang's Python source, which is the same in either wheel.
+    """
+    if sys.version_info[:2] == (3, 11):
+        return []
+    return ['--python-version', '3.11', '--only-binary=:all:']
+
+
 @pytest.fixture(scope='session')
 def pristine_sglang(tmp_path_factory):
     """A real sglang release installed with pip --no-deps into a venv (made once per session)."""
@@ -23,7 +34,7 @@ def pristine_sglang(tmp_path_factory):
                                    universal_newlines=True).strip()
     subprocess.check_call([sys.executable, '-m', 'pip', 'install', '-q', '--disable-pip-version-check',
                            '--no-deps', '--no-index', '--find-links', WHEELS, '--target', site,
-                           SGLANG_REQUIREMENT])
+                           SGLANG_REQUIREMENT] + wheel_tags_of_the_cached_wheel())
     return venv, site
 
 

@@ -1,31 +1,104 @@
-"""The built collection tarball installs, and its modules run from the installed copy."""
+"""The built collection tarball holds what a user installs, installs, and its modules run from the installed copy."""
+import json
 import os
 import subprocess
 import sys
+import tarfile
+
+import pytest
 
 from helpers.ansible_run import REPO, TARGET_PYTHON
 
 BIN = os.path.dirname(sys.executable)
+MODULES = ['gpu_release', 'pct_exec_kill', 'sglang_guard', 'sglang_patch', 'sglang_server']
+# What a user installs, and nothing else at the top of the tarball.
+SHIPPED_TOP = {'COPYING', 'README.md', 'MANIFEST.json', 'FILES.json', 'changelogs', 'docs', 'files', 'inventory',
+               'meta', 'playbooks', 'plugins', 'roles', 'tests'}
+MUST_SHIP = ['COPYING', 'README.md', 'meta/runtime.yml', 'changelogs/changelog.yaml', 'changelogs/config.yaml',
+             'playbooks/redeploy.yml', 'roles/sglang/tasks/main.yml', 'roles/sglang/meta/argument_specs.yml',
+             'plugins/doc_fragments/attributes.py', 'plugins/filter/sglang_flags.py',
+             'files/eagle_dynamic_spec_threshold.diff', 'inventory/example/hosts.yml',
+             'tests/integration/targets/sglang_patch/tasks/main.yml',
+             'tests/integration/targets/sglang_patch/aliases'] + ['plugins/modules/%s.py' % name for name in MODULES]
+# Development of this checkout only: the lab and its inventory, molecule, bench, the pytest suites.
+NEVER_SHIP = ['lab', 'molecule', 'bench', 'Makefile', 'ansible.cfg', 'pytest.ini', 'requirements.txt',
+              'requirements-lab.txt', 'requirements-matrix.txt', '.ci', '.cache', '.venv', '.gitignore', '.ansible-lint', 'inventory/lab',
+              'tests/lab', 'tests/unit', 'tests/helpers', 'tests/fixtures', 'tests/gpu', 'tests/conftest.py',
+              'tests/integration/test_galaxy_build.py', 'tests/sanity/run-ansible-test.sh', 'tests/ansible-test.sh']
 
 
-def test_built_tarball_installs_and_its_module_runs(tmp_path):
+@pytest.fixture(scope='module')
+def tarball(tmp_path_factory):
+    out = tmp_path_factory.mktemp('build')
     subprocess.check_call([os.path.join(BIN, 'ansible-galaxy'), 'collection', 'build', '--output-path',
-                           str(tmp_path), REPO], stdout=subprocess.DEVNULL)
-    tarball = [name for name in os.listdir(str(tmp_path)) if name.endswith('.tar.gz')]
-    assert tarball == ['gpuops-sglang-0.1.0.tar.gz']
+                           str(out), REPO], stdout=subprocess.DEVNULL)
+    names = [name for name in os.listdir(str(out)) if name.endswith('.tar.gz')]
+    assert names == ['gpuops-sglang-0.1.0.tar.gz']
+    return out / names[0]
+
+
+@pytest.fixture(scope='module')
+def members(tarball):
+    with tarfile.open(str(tarball)) as archive:
+        return {member.name.rstrip('/'): member for member in archive.getmembers()}
+
+
+def test_tarball_holds_the_collection_license_and_docs(members):
+    missing = [name for name in MUST_SHIP if name not in members]
+    assert not missing, missing
+    assert {name.split('/')[0] for name in members} <= SHIPPED_TOP
+
+
+def test_tarball_leaves_out_the_lab_molecule_bench_and_build_files(members):
+    shipped = [name for name in members
+               if any(name == path or name.startswith(path + '/') for path in NEVER_SHIP)]
+    assert not shipped, shipped
+    stray_tests = [name for name in members if name.startswith('tests/') and members[name].isfile()
+                   and not name.startswith('tests/integration/targets/')
+                   and not (name.startswith('tests/sanity/ignore-') and name.endswith('.txt'))]
+    assert not stray_tests, stray_tests
+
+
+def test_copying_is_the_full_gpl3_text_and_the_manifest_names_no_placeholder(tarball):
+    with tarfile.open(str(tarball)) as archive:
+        copying = archive.extractfile('COPYING').read().decode()
+        manifest = json.loads(archive.extractfile('MANIFEST.json').read().decode())
+    assert 'GNU GENERAL PUBLIC LICENSE' in copying and 'Version 3, 29 June 2007' in copying
+    assert 'END OF TERMS AND CONDITIONS' in copying and len(copying) > 30000
+    info = manifest['collection_info']
+    assert info['license'] == ['GPL-3.0-or-later']
+    urls = [info[key] for key in ('repository', 'documentation', 'homepage', 'issues') if info.get(key)]
+    assert not [url for url in urls if 'example' in url or 'invalid' in url], urls
+
+
+def test_built_tarball_installs_and_its_modules_run_through_the_action_group(tarball, tmp_path):
     installed = tmp_path / 'collections'
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(installed))
     env.pop('ANSIBLE_CONFIG', None)  # not the checkout's ansible.cfg: only the installed copy may resolve
     subprocess.check_call([os.path.join(BIN, 'ansible-galaxy'), 'collection', 'install', '--force', '-p',
-                           str(installed), str(tmp_path / tarball[0])], env=env, cwd=str(tmp_path),
-                          stdout=subprocess.DEVNULL)
+                           str(installed), str(tarball)], env=env, cwd=str(tmp_path), stdout=subprocess.DEVNULL)
     assert os.path.isfile(str(installed / 'ansible_collections/gpuops/sglang/plugins/modules/gpu_release.py'))
     run = subprocess.run([os.path.join(BIN, 'ansible'), 'localhost', '-c', 'local', '-e',
                           'ansible_python_interpreter=%s' % TARGET_PYTHON, '-m', 'gpuops.sglang.sglang_patch',
                           '-a', 'content="" site_packages=/nonexistent'],
-                         env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+                         env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True)
     assert run.returncode == 2, run.stdout
     assert 'refusing the diff, nothing was changed: the diff contains no hunks' in run.stdout, run.stdout
+    # module_defaults for the action group reach the module: the options come only from there.
+    play = [{'hosts': 'localhost', 'gather_facts': False,
+             'module_defaults': {'group/gpuops.sglang.sglang': {'content': '', 'site_packages': '/nonexistent'}},
+             'tasks': [{'name': 'patch with options from the group defaults', 'gpuops.sglang.sglang_patch': {},
+                        'register': 'refused', 'ignore_errors': True},
+                       {'ansible.builtin.assert': {'that': [
+                           "refused is failed",
+                           "'the diff contains no hunks' in refused.msg"]}}]}]
+    (tmp_path / 'play.yml').write_text(json.dumps(play))
+    run = subprocess.run([os.path.join(BIN, 'ansible-playbook'), '-i', 'localhost,', '-c', 'local', '-e',
+                          'ansible_python_interpreter=%s' % TARGET_PYTHON, 'play.yml'],
+                         env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         universal_newlines=True)
+    assert run.returncode == 0, run.stdout
     assert str(installed) in subprocess.check_output(
         [os.path.join(BIN, 'ansible-doc'), '-t', 'module', 'gpuops.sglang.gpu_release'], env=env, cwd=str(tmp_path),
         universal_newlines=True)
