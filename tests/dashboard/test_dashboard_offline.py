@@ -3,13 +3,13 @@ picture, the advice after a cancel, SQLite history across a restart, and the tok
 import json
 import os
 import re
-import urllib.error
 import urllib.request
 
 import pytest
 import yaml
 
 from gpuops_dashboard import phases, redeploy, store, timeline
+from helpers.dashboard_http import post
 
 REPO = redeploy.REPO
 FIXTURE = os.path.join(REPO, 'tests', 'fixtures', 'dashboard-records-redeploy-gpu2.json')
@@ -112,18 +112,6 @@ def test_history_survives_a_restart_and_a_lost_run_is_marked_failed(tmp_path):
 def test_start_refuses_a_missing_inventory(tmp_path):
     with pytest.raises(ValueError, match='does not exist'):
         redeploy.start('inventory/none', runs_dir=str(tmp_path))
-
-
-def post(url, token=None, body=None):
-    request = urllib.request.Request(url, data=json.dumps(body or {}).encode(), method='POST',
-                                     headers={'Content-Type': 'application/json'})
-    if token is not None:
-        request.add_header('Authorization', 'Bearer ' + token)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.load(response), response.headers
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error), error.headers
 
 
 @pytest.mark.parametrize('token', [None, 'wrong-token', ''])
