@@ -79,7 +79,9 @@ def progress_record(event):
         record.update(kind='task', host=data.get('host'), task=task, phase=TASK_PHASES.get(task),
                       state=_HOST_STATES[kind], changed=bool(res.get('changed')) if isinstance(res, dict) else False)
         if kind == 'runner_retry':
-            record['attempts'] = data.get('retries') and res.get('attempts')
+            # An `until` loop's attempt so far, of how many (event_data.retries).
+            record['attempts'] = res.get('attempts')
+            record['retries'] = data.get('retries') or res.get('retries')
         if kind in ('runner_on_failed', 'runner_on_unreachable') and isinstance(res, dict):
             record['msg'] = str(res.get('msg', ''))[:2000]
             if data.get('ignore_errors'):

@@ -69,6 +69,16 @@ def test_failed_task_record_keeps_its_message():
     assert (record['phase'], record['state'], record['msg']) == ('patch', 'failed', 'hunk 1 FAILED')
 
 
+def test_retry_of_a_long_wait_counts_attempts():
+    record = phases.progress_record({
+        'event': 'runner_retry', 'counter': 9, 'created': '2026-11-30T12:00:01.000000',
+        'event_data': {'host': 'gpu2', 'task': 'Release the GPUs and prove their memory is free', 'retries': 30,
+                       'res': {'attempts': 3, 'changed': False}}})
+    assert (record['phase'], record['state'], record['attempts'], record['retries']) == ('gpu_release', 'retry', 3, 30)
+    started = dict(record, seq=8, state='started', attempts=None)
+    assert phases.current_phase([started, record])['gpu2']['attempts'] == 3
+
+
 def test_timeline_draws_each_phase_the_outage_and_health():
     records = recorded_run()
     hosts = records[-1]['artifacts']['sglang_redeploy']
