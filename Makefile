@@ -1,6 +1,7 @@
 # Two commands on a fresh Debian machine, as root:
 #   make demo   full redeploy against the embedded lab, visible and verified
-#   make test   every test (unit, integration, sanity, ansible-test integration, lint, the 2.21 matrix, molecule)
+#   make test   every test (unit, integration, lab, dashboard with a headless browser, sanity, ansible-test integration, lint, the 2.21 matrix, molecule)
+#   make dashboard   the reference ops page against the lab, on 127.0.0.1:$DASHBOARD_PORT (default 8765)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 PYTHON ?= python3
@@ -8,7 +9,8 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 CACHE := $(CURDIR)/.cache
 COLLECTION_LINK := $(CACHE)/collections/ansible_collections/gpuops/sglang
-APT_PACKAGES := podman runc debootstrap uidmap catatonit openssh-client patch psmisc procps util-linux python3-venv
+APT_PACKAGES := podman runc debootstrap uidmap catatonit openssh-client patch psmisc procps util-linux python3-venv \
+  chromium
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 # ansible-lint and molecule (ansible-compat) keep their caches, and a copy of this collection,
@@ -16,13 +18,13 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: setup host-packages test test-unit test-integration test-lab sanity integration-targets lint molecule demo lab-up lab-down gpu-check build clean bench bench-outage bench-gpu matrix
+.PHONY: setup host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-gpu matrix
 
-setup: host-packages $(VENV)/.installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
+setup: host-packages $(VENV)/.installed $(VENV)/.dashboard-installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
 
 # apt packages, installed once when any is missing (Debian's python3 needs python3-venv for venvs).
 host-packages:
-	@missing=""; for tool in podman runc debootstrap catatonit ssh ssh-keygen patch nsenter unshare; do \
+	@missing=""; for tool in podman runc debootstrap catatonit ssh ssh-keygen patch nsenter unshare chromium; do \
 	  command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then echo "installing host packages (missing:$$missing)"; \
@@ -31,6 +33,11 @@ host-packages:
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+# The ops page and its browser test (Playwright drives Debian's chromium: no browser download).
+$(VENV)/.dashboard-installed: requirements-dashboard.txt $(VENV)/.installed
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dashboard.txt
 	touch $@
 
 # Playbooks and ansible-doc resolve gpuops.sglang.* from this checkout through this link.
@@ -52,6 +59,10 @@ test-integration: setup
 test-lab: setup
 	$(BIN)/pytest -q tests/lab
 
+# The dashboard's API and page (headless chromium) against the lab; leaves the lab serving.
+test-dashboard: setup
+	$(BIN)/pytest -q tests/dashboard
+
 sanity: setup
 	tests/sanity/run-ansible-test.sh
 
@@ -70,13 +81,19 @@ molecule: setup
 	@grep -qE '[0-9]+ passed' $(CACHE)/molecule.log || { echo "molecule ran no testinfra test" >&2; exit 1; }
 
 test: setup
-	$(BIN)/pytest tests/unit tests/integration tests/lab
+	$(BIN)/pytest tests/unit tests/integration tests/lab tests/dashboard
 	$(MAKE) --no-print-directory sanity integration-targets lint matrix molecule
 
 demo: setup
 	lab/lab up
 	$(BIN)/ansible-playbook -i inventory/lab playbooks/redeploy.yml
 	lab/lab summary
+
+# The reference ops page against the lab: http://127.0.0.1:$${DASHBOARD_PORT:-8765}/, token from
+# DASHBOARD_TOKEN or generated and printed.
+dashboard: setup
+	lab/lab up
+	$(BIN)/python -m gpuops_dashboard --inventory inventory/lab
 
 lab-up: setup
 	lab/lab up

@@ -1,0 +1,203 @@
+"""Start, follow and cancel `playbooks/redeploy.yml` through ansible-runner, as an ops dashboard does.
+
+    from gpuops_dashboard import redeploy
+    run = redeploy.start('inventory/lab', limit='gpu2', extra_vars={'sglang_force_restart': True})
+    run.id                      # at once; the playbook runs in a thread
+    run.progress()              # {'gpu2': {'phase': 'stop', 'label': 'drain + stop', 'state': 'running', ...}}
+    run.wait(600)               # 'successful' | 'failed' | 'canceled'
+    run.hosts()                 # per-host summary from the run's artifacts (set_stats key sglang_redeploy)
+    notice = run.cancel()       # within about 0.2 s; notice['hosts'] says what to expect on each host
+
+What this module takes care of, which a bare `ansible_runner.run` call leaves to its caller: the private
+data dir is created (ansible-runner wants an existing folder), ansible-playbook is found beside the running
+interpreter (the venv need not be on PATH), the collection and ansible.cfg of this checkout are used
+(ANSIBLE_CONFIG, ANSIBLE_COLLECTIONS_PATH), the inventory is always passed explicitly, and cancel is
+noticed every 0.2 s instead of ansible-runner's default 5 s (`pexpect_timeout`).
+
+A cancel is a SIGKILL of ansible-playbook's process group: nothing on the controller cleans up. What
+happens on each host depends on how far it got, and `cancel()` says so (see `expectations_after_cancel`):
+- before its guard was armed: nothing was stopped, the old server serves;
+- inside the outage window (guard armed, new server not confirmed): the guard on the host restores the
+  pre-run files and starts the previous server by itself, `sglang_rollback_deadline` seconds after the
+  window opened; the host's report file says "the run stopped inside the outage window" until then; a
+  new run started earlier carries out that guard first (takeover), it never starts a second server;
+- after the new server was confirmed: the new server serves; only the report may be missing.
+"""
+import json
+import os
+import secrets
+import sys
+import threading
+import time
+
+import ansible_runner
+
+from gpuops_dashboard import phases as _phases
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLAYBOOK = os.path.join(REPO, 'playbooks', 'redeploy.yml')
+DEFAULT_RUNS_DIR = os.path.join(REPO, '.cache', 'dashboard', 'runs')
+# ansible-runner checks its cancel callback once per pexpect_timeout (5 s by default; 0.2 s measured 0.27 s).
+CANCEL_POLL_S = 0.2
+FINAL_STATES = ('successful', 'failed', 'canceled')
+
+
+def ansible_environment():
+    """What ansible-playbook needs to resolve gpuops.sglang.* from this checkout, whatever the caller's shell."""
+    venv_bin = os.path.dirname(sys.executable)
+    return {
+        'ANSIBLE_CONFIG': os.path.join(REPO, 'ansible.cfg'),
+        'ANSIBLE_COLLECTIONS_PATH': os.path.join(REPO, '.cache', 'collections'),
+        'PATH': venv_bin + os.pathsep + os.environ.get('PATH', '/usr/bin:/bin'),
+        # Dashboards read events; the text output is kept in the artifacts only.
+        'ANSIBLE_FORCE_COLOR': '0',
+    }
+
+
+def _inventory_path(inventory):
+    path = inventory if os.path.isabs(inventory) else os.path.join(REPO, inventory)
+    if not os.path.exists(path):
+        raise ValueError('inventory %s does not exist' % path)
+    return path
+
+
+def new_run_id():
+    return time.strftime('%Y%m%dT%H%M%S', time.gmtime()) + '-' + secrets.token_hex(3)
+
+
+def expectations_after_cancel(records, rollback_deadline_s=None):
+    """Per host: what an operator should expect after a cancel, from how far the host got.
+
+    Returns {host: {'stage': 'before_window'|'in_window'|'confirmed', 'expect': text}}.
+    """
+    seen = _phases.host_phases(records)
+    deadline = ('%s s' % rollback_deadline_s) if rollback_deadline_s is not None else 'sglang_rollback_deadline'
+    notice = {}
+    for host, host_phases in seen.items():
+        names = [phase['phase'] for phase in host_phases]
+        confirmed = any(phase['phase'] == 'confirm' and phase['state'] == 'ok' for phase in host_phases)
+        if confirmed:
+            notice[host] = {'stage': 'confirmed',
+                            'expect': 'the new server was confirmed before the cancel and serves; its report may '
+                                      'be missing'}
+        elif 'arm' in names:
+            notice[host] = {'stage': 'in_window',
+                            'expect': 'the run was cut inside the outage window: the guard on the host restores the '
+                                      'pre-run files and starts the previous server by itself, %s after the window '
+                                      'opened (its report: /var/lib/gpuops-sglang/<service>/fired.json); the report '
+                                      'file says "the run stopped inside the outage window" until a new run writes '
+                                      'one; a new run started earlier carries out the guard first' % deadline}
+        else:
+            notice[host] = {'stage': 'before_window',
+                            'expect': 'nothing was stopped: the old server serves as before'}
+    return notice
+
+
+class Redeploy(object):
+    """One run of playbooks/redeploy.yml in a thread. Thread-safe to read from other threads."""
+
+    def __init__(self, run_id, private_data_dir, inventory, limit, extra_vars, on_record=None, check=False):
+        self.id = run_id
+        self.private_data_dir = private_data_dir
+        self.inventory = inventory
+        self.limit = limit
+        self.extra_vars = dict(extra_vars or {})
+        self.check = check
+        self.started_at = time.time()
+        self.finished_at = None
+        self.rc = None
+        self.error = None
+        self._status = 'running'
+        self._records = []
+        self._lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._done = threading.Event()
+        self._on_record = on_record
+        self._thread = threading.Thread(target=self._run, name='redeploy-%s' % run_id, daemon=True)
+
+    # -- reading ---------------------------------------------------------------------------------
+    @property
+    def status(self):
+        """'running', then 'successful', 'failed' or 'canceled' (ansible-runner's timeout/error count as failed)."""
+        return self._status
+
+    def records(self, after=0):
+        """Progress records (see phases.progress_record) with seq > after, in order."""
+        with self._lock:
+            return [record for record in self._records if (record.get('seq') or 0) > after]
+
+    def progress(self):
+        return _phases.current_phase(self.records())
+
+    def artifacts(self):
+        for record in reversed(self.records()):
+            if record.get('kind') == 'stats':
+                return record.get('artifacts') or {}
+        return {}
+
+    def hosts(self):
+        """The per-host summary the role published (set_stats key sglang_redeploy); {} until the run ends
+        normally. After a cancel there is none: read the hosts' report files (sglang_report_dir)."""
+        return self.artifacts().get('sglang_redeploy', {})
+
+    def wait(self, timeout=None):
+        self._done.wait(timeout)
+        return self._status
+
+    # -- acting ----------------------------------------------------------------------------------
+    def cancel(self):
+        """Ask ansible-runner to kill the run (noticed within CANCEL_POLL_S). Returns what to expect per host."""
+        self._cancel.set()
+        deadline = self.extra_vars.get('sglang_rollback_deadline')
+        return {'id': self.id, 'requested': True, 'hosts': expectations_after_cancel(self.records(), deadline)}
+
+    def _event(self, event):
+        record = _phases.progress_record(event)
+        if record is not None:
+            with self._lock:
+                self._records.append(record)
+            if self._on_record:
+                self._on_record(self, record)
+        return True
+
+    def _run(self):
+        try:
+            runner = ansible_runner.run(
+                private_data_dir=self.private_data_dir,
+                playbook=PLAYBOOK,
+                inventory=self.inventory,
+                limit=self.limit or None,
+                extravars=self.extra_vars,
+                cmdline='--check' if self.check else None,
+                envvars=ansible_environment(),
+                quiet=True,
+                settings={'pexpect_timeout': CANCEL_POLL_S, 'suppress_ansible_output': True},
+                event_handler=self._event,
+                cancel_callback=self._cancel.is_set,
+            )
+            self.rc = runner.rc
+            status = runner.status
+        except Exception as error:  # the run must always end in a final state a dashboard can show
+            status = 'failed'
+            self.rc = -1
+            self.error = '%s: %s' % (type(error).__name__, error)
+        self.finished_at = time.time()
+        self._status = status if status in FINAL_STATES else 'failed'
+        self._done.set()
+
+
+def start(inventory, limit=None, extra_vars=None, runs_dir=None, run_id=None, on_record=None, check=False):
+    """Start a redeploy and return its Redeploy at once.
+
+    ``inventory`` is required (never ansible.cfg's default): a path, relative to this checkout or absolute.
+    ``runs_dir`` holds one private data dir per run (created; default .cache/dashboard/runs).
+    ``on_record(run, record)`` is called from the run's thread for every progress record.
+    """
+    run_id = run_id or new_run_id()
+    private = os.path.join(runs_dir or DEFAULT_RUNS_DIR, run_id)
+    os.makedirs(private, exist_ok=False)
+    with open(os.path.join(private, 'request.json'), 'w') as handle:
+        json.dump({'inventory': inventory, 'limit': limit, 'extra_vars': extra_vars or {}, 'check': check}, handle)
+    run = Redeploy(run_id, private, _inventory_path(inventory), limit, extra_vars, on_record=on_record, check=check)
+    run._thread.start()
+    return run

@@ -1,0 +1,90 @@
+"""Runs and their events in SQLite, so a restart of the dashboard keeps the history."""
+import json
+import sqlite3
+import threading
+import time
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    finished_at REAL,
+    status TEXT NOT NULL,
+    inventory TEXT NOT NULL,
+    run_limit TEXT,
+    extra_vars TEXT NOT NULL,
+    hosts TEXT,
+    cancel_notice TEXT,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS events (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    seq INTEGER NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+"""
+
+
+class Store(object):
+    def __init__(self, path):
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute('PRAGMA journal_mode=WAL')
+        self._db.executescript(_SCHEMA)
+        # A run the previous process left 'running' can no longer be followed: say so.
+        self._db.execute("UPDATE runs SET status = 'failed', error = 'the dashboard stopped while the run was "
+                         "going; see the hosts and their reports', finished_at = ? WHERE status = 'running'",
+                         (time.time(),))
+
+    def close(self):
+        with self._lock:
+            self._db.close()
+
+    def add_run(self, run_id, inventory, limit, extra_vars, created_at):
+        with self._lock:
+            self._db.execute('INSERT INTO runs (id, created_at, status, inventory, run_limit, extra_vars) '
+                             "VALUES (?, ?, 'running', ?, ?, ?)",
+                             (run_id, created_at, inventory, limit, json.dumps(extra_vars or {})))
+
+    def add_record(self, run_id, record):
+        with self._lock:
+            self._db.execute('INSERT OR REPLACE INTO events (run_id, seq, record) VALUES (?, ?, ?)',
+                             (run_id, record['seq'], json.dumps(record)))
+
+    def finish_run(self, run_id, status, finished_at, hosts, error=None):
+        with self._lock:
+            self._db.execute('UPDATE runs SET status = ?, finished_at = ?, hosts = ?, error = ? WHERE id = ?',
+                             (status, finished_at, json.dumps(hosts), error, run_id))
+
+    def set_cancel_notice(self, run_id, notice):
+        with self._lock:
+            self._db.execute('UPDATE runs SET cancel_notice = ? WHERE id = ?', (json.dumps(notice), run_id))
+
+    def _row(self, row):
+        keys = ('id', 'created_at', 'finished_at', 'status', 'inventory', 'limit', 'extra_vars', 'hosts',
+                'cancel_notice', 'error')
+        run = dict(zip(keys, row))
+        for key in ('extra_vars', 'hosts', 'cancel_notice'):
+            run[key] = json.loads(run[key]) if run[key] else None
+        return run
+
+    def run(self, run_id):
+        with self._lock:
+            row = self._db.execute('SELECT id, created_at, finished_at, status, inventory, run_limit, extra_vars, '
+                                   'hosts, cancel_notice, error FROM runs WHERE id = ?', (run_id,)).fetchone()
+        return self._row(row) if row else None
+
+    def runs(self, limit=20):
+        with self._lock:
+            rows = self._db.execute('SELECT id, created_at, finished_at, status, inventory, run_limit, extra_vars, '
+                                    'hosts, cancel_notice, error FROM runs ORDER BY created_at DESC LIMIT ?',
+                                    (limit,)).fetchall()
+        return [self._row(row) for row in rows]
+
+    def records(self, run_id, after=0):
+        with self._lock:
+            rows = self._db.execute('SELECT record FROM events WHERE run_id = ? AND seq > ? ORDER BY seq',
+                                    (run_id, after)).fetchall()
+        return [json.loads(row[0]) for row in rows]

@@ -1,0 +1,72 @@
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+import uvicorn
+
+from gpuops_dashboard.app import create_app
+from gpuops_dashboard.redeploy import REPO
+
+TOKEN = 'test-token'
+
+
+class Served(object):
+    def __init__(self, app, url, state_dir):
+        self.app = app
+        self.url = url
+        self.state_dir = state_dir
+        self.token = TOKEN
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope='module')
+def serve(tmp_path_factory):
+    """Start the app with uvicorn in a thread on 127.0.0.1; stops it at the end of the module."""
+    servers = []
+
+    def start(state_dir=None):
+        state_dir = state_dir or str(tmp_path_factory.mktemp('dashboard'))
+        os.makedirs(os.path.join(state_dir, 'runs'), exist_ok=True)
+        app = create_app('inventory/lab', os.path.join(state_dir, 'dashboard.sqlite3'),
+                         os.path.join(state_dir, 'runs'), TOKEN)
+        port = _free_port()
+        server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=port, log_level='warning'))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert time.monotonic() < deadline, 'the dashboard did not start'
+            time.sleep(0.05)
+        servers.append((server, thread))
+        return Served(app, 'http://127.0.0.1:%d' % port, state_dir)
+    yield start
+    for server, thread in servers:
+        server.should_exit = True
+        thread.join(30)
+
+
+@pytest.fixture(scope='module')
+def dashboard_offline(serve):
+    return serve()
+
+
+@pytest.fixture(scope='module')
+def lab_serving():
+    """The shared lab, up (idempotent) and left serving: never torn down here.
+
+    Run these tests under `flock /tmp/gpuops-lab.lock` when the lab is shared.
+    """
+    subprocess.check_call([os.path.join(REPO, 'lab', 'lab'), 'up'], stdout=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope='module')
+def dashboard(serve, lab_serving):
+    return serve()

@@ -1,0 +1,135 @@
+"""The dashboard's pure parts and its API without the lab: phases from real events, the timeline
+picture, the advice after a cancel, SQLite history across a restart, and the token."""
+import json
+import os
+import re
+import urllib.request
+
+import pytest
+import yaml
+
+from gpuops_dashboard import phases, redeploy, store, timeline
+from helpers.dashboard_http import post
+
+REPO = redeploy.REPO
+FIXTURE = os.path.join(REPO, 'tests', 'fixtures', 'dashboard-records-redeploy-gpu2.json')
+
+
+def recorded_run():
+    with open(FIXTURE) as handle:
+        records = json.load(handle)
+    for record in records:
+        if record.get('kind') == 'task':
+            record['phase'] = phases.TASK_PHASES.get(record['task'])
+    return records
+
+
+def role_task_names():
+    names = set()
+    folder = os.path.join(REPO, 'roles', 'sglang')
+
+    def walk(tasks):
+        for task in tasks or []:
+            names.add(task.get('name'))
+            for key in ('block', 'rescue', 'always'):
+                walk(task.get(key))
+    for sub in ('tasks', 'handlers'):
+        for name in os.listdir(os.path.join(folder, sub)):
+            with open(os.path.join(folder, sub, name)) as handle:
+                walk(yaml.safe_load(handle))
+    return names
+
+
+def test_every_phase_task_name_exists_in_the_role():
+    missing = set(phases.TASK_PHASES) - role_task_names()
+    assert not missing, 'tasks renamed or removed in roles/sglang: %s' % sorted(missing)
+
+
+def test_phases_of_a_real_redeploy_in_order_without_skipped_steps():
+    seen = phases.host_phases(recorded_run())
+    order = [phase['phase'] for phase in seen['gpu2']]
+    # gpu2 is bare metal: the container kill and the unchanged configuration were skipped.
+    assert order == ['preflight', 'prepare', 'arm', 'stop', 'gpu_release', 'patch', 'start', 'confirm', 'report']
+    assert all(phase['state'] == 'ok' and phase['end'] >= phase['start'] for phase in seen['gpu2'])
+
+
+def test_current_phase_follows_the_run():
+    records = recorded_run()
+    stop_started = next(index for index, record in enumerate(records)
+                        if record.get('phase') == 'stop' and record['state'] == 'started')
+    assert phases.current_phase(records[:stop_started + 1])['gpu2']['phase'] == 'stop'
+    assert phases.current_phase(records[:stop_started + 1])['gpu2']['state'] == 'running'
+    assert phases.current_phase(records)['gpu2']['phase'] == 'report'
+
+
+def test_failed_task_record_keeps_its_message():
+    record = phases.progress_record({
+        'event': 'runner_on_failed', 'counter': 7, 'created': '2026-11-30T12:00:00.000000',
+        'event_data': {'host': 'gpu1', 'task': 'Apply the patch', 'res': {'msg': 'hunk 1 FAILED', 'changed': False}}})
+    assert (record['phase'], record['state'], record['msg']) == ('patch', 'failed', 'hunk 1 FAILED')
+
+
+def test_retry_of_a_long_wait_counts_attempts():
+    record = phases.progress_record({
+        'event': 'runner_retry', 'counter': 9, 'created': '2026-11-30T12:00:01.000000',
+        'event_data': {'host': 'gpu2', 'task': 'Release the GPUs and prove their memory is free', 'retries': 30,
+                       'res': {'attempts': 3, 'changed': False}}})
+    assert (record['phase'], record['state'], record['attempts'], record['retries']) == ('gpu_release', 'retry', 3, 30)
+    started = dict(record, seq=8, state='started', attempts=None)
+    assert phases.current_phase([started, record])['gpu2']['attempts'] == 3
+
+
+def test_timeline_draws_each_phase_the_outage_and_health():
+    records = recorded_run()
+    hosts = records[-1]['artifacts']['sglang_redeploy']
+    svg = timeline.render(records, hosts, title='redeploy <1>')
+    drawn = re.findall(r'class="phase" data-phase="(\w+)"', svg)
+    assert drawn == ['preflight', 'prepare', 'arm', 'stop', 'gpu_release', 'patch', 'start', 'confirm', 'report']
+    assert 'outage %s s (host clock)' % hosts['gpu2']['downtime_s'] in svg
+    assert 'class="healthy"' in svg and 'redeployed' in svg
+    assert 'redeploy &lt;1&gt;' in svg
+    # The host's own measurement of the GPU release is in that bar's tooltip.
+    assert '%s s on the host' % hosts['gpu2']['phases_s']['gpu_release'] in svg
+
+
+@pytest.mark.parametrize('cut_after, stage', [('preflight', 'before_window'), ('stop', 'in_window'),
+                                              ('confirm', 'confirmed')])
+def test_cancel_says_what_to_expect_from_how_far_the_host_got(cut_after, stage):
+    records = recorded_run()
+    last = max(index for index, record in enumerate(records) if record.get('phase') == cut_after)
+    notice = redeploy.expectations_after_cancel(records[:last + 1], rollback_deadline_s=25)
+    assert notice['gpu2']['stage'] == stage
+    if stage == 'in_window':
+        assert 'restores the pre-run files and starts the previous server by itself, 25 s after' in \
+            notice['gpu2']['expect']
+
+
+def test_history_survives_a_restart_and_a_lost_run_is_marked_failed(tmp_path):
+    path = str(tmp_path / 'dashboard.sqlite3')
+    first = store.Store(path)
+    first.add_run('done', 'inventory/lab', 'gpu2', {'sglang_force_restart': True}, 1.0)
+    first.add_record('done', {'seq': 1, 'kind': 'play'})
+    first.finish_run('done', 'successful', 2.0, {'gpu2': {'status': 'redeployed'}})
+    first.add_run('lost', 'inventory/lab', None, {}, 3.0)
+    first.close()
+    second = store.Store(path)
+    assert second.run('done')['hosts'] == {'gpu2': {'status': 'redeployed'}}
+    assert second.records('done') == [{'seq': 1, 'kind': 'play'}]
+    assert second.run('lost')['status'] == 'failed' and 'dashboard stopped' in second.run('lost')['error']
+    assert [run['id'] for run in second.runs()] == ['lost', 'done']
+
+
+def test_start_refuses_a_missing_inventory(tmp_path):
+    with pytest.raises(ValueError, match='does not exist'):
+        redeploy.start('inventory/none', runs_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize('token', [None, 'wrong-token', ''])
+def test_requests_that_act_need_the_token(dashboard_offline, token):
+    status, body, headers = post(dashboard_offline.url + '/api/redeploys', token, {'limit': 'gpu2'})
+    assert status == 401 and headers['WWW-Authenticate'] == 'Bearer'
+    status, _, _ = post(dashboard_offline.url + '/api/redeploys/any/cancel', token)
+    assert status == 401
+    # Nothing was started.
+    with urllib.request.urlopen(dashboard_offline.url + '/api/redeploys', timeout=10) as response:
+        assert json.load(response)['redeploys'] == []
