@@ -197,8 +197,10 @@ class Termination(object):
 
     def _round(self, targets, signame, timeout):
         self._send(targets, signame)
+        # A source says how often it is cheap to ask (/proc: often; a pct exec each time: less).
         reading = poll_until(lambda: self._read(signame), lambda state: not state[0] and not state[1], timeout,
-                             first_interval=0.02, max_interval=0.5, clock=self.clock, sleep=self.sleep)
+                             first_interval=0.02, max_interval=getattr(self.source, 'poll_max_interval', 0.5),
+                             clock=self.clock, sleep=self.sleep)
         alive, fresh = reading
         return alive + fresh
 

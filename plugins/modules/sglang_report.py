@@ -19,16 +19,18 @@ description:
   - Runs on the controller, in-process (an action plugin); nothing runs on the host.
 author:
   - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
 attributes:
   check_mode:
     support: full
-    description: The stats are published; no file is written, so a check run never replaces a real report.
+    details: The stats are published; no file is written, so a check run never replaces a real report.
   diff_mode:
     support: none
-    description: Not applicable.
-  action:
-    support: full
-    description: Runs on the controller as an action plugin.
+    details: Not applicable.
+  platform:
+    platforms: posix
+    details: Runs on the controller (an action plugin); nothing runs on the managed host.
 options:
   report:
     description: The report.

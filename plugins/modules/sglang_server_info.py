@@ -20,13 +20,17 @@ description:
     wanted configuration files differ from the live ones, and whether a rollback guard is armed.
 author:
   - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
 attributes:
   check_mode:
     support: full
-    description: The module never changes anything.
+    details: The module never changes anything.
   diff_mode:
     support: none
-    description: Not applicable.
+    details: Not applicable.
+  platform:
+    platforms: posix
 options:
   service_manager:
     description: V(auto) picks V(systemd) where the host runs it, V(detached) elsewhere.
