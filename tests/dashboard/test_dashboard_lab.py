@@ -85,15 +85,18 @@ def test_redeploy_streams_each_hosts_phases_and_ends_with_the_summary(dashboard)
     for name in ('gpu1', 'gpu2'):
         seen = [data['phase'] for kind, data in events if kind == 'progress' and data.get('host') == name
                 and data.get('state') == 'ok' and data.get('phase')]
-        assert [phase for phase in ('arm', 'stop', 'gpu_release', 'patch', 'start', 'confirm') if phase in seen] == \
-            ['arm', 'stop', 'gpu_release', 'patch', 'start', 'confirm'], seen
+        # The patch step shows only where the dry-run found the patch not applied yet (a fresh lab).
+        window = [phase for phase in ('arm', 'stop', 'gpu_release', 'patch', 'start', 'confirm') if phase in seen]
+        assert window in (['arm', 'stop', 'gpu_release', 'start', 'confirm'],
+                          ['arm', 'stop', 'gpu_release', 'patch', 'start', 'confirm']), seen
     assert any(data.get('phase') == 'kill' and data.get('host') == 'gpu1' for _, data in events)
 
     run = finished(dashboard, run_id)
     assert run['status'] == 'successful'
     for name in ('gpu1', 'gpu2'):
         report = run['hosts'][name]
-        assert (report['status'], report['healthy'], report['reason']) == ('redeployed', True, 'force_restart')
+        assert (report['status'], report['healthy']) == ('redeployed', True)
+        assert report['reason'].startswith('force_restart')
         assert report['downtime_s'] > 0 and report['phases_s']['start_to_healthy'] > 0
     svg = urllib.request.urlopen('%s/api/redeploys/%s/timeline.svg' % (dashboard.url, run_id), timeout=30).read()
     assert b'data-phase="gpu_release"' in svg and b'class="healthy"' in svg
