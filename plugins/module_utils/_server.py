@@ -207,6 +207,10 @@ class Server(object):
         if self.manager == 'systemd':
             if daemon_reload:
                 self._systemctl('daemon-reload')
+            # Enabled, so that the server comes back after a reboot of the host (idempotent).
+            rc, out, err = self._systemctl('enable', self.service_name)
+            if rc != 0:
+                raise ServerError('systemctl enable %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
             rc, out, err = self._systemctl('start', self.service_name)
             if rc != 0:
                 raise ServerError('systemctl start %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))

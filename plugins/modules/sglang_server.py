@@ -18,7 +18,8 @@ description:
   - O(state=stopped) stops it gracefully (SIGTERM to the main process, SGLang drains, SIGKILL to what is left
     after O(term_timeout)); the time the stop began is returned and, with O(stop_marker), written to a file
     the rollback guard reads.
-  - O(state=started) and O(state=restarted) start it and poll C(/health) from the host itself every
+  - O(state=started) and O(state=restarted) start it (a systemd unit is enabled too, so the server comes back
+    after a reboot) and poll C(/health) from the host itself every
     O(health_interval) seconds (one task, not one round trip per attempt) until it answers 200, the server
     dies, or O(health_timeout) passes; then compare C(/server_info) (or C(/get_server_info)) with
     O(expected_server_info).
