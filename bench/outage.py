@@ -55,8 +55,9 @@ try: print(urllib.request.urlopen(sys.argv[1], timeout=1).status)
 except Exception: print(0)' http://%s:30000/health)" = 200 ]; do sleep 0.05; done
 '''
 WAIT_GPU_FREE = r'''
-until nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits \
-      | awk -F', ' '$3 > 0 {busy=1} END {exit busy}'; do sleep 0.05; done
+for i in $(seq 1 600); do
+  nvidia-smi --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits \
+    | awk -F', ' '$3 > 0 {busy=1} END {exit busy}' && break; sleep 0.05; done
 '''
 # One remote command line: ssh hands it to the node's shell, so the pattern is quoted for it.
 KILL_LEFTOVERS = "pct exec 101 -- pkill -TERM -f 'sglang::|sglang_standin'"
@@ -222,6 +223,10 @@ def main():
     outage = dict((variant, dict((name, []) for name in HOSTS)) for variant in
                   ('restart', 'manual', 'redeploy', 'redeploy1'))
     walls = {'redeploy': []}
+    # Start from a converged lab: a fresh `lab/lab up` leaves strays holding GPU memory, which only a
+    # redeploy clears (and the manual script's wait for 0 MiB would never end).
+    playbook({})()
+    sys.stdout.reconfigure(line_buffering=True)
     for round_ in range(args.rounds):
         for name in sorted(HOSTS):
             outage['restart'][name].append(measured(plain_restart(name), [name])[0][name])
