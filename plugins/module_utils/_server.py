@@ -109,11 +109,6 @@ class Server(object):
         return cls(spec['manager'], spec['service_name'], spec['launch_file'], spec['pidfile'],
                    spec['log_file'], spec['base_url'], spec.get('term_timeout', 30), **kwargs)
 
-    def as_dict(self):
-        return {'manager': self.manager, 'service_name': self.service_name, 'launch_file': self.launch_file,
-                'pidfile': self.pidfile, 'log_file': self.log_file, 'base_url': self.base_url,
-                'term_timeout': self.term_timeout}
-
     def _run(self, argv, timeout=None):
         self.commands.append(list(argv))
         rc, out, err = self.runner(argv, timeout or self.command_timeout)
@@ -160,9 +155,6 @@ class Server(object):
         if leader is not None and any(record.pid == leader for record in self.session_members()):
             return leader
         return None
-
-    def running(self):
-        return self.main_pid() is not None
 
     # --- stop and start ---------------------------------------------------
 

@@ -9,12 +9,12 @@ import json
 import os
 import socket
 import sys
-import time
 import urllib.request
 
 import pytest
 
 from helpers.ansible_run import run_task
+from helpers.simulated import wait_for
 
 TINY_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'files', 'tiny_server.py')
 
@@ -43,13 +43,6 @@ def sha256(path):
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError('%s did not happen within %ss' % (what, timeout))
 
 
 def watchers(guard_dir):
@@ -166,7 +159,7 @@ def test_guard_restores_files_and_previous_server_at_its_deadline(deployment, tm
     deployment.write_launch(96, extra=['--no-such-flag'])
     deployment.module_file.write_bytes(b'# half-patched\n')
     (tmp_path / 'created-by-run.txt').write_text('new')
-    wait_until(lambda: (deployment.guard_dir / 'fired.json').exists() and not
+    wait_for(lambda: (deployment.guard_dir / 'fired.json').exists() and not
                (deployment.guard_dir / 'state.json').exists(), 10 + 30, 'the guard acting and finishing')
     assert health(deployment.port) == 200 and max_running_requests(deployment.port) == 64
     assert int((tmp_path / 'tiny.pid').read_text()) != started['pid'], 'the guard started the server again'
@@ -193,7 +186,7 @@ def test_confirmed_guard_never_acts(deployment, tmp_path):
     assert not confirmed.failed, confirmed.get('msg')
     assert confirmed['changed'] and not confirmed['armed']
     # A watcher leaves only by acting or by seeing its guard confirmed; with 600 s to go, it must be the latter.
-    wait_until(lambda: not watchers(deployment.guard_dir), 10, 'the watcher exiting')
+    wait_for(lambda: not watchers(deployment.guard_dir), 10, 'the watcher exiting')
     assert deployment.module_file.read_bytes() == b'# the new, verified bytes\n'
     assert not (deployment.guard_dir / 'fired.json').exists()
 

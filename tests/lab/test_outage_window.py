@@ -18,6 +18,7 @@ import time
 import ansible_runner
 
 from helpers.ansible_run import ANSIBLE_ENV, REPO
+from helpers.simulated import wait_for
 
 CHANGE = {'sglang_max_running_requests': 96}
 SITE_PACKAGES = '/opt/sglang/venv/lib/python3.11/site-packages'
@@ -46,13 +47,6 @@ def fired(host):
     return json.loads(host.exec_('cat', '/var/lib/gpuops-sglang/sglang/fired.json'))
 
 
-def wait_until(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError('%s did not happen within %ss' % (what, timeout))
 
 
 @contextlib.contextmanager
@@ -69,7 +63,7 @@ def stop_held(hosts):
 
 def wait_outage_started(hosts, timeout=60):
     for host in hosts:
-        wait_until(lambda: not host.healthy(), timeout, '%s stopping' % host.name)
+        wait_for(lambda: not host.healthy(), timeout, '%s stopping' % host.name)
 
 
 def run_in_background(tmp_path, extravars, name, limit=None):
@@ -200,7 +194,7 @@ def test_gpu_host_unreachable_in_window_is_restored_by_its_guard(lab, tmp_path):
         written = report('gpu1')
         assert written['status'] == 'failed' and written['healthy'] is False
         assert 'the guard on the host restores the previous server' in written['reason']
-        wait_until(host.healthy, 20 + 10 + 15, 'gpu1 serving again through its guard')
+        wait_for(host.healthy, 20 + 10 + 15, 'gpu1 serving again through its guard')
         print('gpu1 served again %.1f s after the run gave up' % (time.monotonic() - stopped))
     finally:
         host.exec_('systemctl', 'start', 'lab-sshd.service')
@@ -224,7 +218,7 @@ def test_sigkilled_playbook_is_restored_by_the_guards_without_a_rerun(lab, tmp_p
         proc.wait()
         killed = time.monotonic()
     for host in hosts:
-        wait_until(host.healthy, 20 + 10 + 15, '%s serving again through its guard' % host.name)
+        wait_for(host.healthy, 20 + 10 + 15, '%s serving again through its guard' % host.name)
         print('%s served again %.1f s after the SIGKILL' % (host.name, time.monotonic() - killed))
         assert files_state(host) == before[host.name]
         assert fired(host)['status'] == 'rolled_back'
@@ -243,7 +237,7 @@ def test_runner_cancel_mid_window_is_restored_by_the_guard(lab, tmp_path):
         thread.join(60)
     assert holder['run'].status == 'canceled'
     cancelled = time.monotonic()
-    wait_until(host.healthy, 20 + 10 + 15, 'gpu2 serving again through its guard')
+    wait_for(host.healthy, 20 + 10 + 15, 'gpu2 serving again through its guard')
     print('gpu2 served again %.1f s after the cancel' % (time.monotonic() - cancelled))
     assert files_state(host) == before
     assert fired(host)['acted_by'] == 'deadline'
