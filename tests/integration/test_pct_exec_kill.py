@@ -45,7 +45,7 @@ def test_check_mode_lists_only_container_sglang_processes(tmp_path, lab):
 
 def test_kill_escalates_inside_the_namespace_and_is_idempotent(tmp_path, lab):
     procs = start_in_container(lab)
-    args = {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 1}
+    args = {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 3}
     result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', args, name='kill')
     assert not result.failed, result['msg']
     signals = dict((entry['pid'], entry['signal']) for entry in result['killed'])
@@ -96,7 +96,7 @@ def inner_alive(lab, inner_pid):
 def test_child_forked_during_shutdown_is_found_and_stopped(tmp_path, lab):
     parent, parent_pid, child_ready = start_faulty(lab, tmp_path, 'launcher', LAUNCHER, 'fork',
                                                    child_title='sglang::detokenizer')
-    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 1})
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 3})
     assert not result.failed, result['msg']
     child_pid = int(child_ready.read_text())
     signals = dict((entry['pid'], entry['signal']) for entry in result['killed'])
@@ -107,7 +107,7 @@ def test_child_forked_during_shutdown_is_found_and_stopped(tmp_path, lab):
 
 def test_process_that_retitles_itself_on_term_still_gets_kill(tmp_path, lab):
     proc, pid, _ = start_faulty(lab, tmp_path, 'scheduler', 'sglang::scheduler_TP0', 'retitle')
-    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 1})
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 3})
     assert not result.failed, result['msg']
     assert result['killed'] == [{'pid': pid, 'cmdline': 'python3 draining %s --titled --on-term ignore'
                                  % faults.FAULTY_PROCESS, 'signal': 'KILL'}]
@@ -117,7 +117,7 @@ def test_process_that_retitles_itself_on_term_still_gets_kill(tmp_path, lab):
 def test_a_pattern_matching_everything_spares_pid_1_and_its_own_shells(tmp_path, lab):
     procs = start_in_container(lab)
     result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill',
-                      {'vmid': 101, 'pct': lab[1].pct, 'patterns': ['.'], 'term_timeout': 0.5}, name='all')
+                      {'vmid': 101, 'pct': lab[1].pct, 'patterns': ['.'], 'term_timeout': 2}, name='all')
     assert not result.failed, result['msg']
     inside = ('launcher', 'scheduler', 'detokenizer', 'unrelated')
     assert sorted(entry['pid'] for entry in result['killed']) == sorted(procs[name].inner_pid for name in inside)
