@@ -66,23 +66,41 @@ def load_launch(path):
     return argv, env
 
 
-def http_get(url, timeout):
-    """(status, body) of a GET; status -1 when nothing answered.
+def http_request(method, url, timeout, body=None, headers=None):
+    """(status, body bytes) of one request; status -1 when nothing answered.
 
     http.client rather than urllib: the probe goes straight to the server's own address and never
     through an http_proxy the environment may name (and it runs without Ansible in the guard).
+    A dict body is sent as JSON.
     """
     parts = urlsplit(url)
+    headers = dict(headers or {})
+    if isinstance(body, dict):
+        body = json.dumps(body).encode('utf-8')
+        headers.setdefault('Content-Type', 'application/json')
     try:
         connection = HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
         try:
-            connection.request('GET', (parts.path or '/') + ('?' + parts.query if parts.query else ''))
+            connection.request(method, (parts.path or '/') + ('?' + parts.query if parts.query else ''),
+                               body=body, headers=headers)
             response = connection.getresponse()
             return response.status, response.read()
         finally:
             connection.close()
     except (HTTPException, OSError, ValueError) as exc:
         return -1, str(exc).encode('utf-8', 'replace')
+
+
+def http_get(url, timeout):
+    return http_request('GET', url, timeout)
+
+
+def in_flight_from_loads(path, body):
+    """Requests the server holds (running + waiting), from SGLang's /v1/loads or older /get_load."""
+    data = json.loads(body.decode('utf-8'))
+    if path == '/v1/loads':
+        return int(data['aggregate']['total_reqs'])
+    return sum(int(rank['num_reqs']) for rank in data)
 
 
 class Server(object):
@@ -267,6 +285,95 @@ class Server(object):
                                    % (timeout, 'no answer' if status == -1 else status))
         return {'healthy': healthy, 'healthy_at': time.time() if healthy else None,
                 'attempts': state['attempts'], 'last_status': status, 'why': why}
+
+    def in_flight(self):
+        """(requests in flight, the path read); (None, why) when the server does not say."""
+        for path in ('/v1/loads', '/get_load'):
+            status, body = http_get(self.base_url + path, 5)
+            if status == 200:
+                try:
+                    return in_flight_from_loads(path, body), path
+                except (ValueError, KeyError, TypeError) as exc:
+                    return None, '%s answered 200 with an unexpected body (%s)' % (path, exc)
+            if status != 404:
+                return None, '%s answered %s' % (path, 'nothing' if status == -1 else status)
+        return None, 'neither /v1/loads nor /get_load exists'
+
+    def wait_idle(self, timeout, interval=0.25, settle_reads=2):
+        """Wait until the server holds no request (settle_reads zero readings in a row), up to timeout.
+
+        Router removal only stops new traffic; what was already routed here finishes before the stop.
+        A request between the tokenizer and the scheduler is not counted by the load endpoints for a
+        moment, hence several zero readings in a row rather than one. Returns a dict: idle, in_flight
+        (first and last reading), waited_s, source, why (when not idle).
+        """
+        begun = time.time()
+        state = {'zeros': 0, 'first': None, 'last': None, 'source': None, 'why': None}
+
+        def read():
+            count, source = self.in_flight()
+            if count is None:
+                state['why'] = source
+                return state
+            state['source'] = source
+            if state['first'] is None:
+                state['first'] = count
+            state['last'] = count
+            state['zeros'] = state['zeros'] + 1 if count == 0 else 0
+            return state
+
+        poll_until(read, lambda s: s['why'] is not None or s['zeros'] >= settle_reads, timeout,
+                   first_interval=interval, max_interval=interval)
+        idle = state['why'] is None and state['zeros'] >= settle_reads
+        why = state['why']
+        if not idle and why is None:
+            why = '%s request(s) still in flight after %ss' % (state['last'], timeout)
+        return {'idle': idle, 'in_flight_at_start': state['first'], 'in_flight_at_end': state['last'],
+                'waited_s': round(time.time() - begun, 3), 'source': state['source'], 'why': why}
+
+    def wait_ready(self, consecutive, timeout, interval=0.25):
+        """After /health: `consecutive` 200s in a row from /health_generate (a real one-token generation on
+        an idle SGLang server), or from /health where the server has no /health_generate."""
+        state = {'path': '/health_generate', 'streak': 0, 'attempts': 0, 'last': None}
+
+        def read():
+            status = http_get(self.base_url + state['path'], max(1.0, min(20.0, timeout)))[0]
+            if status == 404 and state['path'] == '/health_generate':
+                state['path'] = '/health'
+                return state
+            state['attempts'] += 1
+            state['last'] = status
+            state['streak'] = state['streak'] + 1 if status == 200 else 0
+            return state
+
+        poll_until(read, lambda s: s['streak'] >= consecutive, timeout, first_interval=interval, max_interval=interval)
+        ready = state['streak'] >= consecutive
+        why = None
+        if not ready:
+            why = '%s answered 200 only %d time(s) in a row of %d wanted within %ss (last: %s)' % (
+                state['path'], state['streak'], consecutive, timeout,
+                'no answer' if state['last'] == -1 else state['last'])
+        return {'ready': ready, 'path': state['path'], 'attempts': state['attempts'], 'why': why}
+
+    def generate_once(self, timeout):
+        """One real generation request (one new token), as a client would send it."""
+        begun = time.time()
+        status, body = http_request('POST', self.base_url + '/generate', timeout,
+                                    body={'text': 'ping', 'sampling_params': {'max_new_tokens': 1, 'temperature': 0}})
+        result = {'status': status, 'elapsed': round(time.time() - begun, 3), 'ok': False, 'why': None}
+        if status != 200:
+            result['why'] = 'POST /generate answered %s' % ('nothing' if status == -1 else status)
+            return result
+        try:
+            answer = json.loads(body.decode('utf-8'))
+            text = answer[0]['text'] if isinstance(answer, list) else answer['text']
+        except (ValueError, KeyError, IndexError, TypeError):
+            result['why'] = 'POST /generate answered 200 without a generated text'
+            return result
+        result['ok'] = isinstance(text, str)
+        if not result['ok']:
+            result['why'] = 'POST /generate answered 200 without a generated text'
+        return result
 
     def server_info(self):
         """What the server reports about its arguments: /server_info, or /get_server_info on older releases."""

@@ -96,6 +96,27 @@ options:
   stop_marker:
     description: File that receives the time (seconds since the epoch) the stop began.
     type: path
+  drain_timeout:
+    description:
+      - Before the stop, wait up to this many seconds until the server holds no request in flight, read from
+        the server itself (C(/v1/loads), or C(/get_load) on older releases; two zero readings in a row).
+      - Meant for a server just taken out of its router (M(gpuops.sglang.sglang_router_worker)), whose
+        requests already routed to it must finish. When the time passes the server is stopped anyway and
+        RV(drain) says so (SGLang's own SIGTERM drain then still has O(term_timeout)).
+      - V(0) does not wait.
+    type: float
+    default: 0
+  ready_checks:
+    description:
+      - After C(/health) answered 200, how many C(/health_generate) answers in a row must be 200 (a real
+        one-token generation on an idle SGLang server; C(/health) where the server has none), within
+        O(health_timeout).
+    type: int
+    default: 0
+  generate_probe:
+    description: After the checks, send one real generation request (C(POST /generate), one new token) and require a generated text.
+    type: bool
+    default: false
 notes:
   - The server's SIGTERM drain has no upper bound in SGLang itself; O(term_timeout) is that bound.
 seealso:
@@ -152,6 +173,18 @@ stop_elapsed:
   description: Seconds the stop took (null when nothing was stopped).
   returned: always
   type: float
+drain:
+  description:
+    - The wait for requests in flight before the stop (O(drain_timeout)); null when there was none.
+    - C(idle) false means the server was stopped with requests still in flight (C(why) says how many).
+  returned: always
+  type: dict
+  sample: {idle: true, in_flight_at_start: 3, in_flight_at_end: 0, waited_s: 0.61, source: /v1/loads, why: null}
+readiness:
+  description: The checks after C(/health) (O(ready_checks), O(generate_probe)); null when none ran.
+  returned: always
+  type: dict
+  sample: {ready: true, path: /health_generate, attempts: 3, generate: {ok: true, status: 200, elapsed: 0.21}}
 started_at:
   description: When the start began (host clock); null when nothing was started.
   returned: always
@@ -205,15 +238,20 @@ def main():
             expected_environment=dict(type='dict', default={}),
             daemon_reload=dict(type='bool', default=False),
             stop_marker=dict(type='path'),
+            drain_timeout=dict(type='float', default=0),
+            ready_checks=dict(type='int', default=0),
+            generate_probe=dict(type='bool', default=False),
         ),
         supports_check_mode=True,
     )
     params = module.params
     result = dict(changed=False, running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
-                  stop_elapsed=None,
+                  stop_elapsed=None, drain=None, readiness=None,
                   started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
-    if params['health_interval'] <= 0 or params['health_timeout'] < 0 or params['term_timeout'] < 0:
-        module.fail_json(msg='health_interval must be above 0, health_timeout and term_timeout not negative', **result)
+    if params['health_interval'] <= 0 or min(params['health_timeout'], params['term_timeout'],
+                                             params['drain_timeout'], params['ready_checks']) < 0:
+        module.fail_json(msg='health_interval must be above 0; health_timeout, term_timeout, drain_timeout and '
+                             'ready_checks not negative', **result)
 
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     commands = CommandRunner(module, 60)
@@ -251,6 +289,11 @@ def main():
             finish(changed=would)
 
         if state in ('stopped', 'restarted') and pid is not None:
+            if params['drain_timeout'] > 0:
+                result['drain'] = server.wait_idle(params['drain_timeout'], params['health_interval'])
+                if not result['drain']['idle']:
+                    module.warn('stopping %s with requests possibly in flight: %s'
+                                % (params['service_name'], result['drain']['why']))
             stopped = server.stop()
             result['stopped_at'] = stopped['stopped_at']
             result['stop_elapsed'] = stopped.get('stop_elapsed')
@@ -286,6 +329,17 @@ def main():
             if result['mismatches']:
                 finish(failed=True, msg='the server %s reports other settings than wanted: %s'
                        % (params['service_name'], '; '.join(result['mismatches'])))
+        if params['ready_checks'] or params['generate_probe']:
+            readiness = server.wait_ready(params['ready_checks'], params['health_timeout'], params['health_interval']) \
+                if params['ready_checks'] else {'ready': True, 'path': None, 'attempts': 0, 'why': None}
+            if readiness['ready'] and params['generate_probe']:
+                readiness['generate'] = server.generate_once(max(params['health_timeout'], 1))
+                readiness['ready'] = readiness['generate']['ok']
+                readiness['why'] = readiness['generate']['why']
+            result['readiness'] = readiness
+            if not readiness['ready']:
+                finish(failed=True, msg='the server %s is healthy but not ready: %s'
+                       % (params['service_name'], readiness['why']))
         finish()
     except (ServerError, CommandError, OSError, ValueError, KeyError) as exc:
         finish(failed=True, msg='sglang_server %s of %s failed: %s'

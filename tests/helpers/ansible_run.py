@@ -34,18 +34,24 @@ def run_task(tmp_path, module, args, check=False, diff=False, name='task', keywo
     ``keywords`` are task keywords (check_mode, environment, ...); ``files`` maps
     names to text placed in the play's files/ folder (what lookup('file') reads).
     """
+    task = {'name': name, module: args}
+    task.update(keywords or {})
+    return run_tasks(tmp_path, [task], check=check, diff=diff, name=name, files=files)[name]
+
+
+def run_tasks(tmp_path, tasks, check=False, diff=False, name='tasks', files=None):
+    """Run tasks (dicts, each with a unique name) in one play, one ansible-playbook process, on localhost;
+    return {task name: result dict (with 'failed')}. A failing task needs ignore_errors for the rest to run."""
     private = tmp_path / ('runner-%s' % name)
     project = private / 'project'
     project.mkdir(parents=True, exist_ok=True)
     for file_name, text in (files or {}).items():
         (project / 'files').mkdir(exist_ok=True)
         (project / 'files' / file_name).write_text(text)
-    task = {'name': name, module: args}
-    task.update(keywords or {})
     play = [{
         'hosts': 'localhost',
         'gather_facts': False,
-        'tasks': [task],
+        'tasks': tasks,
     }]
     (project / 'play.yml').write_text(json.dumps(play))
     inventory = {'all': {'hosts': {'localhost': {
@@ -60,13 +66,16 @@ def run_task(tmp_path, module, args, check=False, diff=False, name='task', keywo
         quiet=True,
         settings={'suppress_ansible_output': True},
     )
+    results = {}
     for event in runner.events:
-        if event.get('event') in ('runner_on_ok', 'runner_on_failed') and \
-                event['event_data'].get('task') == name:
+        if event.get('event') in ('runner_on_ok', 'runner_on_failed'):
             result = TaskResult(event['event_data']['res'])
             result['failed'] = event['event'] == 'runner_on_failed'
-            return result
-    raise AssertionError('no result for %s (rc %s):\n%s' % (module, runner.rc, runner.stdout.read()))
+            results[event['event_data'].get('task')] = result
+    missing = [task['name'] for task in tasks if task['name'] not in results]
+    if missing:
+        raise AssertionError('no result for %s (rc %s):\n%s' % (', '.join(missing), runner.rc, runner.stdout.read()))
+    return results
 
 
 class PlaybookRun(object):

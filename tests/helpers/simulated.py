@@ -1,6 +1,7 @@
 """Test set-ups built on the simulators in lab/simulators: GPUs held by real processes, and containers."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -10,6 +11,13 @@ from helpers.ansible_run import REPO
 
 SIMULATORS = os.path.join(REPO, 'lab', 'simulators')
 HOLDER = os.path.join(SIMULATORS, 'gpu_holder.py')
+
+
+def free_port():
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
 
 
 def wait_for(predicate, timeout=10.0, what='condition'):

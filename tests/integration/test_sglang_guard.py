@@ -7,22 +7,15 @@ the detached process in its own session, the path of hosts without systemd.
 import hashlib
 import json
 import os
-import socket
 import sys
 import urllib.request
 
 import pytest
 
 from helpers.ansible_run import run_task
-from helpers.simulated import wait_for
+from helpers.simulated import free_port, wait_for
 
 TINY_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'files', 'tiny_server.py')
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
 
 
 def health(port):

@@ -1,0 +1,46 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Which servers of a fleet are unavailable right now, read from outside as clients see them."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import threading
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError, normalize_url
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import http_get
+
+
+def unavailable_peers(peers, router_url=None, api_key=None, timeout=2.0, skip=()):
+    """[(host, why)] for every peer {host: base URL} that does not answer /health with 200 or, when a
+    router is named, that the router does not list as a healthy worker. Peers in skip are not probed.
+    Probes run in parallel, so a fleet of N costs one probe timeout, not N."""
+    listed = None
+    router_problem = None
+    if router_url:
+        try:
+            listed = dict((worker['url'], worker) for worker in Router(router_url, timeout, api_key).workers())
+        except RouterError as exc:
+            router_problem = str(exc)
+    found = {}
+
+    def probe(host, url):
+        status = http_get(normalize_url(url) + '/health', timeout)[0]
+        if status != 200:
+            found[host] = '/health answered %s' % ('nothing' if status == -1 else status)
+        elif router_problem:
+            found[host] = 'the router could not be read: %s' % router_problem
+        elif listed is not None and normalize_url(url) not in listed:
+            found[host] = 'not in the router'
+        elif listed is not None and listed[normalize_url(url)].get('is_healthy') is False:
+            found[host] = 'the router marks it unhealthy'
+
+    threads = [threading.Thread(target=probe, args=(host, url)) for host, url in sorted(peers.items())
+               if host not in skip]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(found.items())

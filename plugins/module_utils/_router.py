@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The SGLang router's worker API (sglang-router / SGLang Model Gateway), pure standard library.
+
+Tested against sglang-router 0.3.2:
+  GET    /workers        {"workers": [{"id", "url", "is_healthy", "load", ...}], "total": N, ...}
+  DELETE /workers/{id}   202 {"status": "accepted", "worker_id": ...}: removed in the background
+  POST   /workers        {"url": ...} -> 202, added in the background (the same id when re-added)
+Both changes are asynchronous, so every change is followed by reading /workers until it shows.
+Removal only stops new traffic: what the router already sent to the worker still runs there.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import http_request
+
+
+class RouterError(Exception):
+    """The router did not answer as its API says; the message says how."""
+
+
+def normalize_url(url):
+    return url.strip().rstrip('/')
+
+
+def workers_from_listing(body):
+    """[{"id", "url", "is_healthy"}] from a GET /workers body (0.3.x, or a bare list as older gateways sent)."""
+    data = json.loads(body.decode('utf-8'))
+    entries = data.get('workers') if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        raise RouterError('GET /workers answered without a "workers" list')
+    workers = []
+    for entry in entries:
+        if isinstance(entry, str):  # very old routers listed bare URLs
+            workers.append({'id': None, 'url': normalize_url(entry), 'is_healthy': None})
+        else:
+            workers.append({'id': entry.get('id'), 'url': normalize_url(entry['url']),
+                            'is_healthy': entry.get('is_healthy')})
+    return workers
+
+
+class Router(object):
+    """One router, reached at base_url; every request bounded by request_timeout."""
+
+    def __init__(self, base_url, request_timeout=5.0, api_key=None):
+        self.base_url = normalize_url(base_url)
+        self.request_timeout = request_timeout
+        self.headers = {'Authorization': 'Bearer %s' % api_key} if api_key else {}
+        self.requests = []
+
+    def _call(self, method, path, body=None):
+        status, answer = http_request(method, self.base_url + path, self.request_timeout, body=body,
+                                      headers=self.headers)
+        self.requests.append('%s %s -> %s' % (method, path, 'no answer' if status == -1 else status))
+        return status, answer
+
+    def workers(self):
+        status, body = self._call('GET', '/workers')
+        if status != 200:
+            raise RouterError('GET %s/workers answered %s%s' % (
+                self.base_url, 'nothing' if status == -1 else status, self._detail(body)))
+        try:
+            return workers_from_listing(body)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise RouterError('GET %s/workers answered an unexpected body: %s' % (self.base_url, exc))
+
+    def find(self, url):
+        wanted = normalize_url(url)
+        for worker in self.workers():
+            if worker['url'] == wanted:
+                return worker
+        return None
+
+    def remove(self, worker):
+        status, body = self._call('DELETE', '/workers/%s' % worker['id'])
+        if status not in (200, 202, 204):
+            raise RouterError('DELETE /workers/%s (%s) answered %s%s' % (
+                worker['id'], worker['url'], 'nothing' if status == -1 else status, self._detail(body)))
+
+    def add(self, url):
+        status, body = self._call('POST', '/workers', body={'url': normalize_url(url)})
+        if status not in (200, 201, 202):
+            raise RouterError('POST /workers {"url": "%s"} answered %s%s' % (
+                url, 'nothing' if status == -1 else status, self._detail(body)))
+
+    def wait_for(self, url, present, timeout, interval=0.1):
+        """Read /workers until url is listed (and healthy) or gone; returns the last entry (None when absent)."""
+        def settled(worker):
+            if present:
+                return worker is not None and worker.get('is_healthy') is not False
+            return worker is None
+        return poll_until(lambda: self.find(url), settled, timeout, first_interval=interval, max_interval=0.5)
+
+    @staticmethod
+    def _detail(body):
+        text = body.decode('utf-8', 'replace').strip() if body else ''
+        return ': %s' % text[:300] if text else ''

@@ -1,0 +1,185 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: sglang_router_worker
+short_description: Take an SGLang server out of the SGLang router, or add it back
+version_added: 0.3.0
+description:
+  - Manages one worker of the SGLang router (the C(sglang-router) package, the SGLang Model Gateway) through
+    its worker API.
+  - O(state=absent) removes the worker, so the router sends it no new request, and waits until the router no
+    longer lists it. Requests already routed to it still run there; wait for them on the server
+    (M(gpuops.sglang.sglang_server) O(gpuops.sglang.sglang_server#module:drain_timeout)) before stopping it.
+  - O(state=present) adds the worker and waits until the router lists it as healthy.
+  - O(state=query) only reads whether the router lists it.
+  - Both changes are asynchronous in the router (it answers 202); the module reads C(/workers) until the
+    change shows, up to O(timeout).
+author:
+  - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads the router and says whether the worker would be added or removed; changes nothing.
+  diff_mode:
+    support: full
+    details: Shows the worker's membership before and after.
+  platform:
+    platforms: posix
+options:
+  router_url:
+    description: Base URL of the router, for example V(http://10.0.0.5:30080).
+    type: str
+    required: true
+  worker_url:
+    description: The server's URL as the router knows it, for example V(http://10.0.0.11:30000).
+    type: str
+    required: true
+  state:
+    description: V(present) adds the worker, V(absent) removes it, V(query) reads its membership.
+    type: str
+    choices: [present, absent, query]
+    default: present
+  timeout:
+    description: Seconds the router may take to show the change (and, for V(present), to find the worker healthy).
+    type: float
+    default: 30
+  request_timeout:
+    description: Seconds one HTTP request to the router may take.
+    type: float
+    default: 5
+  api_key:
+    description: The router's API key (its C(--api-key)), sent as a bearer token.
+    type: str
+notes:
+  - Tested with sglang-router 0.3.2 (C(GET /workers), C(DELETE /workers/{id}), C(POST /workers)).
+seealso:
+  - module: gpuops.sglang.sglang_server
+'''
+
+EXAMPLES = r'''
+- name: Take the server out of the router (no new request reaches it)
+  gpuops.sglang.sglang_router_worker:
+    router_url: http://10.0.0.5:30080
+    worker_url: http://10.0.0.11:30000
+    state: absent
+
+- name: Add the verified server back
+  gpuops.sglang.sglang_router_worker:
+    router_url: http://10.0.0.5:30080
+    worker_url: http://10.0.0.11:30000
+    state: present
+'''
+
+RETURN = r'''
+member_before:
+  description: Whether the router listed the worker when the module began.
+  returned: always
+  type: bool
+member:
+  description: Whether the router lists the worker at the end (in check mode, whether it would).
+  returned: always
+  type: bool
+healthy:
+  description: The router's own view of the worker's health at the end (null when not listed).
+  returned: always
+  type: bool
+worker_id:
+  description: The router's id of the worker (null when not listed).
+  returned: always
+  type: str
+workers_total:
+  description: How many workers the router lists at the end.
+  returned: always
+  type: int
+elapsed:
+  description: Seconds the module took.
+  returned: always
+  type: float
+requests:
+  description: The HTTP requests made to the router, with their status.
+  returned: always
+  type: list
+  elements: str
+'''
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError, normalize_url
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            router_url=dict(type='str', required=True),
+            worker_url=dict(type='str', required=True),
+            state=dict(type='str', default='present', choices=['present', 'absent', 'query']),
+            timeout=dict(type='float', default=30),
+            request_timeout=dict(type='float', default=5),
+            api_key=dict(type='str', no_log=True),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    begun = time.time()
+    router = Router(params['router_url'], params['request_timeout'], params['api_key'])
+    worker_url = normalize_url(params['worker_url'])
+    result = dict(changed=False, member_before=False, member=False, healthy=None, worker_id=None, workers_total=0,
+                  elapsed=0.0, requests=router.requests)
+
+    def finish(worker, member, msg=None):
+        result.update(member=member, healthy=worker.get('is_healthy') if worker else None,
+                      worker_id=worker.get('id') if worker else None, elapsed=round(time.time() - begun, 3))
+        if module._diff:
+            result['diff'] = {'before': {'member': result['member_before']}, 'after': {'member': member}}
+        if msg:
+            module.fail_json(msg=msg, **result)
+        module.exit_json(**result)
+
+    try:
+        workers = router.workers()
+        result['workers_total'] = len(workers)
+        worker = next((entry for entry in workers if entry['url'] == worker_url), None)
+        result['member_before'] = worker is not None
+        wanted = {'present': True, 'absent': False, 'query': result['member_before']}[params['state']]
+        result['changed'] = wanted != result['member_before']
+        if not result['changed'] or module.check_mode:
+            finish(worker, wanted)
+
+        if wanted:
+            router.add(worker_url)
+        else:
+            router.remove(worker)
+        worker = router.wait_for(worker_url, wanted, params['timeout'])
+        result['workers_total'] = len(router.workers())
+        if wanted and worker is None:
+            finish(None, False, 'the router %s did not list %s within %ss after POST /workers'
+                   % (router.base_url, worker_url, params['timeout']))
+        if wanted and worker.get('is_healthy') is False:
+            finish(worker, True, 'the router %s lists %s but not as healthy within %ss'
+                   % (router.base_url, worker_url, params['timeout']))
+        if not wanted and worker is not None:
+            finish(worker, True, 'the router %s still lists %s %ss after DELETE /workers/%s: it may still send it requests'
+                   % (router.base_url, worker_url, params['timeout'], worker['id']))
+        finish(worker, wanted)
+    except RouterError as exc:
+        # What the router did is unknown here: report the membership last read, not a guess.
+        finish(None, result['member_before'],
+               'sglang_router_worker %s of %s at %s failed: %s' % (params['state'], worker_url, params['router_url'],
+                                                                   to_native(exc)))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,31 @@
+import pytest
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._router import RouterError, normalize_url, workers_from_listing
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import in_flight_from_loads
+from helpers.module_runner import read_fixture
+
+
+def test_router_listing_gives_ids_urls_and_health():
+    workers = workers_from_listing(read_fixture('router-0.3.2-workers.json').encode())
+    assert workers == [
+        {'id': '5c1d4c52-6d1b-4eb0-b81d-182ae9d6ec7a', 'url': 'http://127.0.0.1:39002', 'is_healthy': True},
+        {'id': '69247e81-495c-4337-8cd4-36bfa83cdf6f', 'url': 'http://127.0.0.1:39001', 'is_healthy': False}]
+
+
+def test_bare_url_listings_of_older_routers_are_read_too():
+    assert workers_from_listing(b'["http://10.0.0.1:30000/"]') == [
+        {'id': None, 'url': 'http://10.0.0.1:30000', 'is_healthy': None}]
+
+
+def test_a_listing_without_workers_is_an_error_not_an_empty_fleet():
+    with pytest.raises(RouterError, match='without a "workers" list'):
+        workers_from_listing(b'{"error": "unauthorized"}')
+
+
+def test_urls_compare_without_trailing_slash_or_spaces():
+    assert normalize_url(' http://10.0.0.1:30000/ ') == 'http://10.0.0.1:30000'
+
+
+def test_in_flight_counts_running_and_waiting_from_both_load_endpoints():
+    assert in_flight_from_loads('/v1/loads', read_fixture('sglang-0.5.12-v1-loads.json').encode()) == 5
+    assert in_flight_from_loads('/get_load', read_fixture('sglang-0.5.12-get-load.json').encode()) == 5
