@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: sglang_fleet_slot
 short_description: Hold a slot in the fleet's budget of unavailable SGLang servers while one is redeployed
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Before a host takes its server down, O(state=acquired) counts, under one lock on the controller, the
     slots held by hosts now in their outage window (of this run or of another run on this controller) plus

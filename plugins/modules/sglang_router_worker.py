@@ -11,7 +11,7 @@ DOCUMENTATION = r'''
 ---
 module: sglang_router_worker
 short_description: Take an SGLang server out of the SGLang router, or add it back
-version_added: 0.3.0
+version_added: 0.2.0
 description:
   - Manages one worker of the SGLang router (the C(sglang-router) package, the SGLang Model Gateway) through
     its worker API.

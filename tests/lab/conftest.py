@@ -11,13 +11,16 @@ from helpers.ansible_run import REPO, run_playbook
 
 LAB = os.path.join(REPO, 'lab', 'lab')
 HOSTS = {'gpu1': ('lab-gpu1', '127.0.0.12'), 'gpu2': ('lab-gpu2', '127.0.0.13'), 'pve1': ('lab-pve1', '127.0.0.11')}
+# The fleet's further hosts (LAB_GPU_HOSTS=N): gpu3..gpu8 on 127.0.0.14..19, and the second Proxmox stand-in.
+FLEET_HOSTS = dict([('gpu%d' % k, ('lab-gpu%d' % k, '127.0.0.%d' % (11 + k))) for k in range(3, 9)]
+                   + [('pve2', ('lab-pve2', '127.0.0.20'))])
 PODMAN_ENV = dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, 'lab', 'containers.conf'))
 
 
 class LabHost(object):
     def __init__(self, name):
         self.name = name
-        self.container, self.address = HOSTS[name]
+        self.container, self.address = HOSTS.get(name) or FLEET_HOSTS[name]
 
     def exec_(self, *argv):
         return subprocess.check_output(['podman', 'exec', self.container] + list(argv), universal_newlines=True,
@@ -43,6 +46,9 @@ class LabHost(object):
 
 class Lab(dict):
     """The lab's hosts by inventory name, and the podman verbs the fault tests need."""
+
+    def add_host(self, name):
+        self[name] = LabHost(name)
 
     @staticmethod
     def podman(*argv):

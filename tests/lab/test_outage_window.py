@@ -26,9 +26,9 @@ WATCHED = ('/etc/sglang/launch.json', SITE_PACKAGES + '/sglang/srt/speculative/e
            SITE_PACKAGES + '/sglang/version.py')
 REPORTS = os.path.join(REPO, '.cache', 'lab', 'reports')
 GATE = '/run/lab-standin-drain-gate'
-# Short timeouts for the faults that wait for the guard: window budget 2*2 + 5 + 10 = 19 s.
+# Short timeouts for the faults that wait for the guard: window budget 1 + 2*2 + 5 + 10 = 20 s.
 FAST_GUARD = {'sglang_term_timeout': 2, 'sglang_gpu_release_timeout': 5, 'sglang_health_timeout': 10,
-              'sglang_rollback_deadline': 20}
+              'sglang_drain_timeout': 1, 'sglang_rollback_deadline': 20}
 
 
 def files_state(host):

@@ -1,0 +1,206 @@
+"""A fleet of three lab gpu hosts behind the real SGLang router (sglang-router 0.3.2, started by the lab).
+
+Every test starts from the fleet as the module fixture leaves it: three servers redeployed, healthy, all in
+the router. What a test breaks, it mends before it ends. Requests are held in flight by the stand-in's
+generation gate, not by guessing a delay, so nothing here depends on timing.
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import pytest
+
+from helpers.ansible_run import REPO, run_playbook
+from helpers.simulated import wait_for
+
+LAB = os.path.join(REPO, 'lab', 'lab')
+ROUTER = 'http://127.0.0.1:30080'
+FLEET = ('gpu1', 'gpu2', 'gpu3')
+INVENTORY = [os.path.join(REPO, 'inventory', 'lab'), os.path.join(REPO, '.cache', 'lab', 'fleet.yml')]
+REPORTS = os.path.join(REPO, '.cache', 'lab', 'reports')
+LOAD = os.path.join(REPO, 'bench', 'load.py')
+GENERATE_GATE = '/run/lab-standin-generate-gate'
+
+
+def http_json(method, url, document=None, timeout=10):
+    body = json.dumps(document).encode() if document is not None else None
+    request = urllib.request.Request(url, data=body, method=method, headers={'Content-Type': 'application/json'})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read() or b'null')
+
+
+def router_urls():
+    return sorted(worker['url'] for worker in http_json('GET', ROUTER + '/workers')['workers'])
+
+
+def url(lab, name):
+    return 'http://%s:30000' % lab[name].address
+
+
+def report(name):
+    with open(os.path.join(REPORTS, name + '.json')) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture(scope='module')
+def fleet(lab, tmp_path_factory):
+    """Three gpu hosts (gpu3 added to the running lab), each redeployed once and in the router."""
+    subprocess.check_call([LAB, 'up'], env=dict(os.environ, LAB_GPU_HOSTS='3'), stdout=subprocess.DEVNULL)
+    lab.add_host('gpu3')
+    baseline = run_playbook(tmp_path_factory.mktemp('fleet'), 'playbooks/redeploy.yml', INVENTORY)
+    assert baseline.rc == 0, baseline.stdout[-3000:]
+    assert router_urls() == sorted(url(lab, name) for name in FLEET)
+    return lab
+
+
+@pytest.fixture
+def rollout(tmp_path):
+    def run(extravars=None, name='rollout', limit=None, inventory=()):
+        return run_playbook(tmp_path, 'playbooks/redeploy.yml', INVENTORY + list(inventory), extravars, name=name,
+                            limit=limit)
+    return run
+
+
+def pids(fleet):
+    return dict((name, fleet[name].server_pid()) for name in FLEET)
+
+
+def test_rolling_redeploy_under_load_drops_no_request(fleet, rollout, tmp_path):
+    before = pids(fleet)
+    stop_file = tmp_path / 'stop-load'
+    load = subprocess.Popen(
+        [sys.executable, LOAD, '--url', ROUTER, '--rate', '20', '--concurrency', '8', '--max-duration', '300',
+         '--stop-file', str(stop_file)] + ['--health-url=%s' % url(fleet, name) for name in FLEET],
+        stdout=subprocess.PIPE, universal_newlines=True)
+    wait_for(lambda: os.path.exists(str(stop_file) + '.started'), 30, 'the load generator')
+    run = rollout({'sglang_force_restart': True, 'redeploy_serial': 1, 'redeploy_max_unavailable': 1}, name='rolling')
+    stop_file.write_text('')
+    measured = json.loads(load.communicate(timeout=120)[0].strip().splitlines()[-1])
+    assert run.rc == 0, run.stdout[-3000:]
+    assert measured['requests_total'] > 0 and measured['requests_failed'] == 0, measured
+    # One server out at a time (max_unavailable 1), measured from outside.
+    assert measured['min_healthy'] >= 2, measured
+    after = pids(fleet)
+    for name in FLEET:
+        written = report(name)
+        assert written['status'] == 'redeployed' and written['healthy'] is True, written
+        assert written['router']['member_before'] is True and written['router']['removed'] is True
+        assert written['router']['readmitted'] is True and written['router']['drain']['idle'] is True
+        assert after[name] != before[name]
+    assert router_urls() == sorted(url(fleet, name) for name in FLEET)
+
+
+def test_a_canary_that_fails_stops_the_rollout_with_the_others_untouched(fleet, rollout, tmp_path):
+    bad = tmp_path / 'for-another-version.diff'
+    bad.write_text('--- a/sglang/srt/speculative/eagle_worker.py\n+++ b/sglang/srt/speculative/eagle_worker.py\n'
+                   '@@ -1,2 +1,2 @@\n-import logging_v9\n+import logging_v10\n import time\n')
+    canary_only = tmp_path / 'canary-only.yml'
+    canary_only.write_text(json.dumps({'gpu': {'hosts': {'gpu1': {'sglang_patch_file': str(bad)}}}}))
+    before = pids(fleet)
+    run = rollout({'sglang_force_restart': True, 'redeploy_canary': 1, 'redeploy_serial': 2}, name='canary',
+                  inventory=[str(canary_only)])
+    assert run.rc != 0
+    assert 'applies neither forwards nor backwards' in ' '.join(run.failure_messages('gpu1'))
+    assert report('gpu1')['status'] == 'failed' and 'nothing was stopped' in report('gpu1')['reason']
+    # The canary failed: nothing else was stopped, every server still serves from the router.
+    assert pids(fleet) == before
+    assert router_urls() == sorted(url(fleet, name) for name in FLEET)
+    for name in ('gpu2', 'gpu3'):
+        assert run.count('changed', name) == 0
+
+
+def test_a_failed_host_stops_the_next_batches_past_the_failure_budget(fleet, rollout, tmp_path):
+    bad = tmp_path / 'for-another-version.diff'
+    bad.write_text('--- a/sglang/version.py\n+++ b/sglang/version.py\n@@ -1 +1 @@\n-nothing like this\n+at all\n')
+    first_batch = tmp_path / 'first-batch.yml'
+    first_batch.write_text(json.dumps({'gpu': {'hosts': {'gpu1': {'sglang_patch_file': str(bad)}}}}))
+    before = pids(fleet)
+    run = rollout({'sglang_force_restart': True, 'redeploy_serial': 2, 'redeploy_max_fail_percentage': 40},
+                  name='budget', inventory=[str(first_batch)])
+    assert run.rc != 0
+    # gpu1 and gpu2 form the first batch: one of two failed (50 % > 40 %), so gpu3 is left alone.
+    assert report('gpu2')['status'] == 'redeployed'
+    skipped = report('gpu3')
+    assert skipped['status'] == 'skipped'
+    assert skipped['reason'].startswith('rollout stopped: 1 of 2 finished host(s) failed (gpu1)')
+    now = pids(fleet)
+    assert now['gpu1'] == before['gpu1'] and now['gpu3'] == before['gpu3'] and now['gpu2'] != before['gpu2']
+    assert router_urls() == sorted(url(fleet, name) for name in FLEET)
+
+
+def test_a_host_marked_skip_is_left_alone_and_reported(fleet, rollout, tmp_path):
+    marked = tmp_path / 'skip.yml'
+    marked.write_text(json.dumps({'gpu': {'hosts': {'gpu2': {'sglang_redeploy_skip': True}}}}))
+    before = pids(fleet)
+    run = rollout({'sglang_force_restart': True}, name='skip', limit='gpu2', inventory=[str(marked)])
+    assert run.rc == 0, run.stdout[-3000:]
+    assert report('gpu2')['status'] == 'skipped'
+    assert report('gpu2')['reason'] == 'sglang_redeploy_skip is set for this host'
+    assert pids(fleet)['gpu2'] == before['gpu2']
+
+
+def test_a_server_already_down_counts_against_max_unavailable(fleet, rollout):
+    fleet['gpu3'].exec_('systemctl', 'stop', 'sglang')
+    try:
+        before = pids(fleet)
+        # Limited to gpu1, the run still counts the whole group's servers.
+        run = rollout({'sglang_force_restart': True, 'redeploy_max_unavailable': 1, 'sglang_fleet_wait_timeout': 2},
+                      name='budget', limit='gpu1')
+        assert run.rc != 0
+        written = report('gpu1')
+        assert written['status'] == 'failed', written
+        assert 'more than max_unavailable 1: gpu3 (/health answered nothing); waited 2.0s' in written['reason']
+        assert written['reason'].startswith('nothing was stopped')
+        assert pids(fleet)['gpu1'] == before['gpu1'] and fleet['gpu1'].healthy()
+        # With room for two, the same run goes ahead.
+        room = rollout({'sglang_force_restart': True, 'redeploy_max_unavailable': 2}, name='room', limit='gpu1')
+        assert room.rc == 0, room.stdout[-3000:]
+        assert report('gpu1')['fleet_slot']['unavailable'] == [{'host': 'gpu3', 'why': '/health answered nothing'}]
+    finally:
+        fleet['gpu3'].exec_('systemctl', 'start', 'sglang')
+        wait_for(fleet['gpu3'].healthy, 60, 'gpu3 serving again')
+
+
+def test_a_server_out_of_the_router_before_the_run_stays_out(fleet, rollout):
+    worker = [w for w in http_json('GET', ROUTER + '/workers')['workers'] if w['url'] == url(fleet, 'gpu2')][0]
+    http_json('DELETE', ROUTER + '/workers/' + worker['id'])
+    wait_for(lambda: url(fleet, 'gpu2') not in router_urls(), 30, 'gpu2 out of the router')
+    try:
+        before = fleet['gpu2'].server_pid()
+        run = rollout({'sglang_force_restart': True}, name='pre-drained', limit='gpu2')
+        assert run.rc == 0, run.stdout[-3000:]
+        written = report('gpu2')
+        assert written['status'] == 'redeployed' and fleet['gpu2'].server_pid() != before
+        assert written['router']['member_before'] is False and written['router']['removed'] is False
+        assert written['router']['readmitted'] is False and written['router']['member'] is False
+        assert url(fleet, 'gpu2') not in router_urls()
+    finally:
+        http_json('POST', ROUTER + '/workers', {'url': url(fleet, 'gpu2')})
+        wait_for(lambda: url(fleet, 'gpu2') in router_urls(), 30, 'gpu2 back in the router')
+
+
+def test_a_drain_past_its_deadline_is_reported(fleet, rollout):
+    host = fleet['gpu1']
+    host.exec_('touch', GENERATE_GATE)
+    answers = []
+    client = threading.Thread(target=lambda: answers.append(
+        subprocess.run(['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-X', 'POST', '-H',
+                        'Content-Type: application/json', '-d', '{"text": "held"}', url(fleet, 'gpu1') + '/generate'],
+                       stdout=subprocess.PIPE, universal_newlines=True).stdout))
+    try:
+        client.start()
+        wait_for(lambda: http_json('GET', url(fleet, 'gpu1') + '/v1/loads')['aggregate']['total_reqs'] == 1, 30,
+                 'a request held in flight on gpu1')
+        run = rollout({'sglang_force_restart': True, 'sglang_drain_timeout': 1}, name='drain-deadline', limit='gpu1')
+    finally:
+        host.exec_('rm', '-f', GENERATE_GATE)
+        client.join(60)
+    assert run.rc == 0, run.stdout[-3000:]
+    written = report('gpu1')
+    assert written['status'] == 'redeployed'
+    assert written['router']['drain']['idle'] is False and written['router']['drain']['in_flight_at_end'] == 1
+    assert 'stopped with requests possibly in flight: 1 request(s) still in flight after 1.0s' in written['reason']
+    assert url(fleet, 'gpu1') in router_urls()
