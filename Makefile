@@ -1,6 +1,7 @@
 # Two commands on a fresh Debian machine, as root:
 #   make demo   full redeploy against the embedded lab, visible and verified
 #   make test   every test (unit, integration, lab, dashboard with a headless browser, sanity, ansible-test integration, lint, the 2.21 matrix, molecule)
+#   make fleet   eight lab hosts behind the real SGLang router, a rolling redeploy under load (one JSON line)
 #   make dashboard   the reference ops page against the lab, on 127.0.0.1:$DASHBOARD_PORT (default 8765)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,7 +19,7 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: setup host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-gpu matrix
+.PHONY: fleet setup host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-gpu matrix
 
 setup: host-packages $(VENV)/.installed $(VENV)/.dashboard-installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
 
@@ -132,3 +133,8 @@ $(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed
 # driver's own release time.
 bench-gpu: setup
 	bench/h200.sh
+
+# Eight lab hosts behind the real SGLang router; a rolling redeploy (batches of 2, at most 2 servers out)
+# under a steady load through the router. Last line: {hosts, requests_total, requests_failed, min_healthy, wall_s, ...}.
+fleet: setup
+	$(BIN)/python bench/fleet.py --hosts $${FLEET_HOSTS:-8}
