@@ -51,6 +51,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     terminate,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids
+from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
     Server,
     ServerError,
@@ -59,7 +60,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
 
 PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
 # What the watcher imports, installed into lib/ from the collection that armed the guard.
-RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py')
+RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py', '_router.py')
 ENTRY_POINT = '''# Installed by gpuops.sglang.sglang_guard: runs the guard without Ansible.
 import os
 import sys
@@ -309,7 +310,7 @@ class Guard(object):
                 outcome = action()
                 steps.append(name)
                 return outcome
-            except (ServerError, GuardError, NvidiaSmiError, OSError, ValueError) as exc:
+            except (ServerError, GuardError, NvidiaSmiError, RouterError, OSError, ValueError) as exc:
                 problems.append('%s: %s' % (name, exc))
                 return None
             finally:
@@ -334,8 +335,12 @@ class Guard(object):
                 timings['wait for health'] = round(time.time() - (launched[0]['started_at']), 3)
                 if not health['healthy']:
                     problems.append('the previous server is not healthy: %s' % health['why'])
-        stopped_at = _read_stop_marker(settings.get('stop_marker'))
         healthy = bool(health['healthy'])
+        readmitted = None
+        if settings.get('router'):
+            readmitted = bool(healthy and step('put the server back into the router',
+                                               lambda: self._readmit(settings['router'])))
+        stopped_at = _read_stop_marker(settings.get('stop_marker'))
         return {
             'run_id': state['run_id'], 'host': state['host'], 'acted_by': acted_by,
             'status': 'rolled_back' if healthy else 'failed',
@@ -345,8 +350,19 @@ class Guard(object):
             'steps': steps, 'problems': problems, 'timings': timings,
             'started_at': started, 'finished_at': time.time(), 'healthy_at': health.get('healthy_at'),
             'downtime_s': round(health['healthy_at'] - stopped_at, 2) if healthy and stopped_at else None,
+            'router_readmitted': readmitted,
             'hostname': socket.gethostname(),
         }
+
+    @staticmethod
+    def _readmit(router_settings):
+        router = Router(router_settings['url'], api_key=router_settings.get('api_key'))
+        if router.find(router_settings['worker_url']) is None:
+            router.add(router_settings['worker_url'])
+        worker = router.wait_for(router_settings['worker_url'], True, float(router_settings.get('timeout') or 30))
+        if worker is None or worker.get('is_healthy') is False:
+            raise GuardError('the router %s did not list %s as healthy in time' % (router.base_url, router_settings['worker_url']))
+        return True
 
     def _kill_leftovers(self, settings):
         local = LocalProcesses()

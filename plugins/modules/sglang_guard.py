@@ -90,6 +90,28 @@ options:
   stop_marker:
     description: File in which the stop writes its start time, to measure the downtime in the guard's report.
     type: path
+  router:
+    description:
+      - The SGLang router this run took the server out of (O(state=armed)). After a restore whose previous
+        server answers C(/health), the guard puts it back into that router, whoever restored (the controller,
+        a later run, or the watcher at the deadline).
+    type: dict
+    suboptions:
+      url:
+        description: The router's base URL.
+        type: str
+        required: true
+      worker_url:
+        description: The server's URL as the router knows it.
+        type: str
+        required: true
+      api_key:
+        description: The router's API key (kept in the guard's state file, readable by root only).
+        type: str
+      timeout:
+        description: Seconds the router may take to list the server as healthy.
+        type: float
+        default: 30
   reason:
     description: Why a restore is done now (O(state=restored)); lands in the report.
     type: str
@@ -199,6 +221,9 @@ fired:
     downtime_s:
       description: Seconds from the stop to that answer; null when unknown.
       type: float
+    router_readmitted:
+      description: Whether the restored server was put back into O(router) (null when no router was given).
+      type: bool
 last_fired:
   description: >-
     The report of the last restore on this host, by anyone (null when there never was one); the same keys as
@@ -241,6 +266,12 @@ def main():
             gpu_max_used_mib=dict(type='int', default=0),
             gpu_timeout=dict(type='float', default=60),
             stop_marker=dict(type='path'),
+            router=dict(type='dict', options=dict(
+                url=dict(type='str', required=True),
+                worker_url=dict(type='str', required=True),
+                api_key=dict(type='str', no_log=True),
+                timeout=dict(type='float', default=30),
+            )),
             reason=dict(type='str', default='restore requested'),
             lock_timeout=dict(type='float', default=60),
         ),
@@ -286,7 +317,8 @@ def main():
             settings = dict(kill_patterns=params['kill_patterns'], health_timeout=params['health_timeout'],
                             term_timeout=params['server'].get('term_timeout', 30),
                             nvidia_smi=module.get_bin_path('nvidia-smi'), max_used_mib=params['gpu_max_used_mib'],
-                            gpu_timeout=params['gpu_timeout'], stop_marker=params['stop_marker'])
+                            gpu_timeout=params['gpu_timeout'], stop_marker=params['stop_marker'],
+                            router=params['router'])
             guard.arm(params['run_id'], params['deadline'], params['files'], dict(params['server']),
                       params['host'], sys.executable, settings, systemd=os.path.isdir('/run/systemd/system'))
             finish()

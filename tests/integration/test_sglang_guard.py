@@ -13,6 +13,7 @@ import urllib.request
 import pytest
 
 from helpers.ansible_run import run_task
+from helpers.router import Router
 from helpers.simulated import free_port, wait_for
 
 TINY_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'files', 'tiny_server.py')
@@ -204,3 +205,30 @@ def test_restore_now_takes_over_and_a_second_arm_is_refused_while_armed(deployme
     again = run_task(tmp_path, 'gpuops.sglang.sglang_guard', deployment.guard_args(state='restored'), name='again')
     assert not again['changed'] and again['fired'] is None and again['last_fired']['acted_by'] == 'takeover'
 
+
+
+def test_a_restore_puts_the_previous_server_back_into_its_router(deployment, tmp_path):
+    router = Router(tmp_path)
+    try:
+        assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+        worker = deployment.server['base_url']
+        membership = dict(router_url=router.url, worker_url=worker, timeout=20)
+        assert not run_task(tmp_path, 'gpuops.sglang.sglang_router_worker', membership, name='in').failed
+        armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                         deployment.guard_args(state='armed', run_id='run-r', deadline=600,
+                                               router={'url': router.url, 'worker_url': worker, 'timeout': 20}),
+                         name='arm')
+        assert not armed.failed, armed.get('msg')
+        # The run took the server out of the router and stopped it, then failed.
+        run_task(tmp_path, 'gpuops.sglang.sglang_router_worker', dict(membership, state='absent'), name='out')
+        run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(state='stopped'), name='stop')
+        assert router.urls() == []
+        restored = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                            deployment.guard_args(state='restored', run_id='run-r', reason='the start failed'),
+                            name='restore')
+        assert not restored.failed, restored.get('msg')
+        assert restored['fired']['healthy'] is True and restored['fired']['router_readmitted'] is True
+        assert 'put the server back into the router' in restored['fired']['steps']
+        assert router.urls() == [worker]
+    finally:
+        router.stop()
