@@ -7,7 +7,15 @@ It behaves like SGLang where the redeploy playbook can observe it:
   and GPU memory through the nvidia-smi simulator) and ``sglang::detokenizer``;
 - /health and /health_generate answer 503 during warm-up, then 200; /server_info (and the deprecated
   /get_server_info) return every resolved argument, the SGLANG_* environment and internal_states;
-- SIGTERM: stop serving, drain, stop the children, exit 0.
+- POST /generate answers like SGLang ({"text", "meta_info"}) after SGLANG_STANDIN_GENERATE_DELAY seconds
+  (read at start, default 0.2), so requests are really in flight while a fleet redeploy drains a host;
+  /v1/loads and /get_load report them in SGLang 0.5.x's shapes; /model_info (and /get_model_info)
+  answer what the SGLang router reads when it registers a worker;
+- SIGTERM: /health and /health_generate answer 503 at once, requests in flight finish, new /generate
+  requests are refused with 503 (upstream 0.5.12.post1 still accepts them while it drains: its
+  generate path never checks the exit flag; refusing makes a host that still gets traffic when it is
+  stopped visible to a load generator instead of silently stretching the drain), then the children stop
+  and it exits 0.
 - With SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE set, it refuses to start (exit 1) unless the installed
   sglang carries the dynamic-speculation patch that defines that variable.
 Lab knobs (environment): LAB_STANDIN_WARMUP seconds before healthy (default 1.5),
@@ -25,11 +33,14 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HOLDER = '/opt/lab/simulators/gpu_holder.py'
 PATCH_ENV = 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'
 DRAIN_GATE = '/run/lab-standin-drain-gate'
+GENERATE_DELAY_ENV = 'SGLANG_STANDIN_GENERATE_DELAY'
 
 
 def build_parser():
@@ -98,10 +109,102 @@ class Server(object):
         self.resolved = resolved
         self.started = time.monotonic()
         self.warmup = float(os.environ.get('LAB_STANDIN_WARMUP', '1.5'))
+        self.generate_delay = float(os.environ.get(GENERATE_DELAY_ENV, '0.2'))
         self.children = []
+        # Set by SIGTERM: health turns 503 and new generate requests are refused from that moment.
+        self.draining = threading.Event()
+        self.in_flight = 0
+        self.in_flight_changed = threading.Condition()
 
     def ready(self):
         return time.monotonic() - self.started >= self.warmup
+
+    def serving(self):
+        return self.ready() and not self.draining.is_set()
+
+    def begin_request(self):
+        """Count a generate request in, unless the server no longer takes new ones."""
+        with self.in_flight_changed:
+            # Checked under the lock so that wait_drained cannot miss a request admitted just before it.
+            if not self.serving():
+                return False
+            self.in_flight += 1
+            return True
+
+    def end_request(self):
+        with self.in_flight_changed:
+            self.in_flight -= 1
+            self.in_flight_changed.notify_all()
+
+    def wait_drained(self):
+        """Block until every admitted request has answered (each lasts generate_delay: bounded)."""
+        with self.in_flight_changed:
+            while self.in_flight > 0:
+                self.in_flight_changed.wait(0.5)
+
+    def loads(self):
+        """/v1/loads as SGLang 0.5.x builds it: one entry per DP rank plus an aggregate."""
+        running = self.in_flight
+        max_tokens = 500000
+        used = running * 64  # a nominal KV footprint per running request; nothing real to report
+        entries = []
+        for rank in range(self.resolved['dp_size']):
+            # The stand-in has no scheduler per rank: everything runs on rank 0.
+            n = running if rank == 0 else 0
+            entries.append({
+                'dp_rank': rank, 'num_running_reqs': n, 'num_waiting_reqs': 0,
+                'num_used_tokens': used if rank == 0 else 0, 'num_total_tokens': used if rank == 0 else 0,
+                'max_total_num_tokens': max_tokens, 'token_usage': round(float(used if rank == 0 else 0) / max_tokens, 4),
+                'gen_throughput': 0.0, 'cache_hit_rate': 0.0,
+                'utilization': round(float(n) / (self.resolved['max_running_requests'] or 48), 4),
+                'max_running_requests': self.resolved['max_running_requests'] or 48,
+                'num_total_reqs': n})
+        count = len(entries)
+        aggregate = {
+            'total_running_reqs': sum(e['num_running_reqs'] for e in entries),
+            'total_waiting_reqs': sum(e['num_waiting_reqs'] for e in entries),
+            'total_reqs': sum(e['num_running_reqs'] + e['num_waiting_reqs'] for e in entries),
+            'total_used_tokens': sum(e['num_used_tokens'] for e in entries),
+            'total_tokens': sum(e['num_total_tokens'] for e in entries),
+            'avg_token_usage': round(sum(e['token_usage'] for e in entries) / count, 4),
+            'avg_throughput': round(sum(e['gen_throughput'] for e in entries) / count, 2),
+            'avg_utilization': round(sum(e['utilization'] for e in entries) / count, 4)}
+        return {'timestamp': datetime.now(timezone.utc).isoformat(), 'version': 'standin',
+                'dp_rank_count': count, 'loads': entries, 'aggregate': aggregate}
+
+    def legacy_load(self):
+        """/get_load: SGLang's deprecated projection of /v1/loads."""
+        tic = time.perf_counter()
+        return [{'dp_rank': e['dp_rank'], 'num_reqs': e['num_running_reqs'] + e['num_waiting_reqs'],
+                 'num_waiting_reqs': e['num_waiting_reqs'], 'num_tokens': e['num_total_tokens'],
+                 'num_pending_tokens': e['num_total_tokens'] - e['num_used_tokens'], 'ts_tic': tic}
+                for e in self.loads()['loads']]
+
+    def model_info(self):
+        return {'model_path': self.resolved['model_path'], 'tokenizer_path': self.resolved['tokenizer_path'],
+                'is_generation': True, 'preferred_sampling_params': None, 'weight_version': 'default',
+                'has_image_understanding': False, 'has_audio_understanding': False, 'model_type': 'llama',
+                'architectures': ['LlamaForCausalLM']}
+
+    def generate(self, request):
+        """One /generate answer in SGLang's non-streaming shape (a list for a batch of prompts)."""
+        started = time.monotonic()
+        texts = request.get('text')
+        if texts is None and request.get('input_ids') is None:
+            raise ValueError('Either text or input_ids should be provided.')
+        params = request.get('sampling_params') or {}
+        if not isinstance(params, dict):
+            raise ValueError('sampling_params must be an object')
+        max_new = int(params.get('max_new_tokens', 16))
+        time.sleep(self.generate_delay)
+        batch = texts if isinstance(texts, list) else [texts if texts is not None else request.get('input_ids')]
+        outputs = []
+        for prompt in batch:
+            outputs.append({'text': ' standin' * max_new, 'meta_info': {
+                'id': uuid.uuid4().hex, 'finish_reason': {'type': 'length', 'length': max_new},
+                'prompt_tokens': len(str(prompt).split()), 'completion_tokens': max_new, 'cached_tokens': 0,
+                'e2e_latency': round(time.monotonic() - started, 4)}})
+        return outputs if isinstance(texts, list) else outputs[0]
 
     def info(self):
         info = dict(self.resolved)
@@ -144,16 +247,51 @@ def make_handler(server):
         def do_GET(self):
             path = self.path.split('?', 1)[0]
             if path in ('/health', '/health_generate'):
-                if server.ready():
+                if server.serving():
                     self._send(200, {})
                 else:
-                    self._send(503, {'error': 'warming up'})
+                    self._send(503, {'error': 'shutting down' if server.draining.is_set() else 'warming up'})
             elif path in ('/server_info', '/get_server_info'):
                 self._send(200, server.info())
+            elif path in ('/model_info', '/get_model_info'):
+                self._send(200, server.model_info())
+            elif path == '/v1/loads':
+                self._send(200, server.loads())
+            elif path == '/get_load':
+                self._send(200, server.legacy_load())
             elif path in ('/v1/models',):
                 self._send(200, {'data': [{'id': server.resolved['served_model_name']}]})
             else:
                 self._send(404, {'error': 'not found'})
+
+        def do_POST(self):
+            path = self.path.split('?', 1)[0]
+            if path != '/generate':
+                self._send(404, {'error': 'not found'})
+                return
+            try:
+                length = int(self.headers.get('Content-Length') or 0)
+                request = json.loads(self.rfile.read(length) or b'null')
+                if not isinstance(request, dict):
+                    raise ValueError('the body must be a JSON object')
+            except ValueError as exc:
+                self._send(400, {'error': {'message': str(exc)}})
+                return
+            if not server.begin_request():
+                self._send(503, {'error': {'message': 'the server is %s' % (
+                    'shutting down' if server.draining.is_set() else 'warming up')}})
+                return
+            try:
+                try:
+                    answer = server.generate(request)
+                except ValueError as exc:
+                    self._send(400, {'error': {'message': str(exc)}})
+                    return
+                self._send(200, answer)
+            finally:
+                server.end_request()
+
+        do_PUT = do_POST
 
         def log_message(self, fmt, *args):
             sys.stderr.write('standin http: %s\n' % (fmt % args))
@@ -170,6 +308,8 @@ def main(argv=None):
     stopping = threading.Event()
 
     def on_term(signum, frame):
+        # Health turns 503 and new work is refused from this moment, as SGLang's tokenizer manager does.
+        server.draining.set()
         stopping.set()
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
@@ -182,11 +322,16 @@ def main(argv=None):
         if any(child.poll() is not None for child in server.children):
             sys.stderr.write('standin: a child died, exiting\n')
             break
-    httpd.shutdown()
+    server.draining.set()
+    # The listener stays open through the drain (answering 503 to health and new work, as SGLang's
+    # does) and closes only once the requests in flight have answered.
+    server.wait_drained()
     time.sleep(float(os.environ.get('LAB_STANDIN_DRAIN', '0.3')))
     gate_deadline = time.monotonic() + 120
     while os.path.exists(DRAIN_GATE) and time.monotonic() < gate_deadline:
         time.sleep(0.05)
+    httpd.shutdown()
+    httpd.server_close()
     server.stop_children()
     return 0
 

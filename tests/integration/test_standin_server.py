@@ -1,0 +1,133 @@
+"""The lab's stand-in SGLang server answers what the router and a fleet redeploy need, on loopback.
+
+It runs here as a plain process (no container): its scheduler children are replaced by sleepers and
+its drain gate lives under tmp_path, so the test decides when the drain ends. Nothing waits for a
+fixed time: every step polls for the state it needs, and the drain gate holds the server in its
+drain for as long as the test looks at it.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from helpers.ansible_run import REPO
+from helpers.simulated import wait_for
+
+STANDIN = os.path.join(REPO, 'lab', 'standin')
+SLEEPER = 'import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\ntime.sleep(3600)\n'
+# Runs the stand-in with its children and its drain gate moved into the test's folder.
+LAUNCH = ('import sys\nsys.path.insert(0, sys.argv[1])\nfrom sglang_standin import launch_server as m\n'
+          'm.HOLDER = sys.argv[2]\nm.DRAIN_GATE = sys.argv[3]\nsys.exit(m.main(sys.argv[4:]))\n')
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(('127.0.0.1', 0))
+        return sock.getsockname()[1]
+
+
+def call(method, url, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={'Content-Type': 'application/json'})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b'null')
+
+
+def status(url):
+    try:
+        return call('GET', url)[0]
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def standin(request, tmp_path):
+    """(process, base URL, drain gate path); SGLANG_STANDIN_GENERATE_DELAY from indirect parametrization (default 0.2)."""
+    delay = getattr(request, 'param', '0.2')
+    sleeper = tmp_path / 'sleeper.py'
+    sleeper.write_text(SLEEPER)
+    gate = tmp_path / 'drain-gate'
+    port = free_port()
+    env = dict(os.environ, LAB_STANDIN_WARMUP='0', LAB_STANDIN_DRAIN='0', SGLANG_STANDIN_GENERATE_DELAY=delay)
+    proc = subprocess.Popen([sys.executable, '-c', LAUNCH, STANDIN, str(sleeper), str(gate),
+                             '--model-path', '/models/m', '--host', '127.0.0.1', '--port', str(port)],
+                            env=env, stderr=subprocess.DEVNULL)
+    base = 'http://127.0.0.1:%d' % port
+    try:
+        wait_for(lambda: status(base + '/health') == 200, 30, 'the stand-in to answer /health')
+        yield proc, base, gate
+    finally:
+        if gate.exists():
+            gate.unlink()
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_generate_loads_and_model_info_have_sglang_shapes(standin):
+    proc, base, gate = standin
+    code, answer = call('POST', base + '/generate', {'text': 'Hello', 'sampling_params': {'max_new_tokens': 3}})
+    assert code == 200
+    assert isinstance(answer['text'], str)
+    assert answer['meta_info']['finish_reason'] == {'type': 'length', 'length': 3}
+    assert answer['meta_info']['completion_tokens'] == 3
+    code, batch = call('POST', base + '/generate', {'text': ['a', 'b'], 'sampling_params': {'max_new_tokens': 1}})
+    assert code == 200 and len(batch) == 2
+    assert call('POST', base + '/generate', {'sampling_params': {}})[0] == 400
+    code, loads = call('GET', base + '/v1/loads')
+    assert code == 200
+    assert set(loads) == {'timestamp', 'version', 'dp_rank_count', 'loads', 'aggregate'}
+    assert loads['dp_rank_count'] == 1
+    assert loads['loads'][0]['num_running_reqs'] == 0 and loads['loads'][0]['num_total_reqs'] == 0
+    assert {'total_running_reqs', 'total_waiting_reqs', 'total_reqs'} <= set(loads['aggregate'])
+    code, legacy = call('GET', base + '/get_load')
+    assert code == 200
+    assert set(legacy[0]) == {'dp_rank', 'num_reqs', 'num_waiting_reqs', 'num_tokens', 'num_pending_tokens', 'ts_tic'}
+    for path in ('/model_info', '/get_model_info'):
+        code, info = call('GET', base + path)
+        assert code == 200 and info['model_path'] == '/models/m' and info['is_generation'] is True
+    assert call('GET', base + '/server_info')[1]['environment']['SGLANG_STANDIN_GENERATE_DELAY'] == '0.2'
+
+
+# Long enough that the requests are certainly still running when the test counts them; the drain gate,
+# not this delay, is what keeps the server alive while the test checks the drain.
+@pytest.mark.parametrize('standin', ['8'], indirect=True)
+def test_sigterm_refuses_new_work_finishes_requests_in_flight_then_exits(standin):
+    proc, base, gate = standin
+    results = []
+
+    def one():
+        results.append(call('POST', base + '/generate', {'text': 'x', 'sampling_params': {'max_new_tokens': 2}}))
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+
+    def running():
+        loads = call('GET', base + '/v1/loads')[1]
+        return loads['aggregate']['total_running_reqs']
+    wait_for(lambda: running() == 3, 30, 'three requests in flight')
+    assert call('GET', base + '/get_load')[1][0]['num_reqs'] == 3
+
+    gate.touch()  # the drain lasts until the test removes this
+    proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: status(base + '/health') == 503, 30, '/health to answer 503 after SIGTERM')
+    assert status(base + '/health_generate') == 503
+    code, refused = call('POST', base + '/generate', {'text': 'late', 'sampling_params': {}})
+    assert code == 503, refused
+    for thread in threads:
+        thread.join(60)
+    assert [code for code, dummy in results] == [200, 200, 200]
+    assert running() == 0
+    assert proc.poll() is None  # still draining: the gate holds it
+    gate.unlink()
+    assert proc.wait(60) == 0
