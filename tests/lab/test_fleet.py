@@ -40,6 +40,10 @@ def url(lab, name):
     return 'http://%s:30000' % lab[name].address
 
 
+def in_flight(lab, name):
+    return http_json('GET', url(lab, name) + '/v1/loads')['aggregate']['total_reqs']
+
+
 def report(name):
     with open(os.path.join(REPORTS, name + '.json')) as handle:
         return json.load(handle)
@@ -73,9 +77,9 @@ def test_rolling_redeploy_under_load_drops_no_request(fleet, rollout, tmp_path):
     stop_file = tmp_path / 'stop-load'
     load = subprocess.Popen(
         [sys.executable, LOAD, '--url', ROUTER, '--rate', '20', '--concurrency', '8', '--max-duration', '300',
-         '--stop-file', str(stop_file)] + ['--health-url=%s' % url(fleet, name) for name in FLEET],
+         '--stop-file', str(stop_file)] + ['--health=%s/health' % url(fleet, name) for name in FLEET],
         stdout=subprocess.PIPE, universal_newlines=True)
-    wait_for(lambda: os.path.exists(str(stop_file) + '.started'), 30, 'the load generator')
+    wait_for(lambda: sum(in_flight(fleet, name) for name in FLEET) > 0, 30, 'requests in flight through the router')
     run = rollout({'sglang_force_restart': True, 'redeploy_serial': 1, 'redeploy_max_unavailable': 1}, name='rolling')
     stop_file.write_text('')
     measured = json.loads(load.communicate(timeout=120)[0].strip().splitlines()[-1])
@@ -192,8 +196,7 @@ def test_a_drain_past_its_deadline_is_reported(fleet, rollout):
                        stdout=subprocess.PIPE, universal_newlines=True).stdout))
     try:
         client.start()
-        wait_for(lambda: http_json('GET', url(fleet, 'gpu1') + '/v1/loads')['aggregate']['total_reqs'] == 1, 30,
-                 'a request held in flight on gpu1')
+        wait_for(lambda: in_flight(fleet, 'gpu1') == 1, 30, 'a request held in flight on gpu1')
         run = rollout({'sglang_force_restart': True, 'sglang_drain_timeout': 1}, name='drain-deadline', limit='gpu1')
     finally:
         host.exec_('rm', '-f', GENERATE_GATE)
