@@ -101,7 +101,9 @@ def run_playbook(tmp_path, playbook, inventory, extravars=None, name='run', limi
     runner = ansible_runner.run(
         private_data_dir=str(private),
         playbook=os.path.join(REPO, playbook),
-        inventory=os.path.join(REPO, inventory),
+        # One source, or several (a list), relative to the repository.
+        inventory=os.path.join(REPO, inventory) if isinstance(inventory, str)
+        else [os.path.join(REPO, source) for source in inventory],
         extravars=extravars or {},
         limit=limit,
         cmdline=cmdline,

@@ -147,9 +147,9 @@ def test_a_host_marked_skip_is_left_alone_and_reported(fleet, rollout, tmp_path)
 
 
 def test_a_server_already_down_counts_against_max_unavailable(fleet, rollout):
+    before = pids(fleet)
     fleet['gpu3'].exec_('systemctl', 'stop', 'sglang')
     try:
-        before = pids(fleet)
         # Limited to gpu1, the run still counts the whole group's servers.
         run = rollout({'sglang_force_restart': True, 'redeploy_max_unavailable': 1, 'sglang_fleet_wait_timeout': 2},
                       name='budget', limit='gpu1')
@@ -158,7 +158,7 @@ def test_a_server_already_down_counts_against_max_unavailable(fleet, rollout):
         assert written['status'] == 'failed', written
         assert 'more than max_unavailable 1: gpu3 (/health answered nothing); waited 2.0s' in written['reason']
         assert written['reason'].startswith('nothing was stopped')
-        assert pids(fleet)['gpu1'] == before['gpu1'] and fleet['gpu1'].healthy()
+        assert fleet['gpu1'].server_pid() == before['gpu1'] and fleet['gpu1'].healthy()
         # With room for two, the same run goes ahead.
         room = rollout({'sglang_force_restart': True, 'redeploy_max_unavailable': 2}, name='room', limit='gpu1')
         assert room.rc == 0, room.stdout[-3000:]
@@ -188,7 +188,7 @@ def test_a_server_out_of_the_router_before_the_run_stays_out(fleet, rollout):
 
 def test_a_drain_past_its_deadline_is_reported(fleet, rollout):
     host = fleet['gpu1']
-    host.exec_('touch', GENERATE_GATE)
+    host.exec_('sh', '-c', 'echo %d > %s' % (host.server_pid(), GENERATE_GATE))
     answers = []
     client = threading.Thread(target=lambda: answers.append(
         subprocess.run(['curl', '-s', '-o', '/dev/null', '-w', '%{http_code}', '-X', 'POST', '-H',

@@ -23,9 +23,9 @@ LAB_STANDIN_GPU_MIB memory per scheduler (default 20610), LAB_STANDIN_DRAIN seco
 Drain gate (for fault tests): while the file /run/lab-standin-drain-gate exists, the drain after
 SIGTERM lasts (as if requests were still in flight; at most 120 s), so a test can act at a known
 point of the outage window: after the stop began, before anything else ran.
-Generate gate (for drain tests): while the file /run/lab-standin-generate-gate exists, a /generate
-request admitted before it is removed stays in flight (at most 120 s), so a test holds a request on a
-server for exactly as long as it needs.
+Generate gate (for drain tests): while the file /run/lab-standin-generate-gate exists and holds this
+server's pid, its /generate requests stay in flight (at most 120 s), so a test holds a request on one
+server for exactly as long as it needs, and the server started after it is not held.
 """
 import argparse
 import importlib.util
@@ -44,6 +44,14 @@ HOLDER = '/opt/lab/simulators/gpu_holder.py'
 PATCH_ENV = 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'
 DRAIN_GATE = '/run/lab-standin-drain-gate'
 GENERATE_GATE = '/run/lab-standin-generate-gate'
+
+
+def gate_holds(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip() == str(os.getpid())
+    except OSError:
+        return False
 GENERATE_DELAY_ENV = 'SGLANG_STANDIN_GENERATE_DELAY'
 
 
@@ -202,7 +210,7 @@ class Server(object):
         max_new = int(params.get('max_new_tokens', 16))
         time.sleep(self.generate_delay)
         gate_deadline = time.monotonic() + 120
-        while os.path.exists(GENERATE_GATE) and time.monotonic() < gate_deadline:
+        while gate_holds(GENERATE_GATE) and time.monotonic() < gate_deadline:
             time.sleep(0.02)
         batch = texts if isinstance(texts, list) else [texts if texts is not None else request.get('input_ids')]
         outputs = []
