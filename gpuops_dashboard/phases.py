@@ -23,6 +23,7 @@ TASK_PHASES = {
     'Write the candidate configuration next to the live files': 'prepare',
     'Read whether the router lists this server (one it does not list stays out after the run)': 'prepare',
     'Take a slot in the fleet\'s unavailability budget (sglang_max_unavailable)': 'slot',
+    'Decide again whether this host takes part, after waiting for room': 'slot',
     'Arm the host-side guard (commit confirmed)': 'arm',
     'Take the server out of the router (no new request reaches it)': 'router_out',
     'Stop the server gracefully (the outage starts here)': 'stop',

@@ -55,6 +55,7 @@ class ActionModule(ActionBase):
             router_api_key=dict(type='str', default='', no_log=True),
             wait_timeout=dict(type='float', default=300),
             probe_timeout=dict(type='float', default=2),
+            ttl=dict(type='float', default=0),
         ))
         folder = os.path.expanduser(args['folder'])
         # The ansible-playbook (or ansible-runner's) main process: workers are forked from it.
@@ -77,7 +78,13 @@ class ActionModule(ActionBase):
         while True:
             with open(os.path.join(folder, '.lock'), 'a') as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                held = self._held(folder, exclude=args['host'])
+                mine = self._read(slot_path)
+                if mine is not None and self._live(mine) and mine.get('pid') != owner['pid']:
+                    raise AnsibleActionFail('another run (ansible-playbook pid %s) holds the slot of %s: it is '
+                                            'redeploying that host now' % (mine.get('pid'), args['host']),
+                                            result=result)
+                # Only this fleet's hosts count: another fleet redeployed from this controller has its own budget.
+                held = [host for host in self._held(folder, exclude=args['host']) if host in args['peers']]
                 unavailable = unavailable_peers(args['peers'], args['router_url'], args['router_api_key'] or None,
                                                 args['probe_timeout'], skip=set(held))
                 me_down = args['host'] in dict(unavailable)
@@ -86,8 +93,10 @@ class ActionModule(ActionBase):
                 total = len(held) + len(others) + (0 if me_down else 1)
                 result.update(held_by=sorted(held), unavailable=[{'host': h, 'why': w} for h, w in others])
                 if total <= args['max_unavailable']:
+                    now = time.time()
                     with open(slot_path + '.tmp', 'w') as handle:
-                        json.dump(dict(owner, host=args['host'], since=time.time()), handle)
+                        json.dump(dict(owner, host=args['host'], since=now,
+                                       expires=now + args['ttl'] if args['ttl'] > 0 else None), handle)
                     os.rename(slot_path + '.tmp', slot_path)
                     result.update(changed=True, slot=True, waited_s=round(time.time() - begun, 3))
                     return result
@@ -103,17 +112,27 @@ class ActionModule(ActionBase):
             time.sleep(0.5)
 
     @staticmethod
-    def _held(folder, exclude):
+    def _read(path):
+        try:
+            with open(path) as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def _live(slot):
+        """A slot counts while the run that took it lives and, when it has one, its expiry has not passed
+        (a host that became unreachable in its window is restored by its guard by then)."""
+        expires = slot.get('expires')
+        return owner_alive(slot) and (expires is None or time.time() < float(expires))
+
+    def _held(self, folder, exclude):
         held = []
         for name in sorted(os.listdir(folder)):
             if not name.endswith('.json') or name == '%s.json' % exclude:
                 continue
-            try:
-                with open(os.path.join(folder, name)) as handle:
-                    slot = json.load(handle)
-            except (OSError, ValueError):
-                continue
-            if owner_alive(slot):
+            slot = self._read(os.path.join(folder, name))
+            if slot is not None and self._live(slot):
                 held.append(slot['host'])
         return held
 

@@ -316,6 +316,10 @@ class Guard(object):
             finally:
                 timings[name] = round(time.time() - t0, 3)
 
+        if settings.get('router'):
+            # The run may have put the new server back already (or never taken the old one out):
+            # no request may be routed to a server that is about to stop.
+            step('take the server out of the router', lambda: self._take_out(settings['router']))
         step('stop the server that runs now', server.stop)
         step('stop what is left of SGLang', lambda: self._kill_leftovers(settings))
         restored = step('restore the pre-run files', lambda: self._restore_files(state['files']))
@@ -353,6 +357,16 @@ class Guard(object):
             'router_readmitted': readmitted,
             'hostname': socket.gethostname(),
         }
+
+    @staticmethod
+    def _take_out(router_settings):
+        router = Router(router_settings['url'], api_key=router_settings.get('api_key'))
+        worker = router.find(router_settings['worker_url'])
+        if worker is not None:
+            router.remove(worker)
+            if router.wait_for(router_settings['worker_url'], False, float(router_settings.get('timeout') or 30)):
+                raise GuardError('the router %s still lists %s' % (router.base_url, router_settings['worker_url']))
+        return worker is not None
 
     @staticmethod
     def _readmit(router_settings):

@@ -90,12 +90,31 @@ class Router(object):
                 url, 'nothing' if status == -1 else status, self._detail(body)))
 
     def wait_for(self, url, present, timeout, interval=0.1):
-        """Read /workers until url is listed (and healthy) or gone; returns the last entry (None when absent)."""
-        def settled(worker):
+        """Read /workers until url is listed (and healthy) or gone; returns the last entry (None when absent).
+
+        One failed read (a router busy for a moment) does not end the wait; a router that never answers
+        again raises its last error at the deadline.
+        """
+        state = {'error': None, 'worker': None}
+
+        def read():
+            try:
+                state.update(worker=self.find(url), error=None)
+            except RouterError as exc:
+                state['error'] = exc
+            return state
+
+        def settled(current):
+            if current['error'] is not None:
+                return False
             if present:
-                return worker is not None and worker.get('is_healthy') is not False
-            return worker is None
-        return poll_until(lambda: self.find(url), settled, timeout, first_interval=interval, max_interval=0.5)
+                return current['worker'] is not None and current['worker'].get('is_healthy') is not False
+            return current['worker'] is None
+
+        poll_until(read, settled, timeout, first_interval=interval, max_interval=0.5)
+        if state['error'] is not None:
+            raise state['error']
+        return state['worker']
 
     @staticmethod
     def _detail(body):

@@ -313,21 +313,22 @@ class Server(object):
         def read():
             count, source = self.in_flight()
             if count is None:
+                # A busy server may miss one reading: note why and read again, until the deadline.
                 state['why'] = source
+                state['zeros'] = 0
                 return state
-            state['source'] = source
+            state.update(why=None, source=source, last=count)
             if state['first'] is None:
                 state['first'] = count
-            state['last'] = count
             state['zeros'] = state['zeros'] + 1 if count == 0 else 0
             return state
 
-        poll_until(read, lambda s: s['why'] is not None or s['zeros'] >= settle_reads, timeout,
-                   first_interval=interval, max_interval=interval)
-        idle = state['why'] is None and state['zeros'] >= settle_reads
-        why = state['why']
-        if not idle and why is None:
-            why = '%s request(s) still in flight after %ss' % (state['last'], timeout)
+        poll_until(read, lambda s: s['zeros'] >= settle_reads, timeout, first_interval=interval, max_interval=interval)
+        idle = state['zeros'] >= settle_reads
+        why = None
+        if not idle:
+            why = ('%s request(s) still in flight after %ss' % (state['last'], timeout) if state['why'] is None
+                   else 'the load could not be read within %ss: %s' % (timeout, state['why']))
         return {'idle': idle, 'in_flight_at_start': state['first'], 'in_flight_at_end': state['last'],
                 'waited_s': round(time.time() - begun, 3), 'source': state['source'], 'why': why}
 

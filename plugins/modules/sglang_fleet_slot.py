@@ -15,7 +15,7 @@ version_added: 0.2.0
 description:
   - Before a host takes its server down, O(state=acquired) counts, under one lock on the controller, the
     slots held by hosts now in their outage window (of this run or of another run on this controller) plus
-    every other server of O(peers) that is unavailable right now (no 200 from C(/health), or, with
+    every other server of O(peers) that is unavailable right now (slots of hosts outside O(peers) do not count) (no 200 from C(/health), or, with
     O(router_url), not listed by the router as a healthy worker), and grants the slot only while the total,
     this host included, stays within O(max_unavailable). A server that is down already costs nothing more.
   - Otherwise it waits (re-reading every half second) up to O(wait_timeout), then fails saying which servers
@@ -75,6 +75,13 @@ options:
     description: Seconds one probe of a peer (or the router) may take; peers are probed in parallel.
     type: float
     default: 2
+  ttl:
+    description:
+      - Seconds after which a granted slot no longer counts even though its run still lives (V(0) never).
+      - The role passes its rollback deadline, by which a host that became unreachable in its window has
+        been restored by its guard.
+    type: float
+    default: 0
 seealso:
   - module: gpuops.sglang.sglang_router_worker
 '''

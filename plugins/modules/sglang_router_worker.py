@@ -155,13 +155,16 @@ def main():
         result['member_before'] = worker is not None
         wanted = {'present': True, 'absent': False, 'query': result['member_before']}[params['state']]
         result['changed'] = wanted != result['member_before']
-        if not result['changed'] or module.check_mode:
+        # Listed but unhealthy is not yet "present": wait for the router's own health check below.
+        listed_unhealthy = params['state'] == 'present' and worker is not None and worker.get('is_healthy') is False
+        if (not result['changed'] and not listed_unhealthy) or module.check_mode:
             finish(worker, wanted)
 
-        if wanted:
-            router.add(worker_url)
-        else:
-            router.remove(worker)
+        if result['changed']:
+            if wanted:
+                router.add(worker_url)
+            else:
+                router.remove(worker)
         worker = router.wait_for(worker_url, wanted, params['timeout'])
         result['workers_total'] = len(router.workers())
         if wanted and worker is None:

@@ -109,8 +109,9 @@ options:
   ready_checks:
     description:
       - After C(/health) answered 200, how many C(/health_generate) answers in a row must be 200 (a real
-        one-token generation on an idle SGLang server; C(/health) where the server has none), within
-        O(health_timeout).
+        one-token generation on an idle SGLang server; C(/health) where the server has none).
+      - The start, C(/health), these checks and O(generate_probe) share one O(health_timeout); the whole
+        wait is bounded by it, so the rollback guard's deadline covers it.
     type: int
     default: 0
   generate_probe:
@@ -209,6 +210,8 @@ cmd:
   elements: list
 '''
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
@@ -305,6 +308,8 @@ def main():
         if state == 'stopped':
             finish()
 
+        # health_timeout bounds everything from here: the start, /health, the ready checks, the probe.
+        begun = time.time()
         if state == 'started' and pid is not None:
             # Running already (perhaps still loading): wait for it rather than start a second one.
             health = server.wait_healthy(params['health_timeout'], params['health_interval'])
@@ -330,10 +335,12 @@ def main():
                 finish(failed=True, msg='the server %s reports other settings than wanted: %s'
                        % (params['service_name'], '; '.join(result['mismatches'])))
         if params['ready_checks'] or params['generate_probe']:
-            readiness = server.wait_ready(params['ready_checks'], params['health_timeout'], params['health_interval']) \
+            # What is left of health_timeout (at least a few seconds for a server that was healthy at once).
+            left = max(params['health_timeout'] - (time.time() - begun), 5.0)
+            readiness = server.wait_ready(params['ready_checks'], left, params['health_interval']) \
                 if params['ready_checks'] else {'ready': True, 'path': None, 'attempts': 0, 'why': None}
             if readiness['ready'] and params['generate_probe']:
-                readiness['generate'] = server.generate_once(max(params['health_timeout'], 1))
+                readiness['generate'] = server.generate_once(max(params['health_timeout'] - (time.time() - begun), 5.0))
                 readiness['ready'] = readiness['generate']['ok']
                 readiness['why'] = readiness['generate']['why']
             result['readiness'] = readiness

@@ -219,16 +219,16 @@ def test_a_restore_puts_the_previous_server_back_into_its_router(deployment, tmp
                                                router={'url': router.url, 'worker_url': worker, 'timeout': 20}),
                          name='arm')
         assert not armed.failed, armed.get('msg')
-        # The run took the server out of the router and stopped it, then failed.
-        run_task(tmp_path, 'gpuops.sglang.sglang_router_worker', dict(membership, state='absent'), name='out')
-        run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(state='stopped'), name='stop')
-        assert router.urls() == []
+        # The run put its new server back into the router, then could not confirm it: the guard must take
+        # the server out before it stops it, and put the restored one back.
         restored = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
-                            deployment.guard_args(state='restored', run_id='run-r', reason='the start failed'),
+                            deployment.guard_args(state='restored', run_id='run-r', reason='the confirm failed'),
                             name='restore')
         assert not restored.failed, restored.get('msg')
-        assert restored['fired']['healthy'] is True and restored['fired']['router_readmitted'] is True
-        assert 'put the server back into the router' in restored['fired']['steps']
+        fired = restored['fired']
+        assert fired['healthy'] is True and fired['router_readmitted'] is True and fired['problems'] == []
+        assert fired['steps'][:2] == ['take the server out of the router', 'stop the server that runs now']
+        assert fired['steps'][-1] == 'put the server back into the router'
         assert router.urls() == [worker]
     finally:
         router.stop()

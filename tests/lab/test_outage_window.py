@@ -26,9 +26,11 @@ WATCHED = ('/etc/sglang/launch.json', SITE_PACKAGES + '/sglang/srt/speculative/e
            SITE_PACKAGES + '/sglang/version.py')
 REPORTS = os.path.join(REPO, '.cache', 'lab', 'reports')
 GATE = '/run/lab-standin-drain-gate'
-# Short timeouts for the faults that wait for the guard: window budget 1 + 2*2 + 5 + 10 = 20 s.
+# Short timeouts for the faults that wait for the guard: window budget 1 + 2*2 + 2*2 + 5 + 10 = 24 s.
 FAST_GUARD = {'sglang_term_timeout': 2, 'sglang_gpu_release_timeout': 5, 'sglang_health_timeout': 10,
-              'sglang_drain_timeout': 1, 'sglang_rollback_deadline': 20}
+              'sglang_drain_timeout': 1, 'sglang_router_timeout': 2, 'sglang_rollback_deadline': 24}
+# How long a test waits for a guard to have restored: its deadline, then a stop, a start and /health.
+GUARD_WAIT = FAST_GUARD['sglang_rollback_deadline'] + 25
 
 
 def files_state(host):
@@ -194,7 +196,7 @@ def test_gpu_host_unreachable_in_window_is_restored_by_its_guard(lab, tmp_path):
         written = report('gpu1')
         assert written['status'] == 'failed' and written['healthy'] is False
         assert 'the guard on the host restores the previous server' in written['reason']
-        wait_for(host.healthy, 20 + 10 + 15, 'gpu1 serving again through its guard')
+        wait_for(host.healthy, GUARD_WAIT, 'gpu1 serving again through its guard')
         print('gpu1 served again %.1f s after the run gave up' % (time.monotonic() - stopped))
     finally:
         host.exec_('systemctl', 'start', 'lab-sshd.service')
@@ -218,7 +220,7 @@ def test_sigkilled_playbook_is_restored_by_the_guards_without_a_rerun(lab, tmp_p
         proc.wait()
         killed = time.monotonic()
     for host in hosts:
-        wait_for(host.healthy, 20 + 10 + 15, '%s serving again through its guard' % host.name)
+        wait_for(host.healthy, GUARD_WAIT, '%s serving again through its guard' % host.name)
         print('%s served again %.1f s after the SIGKILL' % (host.name, time.monotonic() - killed))
         assert files_state(host) == before[host.name]
         assert fired(host)['status'] == 'rolled_back'
@@ -237,7 +239,7 @@ def test_runner_cancel_mid_window_is_restored_by_the_guard(lab, tmp_path):
         thread.join(60)
     assert holder['run'].status == 'canceled'
     cancelled = time.monotonic()
-    wait_for(host.healthy, 20 + 10 + 15, 'gpu2 serving again through its guard')
+    wait_for(host.healthy, GUARD_WAIT, 'gpu2 serving again through its guard')
     print('gpu2 served again %.1f s after the cancel' % (time.monotonic() - cancelled))
     assert files_state(host) == before
     assert fired(host)['acted_by'] == 'deadline'
