@@ -17,9 +17,10 @@ from helpers.dashboard_http import get, post
 PODMAN_ENV = dict(os.environ, CONTAINERS_CONF=os.path.join(os.path.dirname(__file__), '..', '..', 'lab',
                                                            'containers.conf'))
 GATE = '/run/lab-standin-drain-gate'
-# The lab's short window: 2*2 + 5 + 10 = 19 s, the guard acts 25 s after the window opened.
+# The lab's short window: 1 (drain) + 2*2 (router) + 2*2 + 5 + 10 = 24 s, the guard acts 25 s after the
+# window opened.
 FAST_GUARD = {'sglang_rollback_deadline': 25, 'sglang_term_timeout': 2, 'sglang_gpu_release_timeout': 5,
-              'sglang_health_timeout': 10}
+              'sglang_health_timeout': 10, 'sglang_drain_timeout': 1, 'sglang_router_timeout': 2}
 RUN_TIMEOUT_S = 300
 
 
