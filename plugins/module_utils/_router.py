@@ -113,7 +113,7 @@ class Router(object):
 
         poll_until(read, settled, timeout, first_interval=interval, max_interval=0.5)
         if state['error'] is not None:
-            raise state['error']
+            raise RouterError(str(state['error']))
         return state['worker']
 
     @staticmethod
