@@ -40,6 +40,9 @@ def main():
             child_argv = [PYTHON, os.path.abspath(__file__), '--title', args.child_title,
                           '--on-term', 'ignore', '--ready', args.child_ready]
             if os.fork() == 0:
+                # Ignored before the exec (an ignored signal stays ignored across it): the child's argv
+                # names its title, so a listing may match it, and signal it, before its own code runs.
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
                 os.execv(PYTHON, child_argv)
             # Exit only once the child runs under its title: a listing between the two would
             # otherwise see neither, which is not the case this stands in for.
