@@ -550,3 +550,61 @@ class PatchTransaction(object):
 
     def cleanup(self):
         shutil.rmtree(self.staging, ignore_errors=True)
+
+
+STAMP_VERSION = 1
+
+
+def write_stamp(path, patch_sha256, strip, python, site_packages, targets, real_targets):
+    """Record, right after a verified apply, which patch is in and what each patched file now holds.
+
+    Not a marker: read_stamp trusts it only while every file still hashes as recorded, so a revert, a
+    reinstall or a rollback that put other bytes back makes it worthless, and the caller dry-runs again.
+    Written atomically (temp file and rename) so a reader never sees half a stamp.
+    """
+    stamp = {'version': STAMP_VERSION, 'patch_sha256': patch_sha256, 'strip': strip, 'python': python,
+             'site_packages': site_packages,
+             'files': [{'path': rel, 'real': real, 'sha256': sha256_bytes(read_bytes(real))}
+                       for rel, real in zip(targets, real_targets)]}
+    directory = os.path.dirname(path) or '.'
+    handle, temp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', dir=directory)
+    try:
+        with os.fdopen(handle, 'w') as out:
+            json.dump(stamp, out, sort_keys=True)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, 0o644)
+        os.rename(temp, path)
+    except Exception:
+        _unlink_quietly(temp)
+        raise
+
+
+def remove_stamp(path):
+    return _unlink_quietly(path)
+
+
+def read_stamp(path, patch_sha256, python, strip=1):
+    """(stamp, None) when the stamp at path proves `patch_sha256` applied for `python`; else (None, why)."""
+    try:
+        with open(path) as handle:
+            stamp = json.load(handle)
+    except (IOError, OSError, ValueError) as exc:
+        return None, 'no readable patch stamp (%s)' % exc
+    if not isinstance(stamp, dict) or stamp.get('version') != STAMP_VERSION:
+        return None, 'the patch stamp has another format'
+    if stamp.get('patch_sha256') != patch_sha256:
+        return None, 'the patch stamp records another patch'
+    if stamp.get('python') != python or stamp.get('strip') != strip:
+        return None, 'the patch stamp records another interpreter or strip'
+    files = stamp.get('files')
+    if not files or not isinstance(files, list):
+        return None, 'the patch stamp lists no file'
+    for entry in files:
+        try:
+            current = sha256_bytes(read_bytes(entry['real']))
+        except (IOError, OSError, KeyError, TypeError):
+            return None, 'a file the patch stamp lists is gone'
+        if current != entry.get('sha256'):
+            return None, '%s changed since the patch was applied' % entry['real']
+    return stamp, None

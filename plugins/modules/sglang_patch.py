@@ -89,6 +89,15 @@ options:
     description: Seconds any one command (patch, python) may take before it is killed and the run fails.
     type: float
     default: 60
+  stamp:
+    description:
+      - A file (outside site-packages) where a run that leaves the diff applied records the diff's SHA-256,
+        O(python), O(strip) and the SHA-256 of each patched file as it now is; V(state=absent) removes it.
+      - M(gpuops.sglang.sglang_server_info) reads it to tell that the diff is still applied without a dry run
+        (one round trip for a redeploy with nothing to change). It proves nothing once any patched file
+        holds other bytes, so a revert, a reinstall or a rollback simply makes the next run dry-run again.
+      - Not written in check mode. A stamp that cannot be written is a warning, not a failure.
+    type: path
 requirements:
   - GNU patch 2.7 or later on the managed host.
 notes:
@@ -189,9 +198,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     parse_site_packages,
     parse_targets,
     read_dist_version,
+    remove_stamp,
     restore_final_newline,
     sha256_bytes,
     stray_temp_files,
+    write_stamp,
 )
 
 
@@ -307,6 +318,21 @@ class PatchModule(object):
         self.result['changed'] = bool(done)
         return {}
 
+    def record_stamp(self, python, site_packages, targets, real_targets):
+        """Say in the stamp file that the diff is in (or, for state=absent, that no stamp holds)."""
+        path = self.params['stamp']
+        if not path or self.module.check_mode:
+            return
+        try:
+            if self.result['applied']:
+                write_stamp(path, self.result['patch_sha256'], self.params['strip'], self.params['python'],
+                            site_packages, targets, real_targets)
+            else:
+                remove_stamp(path)
+        except (IOError, OSError) as exc:
+            self.module.warn('the patch stamp %s could not be written (the next run dry-runs the patch '
+                             'again): %s' % (path, to_native(exc)))
+
     def main(self):
         params = self.params
         if params['strip'] < 0:
@@ -362,6 +388,7 @@ class PatchModule(object):
             backward_ok, backward_out = self.dry_run(patch, diff_file, reverse=want_applied)
             if backward_ok:
                 self.result['applied'] = want_applied
+                self.record_stamp(python, site_packages, targets, real_targets)
                 self.exit()
             self.fail('the diff applies neither forwards nor backwards to sglang %s in %s (wrong version, '
                       'or partly applied); nothing was changed.\nforward: %s\nbackward: %s'
@@ -404,6 +431,7 @@ class PatchModule(object):
             self.result['changed'] = bool(self.result['recovered'])
             self.result['applied'] = not want_applied
             self.fail('byte-compiling in place failed, the originals were restored: %s' % compile_out)
+        self.record_stamp(python, site_packages, targets, real_targets)
         self.exit()
 
 
@@ -420,6 +448,7 @@ def main():
             patch=dict(type='path'),
             lock_timeout=dict(type='float', default=60.0),
             command_timeout=dict(type='float', default=60.0),
+            stamp=dict(type='path'),
         ),
         mutually_exclusive=[('src', 'content')],
         required_one_of=[('src', 'content')],

@@ -90,6 +90,14 @@ options:
   guard_folder:
     description: Folder of the M(gpuops.sglang.sglang_guard) for this server.
     type: path
+  patch_content:
+    description:
+      - The unified diff the server must carry. With O(patch_stamp), RV(patch) says whether the stamp
+        M(gpuops.sglang.sglang_patch) wrote proves it applied, so that no dry run is needed.
+    type: str
+  patch_stamp:
+    description: The stamp file M(gpuops.sglang.sglang_patch) writes (its O(gpuops.sglang.sglang_patch#module:stamp)).
+    type: path
 seealso:
   - module: gpuops.sglang.sglang_server
   - module: gpuops.sglang.sglang_guard
@@ -151,6 +159,33 @@ guard_last_fired:
   description: Report of the guard's last restore on this host (null when there never was one).
   returned: always
   type: dict
+patch:
+  description:
+    - Whether the patch stamp proves O(patch_content) applied for O(python) (every patched file still holds
+      the bytes recorded right after a verified apply). When it does not (or was not asked), only RV(patch.why)
+      is set and the caller must dry-run the patch with M(gpuops.sglang.sglang_patch).
+  returned: always
+  type: dict
+  contains:
+    proven:
+      description: Whether the stamp proves the patch applied.
+      type: bool
+    why:
+      description: Why it does not (null when it does).
+      type: str
+    patch_sha256:
+      description: SHA-256 of O(patch_content) as M(gpuops.sglang.sglang_patch) computes it (null when not asked).
+      type: str
+    site_packages:
+      description: The folder the patch was applied in (null unless proven).
+      type: str
+    files:
+      description: The patched files, relative to RV(patch.site_packages) (empty unless proven).
+      type: list
+      elements: str
+    sglang_version:
+      description: Installed sglang version from its dist-info (null unless proven).
+      type: str
 cmd:
   description: The commands run, as argv lists.
   returned: always
@@ -166,6 +201,12 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
+    read_dist_version,
+    read_stamp,
+    restore_final_newline,
+    sha256_bytes,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError, mismatches
 
 
@@ -175,6 +216,21 @@ def _sha256_of_file(path):
             return hashlib.sha256(handle.read()).hexdigest()
     except (IOError, OSError):
         return None
+
+
+def patch_state(content, stamp_path, python):
+    """What the stamp proves about the wanted patch; the same keys whatever the answer."""
+    state = dict(proven=False, why='no patch or stamp was given', patch_sha256=None, site_packages=None, files=[],
+                 sglang_version=None)
+    if content is None or not stamp_path:
+        return state
+    state['patch_sha256'] = sha256_bytes(restore_final_newline(content.encode('utf-8', 'surrogateescape')))
+    stamp, state['why'] = read_stamp(stamp_path, state['patch_sha256'], python)
+    if stamp is not None:
+        state.update(proven=True, site_packages=stamp['site_packages'],
+                     files=[entry['path'] for entry in stamp['files']],
+                     sglang_version=read_dist_version(stamp['site_packages']))
+    return state
 
 
 def main():
@@ -196,6 +252,8 @@ def main():
                 systemd_only=dict(type='bool', default=False),
             )),
             guard_folder=dict(type='path'),
+            patch_content=dict(type='str'),
+            patch_stamp=dict(type='path'),
         ),
         supports_check_mode=True,
     )
@@ -209,7 +267,7 @@ def main():
         manager = 'systemd' if os.path.isdir('/run/systemd/system') else 'detached'
     result = dict(changed=False, service_manager=manager, python_exists=True, running=False, pid=None,
                   healthy=False, mismatches=[], configs_changed=[], guard_armed_by=None, guard_last_fired=None,
-                  cmd=[])
+                  patch=patch_state(None, None, None), cmd=[])
     server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
                     params['url'], runner=runner)
     try:
@@ -231,6 +289,7 @@ def main():
                                                   params['expected_environment'])
             except ServerError as exc:
                 result['mismatches'] = ['its settings could not be read: %s' % to_native(exc)]
+        result['patch'] = patch_state(params['patch_content'], params['patch_stamp'], params['python'])
         if params['guard_folder'] and os.path.isdir(params['guard_folder']):
             guard = Guard(params['guard_folder'], runner=runner)
             state = guard.state()

@@ -343,3 +343,59 @@ def test_a_latin1_diff_to_python_source_is_refused_clearly(tmp_path, sglang_venv
     result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': str(diff_file), 'python': python})
     assert result.failed and 'do not compile' in result['msg'] and 'the diff is not UTF-8' in result['msg']
     assert tree_digest(site) == before
+
+
+def stamp_proves(tmp_path, python, stamp, name, content=None):
+    """sglang_server_info's answer about the patch, for a host where no server runs."""
+    info = run_task(tmp_path, 'gpuops.sglang.sglang_server_info', {
+        'service_manager': 'detached', 'launch_file': str(tmp_path / 'launch.json'),
+        'pidfile': str(tmp_path / 'none.pid'), 'url': 'http://127.0.0.1:9', 'python': python,
+        'patch_content': diff_text() if content is None else content, 'patch_stamp': stamp}, name=name)
+    assert not info.failed, info['msg']
+    return info['patch']
+
+
+def test_a_stamp_proves_the_patch_applied_until_a_patched_file_changes(tmp_path, sglang_venv):
+    python, site = sglang_venv
+    stamp = str(tmp_path / 'patch.stamp.json')
+    assert stamp_proves(tmp_path, python, stamp, 'none')['proven'] is False
+
+    # check mode writes no stamp; a real apply does, outside site-packages
+    checked = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': python, 'stamp': stamp},
+                       check=True, name='check')
+    assert not checked.failed and not os.path.exists(stamp)
+    before = tree_digest(site)
+    applied = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': python, 'stamp': stamp},
+                       name='apply')
+    assert not applied.failed and applied['changed'] is True
+    assert tree_digest(site) != before
+    patch = stamp_proves(tmp_path, python, stamp, 'proven')
+    assert patch == {'proven': True, 'why': None, 'patch_sha256': applied['patch_sha256'],
+                     'site_packages': applied['site_packages'], 'files': [WORKER], 'sglang_version': '0.5.12.post1'}
+
+    # the stamp is no marker: another patch, another interpreter or other bytes in a patched file prove nothing
+    assert stamp_proves(tmp_path, python, stamp, 'other', content=diff_text() + '\n')['proven'] is False
+    assert stamp_proves(tmp_path, sys.executable, stamp, 'interp')['proven'] is False
+    worker = os.path.join(site, WORKER)
+    with open(worker, 'a') as handle:
+        handle.write('# edited by hand\n')
+    edited = stamp_proves(tmp_path, python, stamp, 'edited')
+    assert edited['proven'] is False and 'changed since the patch was applied' in edited['why']
+
+    # reverting removes the stamp; applying again over the reverted tree writes it again
+    with open(worker) as handle:
+        text = handle.read()
+    with open(worker, 'w') as handle:
+        handle.write(text.replace('# edited by hand\n', ''))
+    reverted = run_task(tmp_path, 'gpuops.sglang.sglang_patch',
+                        {'src': PATCH, 'python': python, 'state': 'absent', 'stamp': stamp}, name='revert')
+    assert not reverted.failed and reverted['changed'] is True and not os.path.exists(stamp)
+    again = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': python, 'stamp': stamp},
+                     name='again')
+    assert not again.failed and stamp_proves(tmp_path, python, stamp, 'again')['proven'] is True
+    # an already applied patch (changed=false) writes the stamp too
+    os.unlink(stamp)
+    idle = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': python, 'stamp': stamp},
+                    name='idle')
+    assert not idle.failed and idle['changed'] is False
+    assert stamp_proves(tmp_path, python, stamp, 'idle')['proven'] is True
