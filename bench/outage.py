@@ -91,6 +91,19 @@ class Probe(object):
         self.running = False
         self.thread.join()
 
+    def longest_outage_span(self):
+        """(first failed, next good) probe times of the longest outage, on the wall clock (time.time())."""
+        offset = time.time() - time.monotonic()
+        best, down_since = None, None
+        for at, ok in self.samples:
+            if not ok and down_since is None:
+                down_since = at
+            elif ok and down_since is not None:
+                if best is None or at - down_since > best[1] - best[0]:
+                    best = (down_since, at)
+                down_since = None
+        return None if best is None else (best[0] + offset, best[1] + offset)
+
     def outage(self):
         """Seconds from the first failed probe to the next good one (longest such run); 0 when none failed."""
         longest, down_since = 0.0, None
@@ -148,14 +161,20 @@ def manual(name):
     return run
 
 
-def playbook(extravars, limit=None):
+def playbook(extravars, limit=None, timeline=None):
+    """A redeploy as an operator runs it; with `timeline`, bench/callback_plugins/timeline.py writes there
+    each task's start and end per host (controller clock)."""
+    env = dict(ENV)
+    if timeline:
+        env.update(GPUOPS_TIMELINE=timeline, ANSIBLE_CALLBACKS_ENABLED='timeline',
+                   ANSIBLE_CALLBACK_PLUGINS=os.path.join(REPO, 'bench', 'callback_plugins'))
     argv = ['ansible-playbook', '-i', os.path.join(REPO, 'inventory', 'lab'),
             os.path.join(REPO, 'playbooks', 'redeploy.yml'), '-e', json.dumps(extravars)]
     if limit:
         argv += ['--limit', limit]
 
     def run():
-        done = subprocess.run(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        done = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               universal_newlines=True)
         if done.returncode != 0:
             sys.exit('the redeploy failed:\n' + done.stdout[-3000:])
@@ -212,8 +231,47 @@ def charts(results, path_prefix):
         ax.legend(fontsize=7, loc='lower right')
         fig.tight_layout()
         paths.append(path_prefix + '-phases.png')
-        fig.savefig(paths[1], dpi=110)
+        fig.savefig(paths[-1], dpi=110)
+    if results.get('timeline'):
+        paths.append(timeline_chart(plt, results['timeline'], path_prefix + '-timeline.png'))
     return paths
+
+
+# The outage window's steps, as the role names its tasks; everything else is drawn grey.
+WINDOW_STEPS = [('Stop the server', '#d62728'), ('Stop what is left', '#ff7f0e'), ('Release the GPUs', '#9467bd'),
+                ('Apply the patch', '#8c564b'), ('Move the candidate', '#e377c2'),
+                ('Restart the SGLang server', '#2ca02c')]
+
+
+def timeline_chart(plt, timeline, path):
+    """One row per host: each task of one two-host redeploy as a bar (controller clock), the outage seen
+    from outside as a black line above it."""
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    hosts = sorted(timeline['outages'])
+    t0 = min(row['start'] for row in timeline['tasks'] if row['start'])
+    seen = set()
+    for index, host in enumerate(hosts):
+        for row in timeline['tasks']:
+            if row['host'] != host or not row['start']:
+                continue
+            label, color = next(((name, color) for name, color in WINDOW_STEPS if name in row['task']),
+                                ('other task (controller and round trip)', '#c7c7c7'))
+            ax.barh(index, row['end'] - row['start'], left=row['start'] - t0, height=0.5, color=color,
+                    edgecolor='white', linewidth=0.3, label=None if label in seen else label)
+            seen.add(label)
+        span = timeline['outages'][host]
+        if span:
+            ax.plot([span[0] - t0, span[1] - t0], [index + 0.38] * 2, color='black', linewidth=3,
+                    label=None if 'outage' in seen else 'outage seen from outside (/health every 20 ms)')
+            seen.add('outage')
+    ax.set_yticks(range(len(hosts)))
+    ax.set_yticklabels(hosts)
+    ax.set_xlabel('seconds since the first task (ansible-playbook ... -e sglang_force_restart=true, both hosts)')
+    ax.set_title('One forced redeploy, task by task, per host')
+    ax.legend(fontsize=7, loc='upper center', bbox_to_anchor=(0.5, -0.22), ncol=4, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def main():
@@ -223,6 +281,7 @@ def main():
     outage = dict((variant, dict((name, []) for name in HOSTS)) for variant in
                   ('restart', 'manual', 'redeploy', 'redeploy1'))
     walls = {'redeploy': []}
+    timeline = None
     # Start from a converged lab: a fresh `lab/lab up` leaves strays holding GPU memory, which only a
     # redeploy clears (and the manual script's wait for 0 MiB would never end).
     playbook({})()
@@ -233,7 +292,19 @@ def main():
             outage['manual'][name].append(measured(manual(name), [name])[0][name])
             outage['redeploy1'][name].append(measured(playbook({'sglang_force_restart': True}, limit=name),
                                                       [name])[0][name])
-        both, wall, _ = measured(playbook({'sglang_force_restart': True}), sorted(HOSTS))
+        # The last round's two-host redeploy also records its task timeline (for the chart).
+        last = round_ == args.rounds - 1
+        timeline_file = os.path.join(REPO, 'bench', 'results', 'timeline.jsonl') if last else None
+        if timeline_file:
+            os.makedirs(os.path.dirname(timeline_file), exist_ok=True)
+            if os.path.exists(timeline_file):
+                os.unlink(timeline_file)
+        both, wall, probes = measured(playbook({'sglang_force_restart': True}, timeline=timeline_file),
+                                      sorted(HOSTS))
+        if timeline_file:
+            with open(timeline_file) as handle:
+                timeline = {'tasks': [json.loads(line) for line in handle],
+                            'outages': dict((name, probe.longest_outage_span()) for name, probe in probes.items())}
         walls['redeploy'].append(wall)
         for name in HOSTS:
             outage['redeploy'][name].append(both[name])
@@ -257,7 +328,7 @@ def main():
                   for name in HOSTS)
     results = {'date': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
                'rounds': args.rounds, 'outage': outage, 'median_outage_s': medians, 'ratios': ratios,
-               'redeploy_wall_s': walls['redeploy'], 'noop': noop, 'phases': phases,
+               'redeploy_wall_s': walls['redeploy'], 'noop': noop, 'phases': phases, 'timeline': timeline,
                'machine': '%d cores, %s' % (os.cpu_count(), os.uname().release)}
     folder = os.path.join(REPO, 'bench', 'results')
     os.makedirs(folder, exist_ok=True)
