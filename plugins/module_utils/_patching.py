@@ -566,13 +566,9 @@ def write_stamp(path, patch_sha256, strip, python, site_packages, targets, real_
              'site_packages': site_packages,
              'files': [{'path': rel, 'real': real, 'sha256': sha256_bytes(read_bytes(real))}
                        for rel, real in zip(targets, real_targets)]}
-    directory = os.path.dirname(path) or '.'
-    handle, temp = tempfile.mkstemp(prefix='.' + os.path.basename(path) + '.', dir=directory)
+    temp = write_beside(path, json.dumps(stamp, sort_keys=True).encode('utf-8'), '.tmp',
+                        mode_from=os.path.dirname(path) or '.')
     try:
-        with os.fdopen(handle, 'w') as out:
-            json.dump(stamp, out, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
         os.chmod(temp, 0o644)
         os.rename(temp, path)
     except Exception:

@@ -53,6 +53,8 @@ class Router(object):
         self.request_timeout = request_timeout
         self.headers = {'Authorization': 'Bearer %s' % api_key} if api_key else {}
         self.requests = []
+        # The last listing read (None before any): what a caller reports after a wait, without asking again.
+        self.last_workers = None
 
     def _call(self, method, path, body=None):
         status, answer = http_request(method, self.base_url + path, self.request_timeout, body=body,
@@ -66,7 +68,8 @@ class Router(object):
             raise RouterError('GET %s/workers answered %s%s' % (
                 self.base_url, 'nothing' if status == -1 else status, self._detail(body)))
         try:
-            return workers_from_listing(body)
+            self.last_workers = workers_from_listing(body)
+            return self.last_workers
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RouterError('GET %s/workers answered an unexpected body: %s' % (self.base_url, exc))
 

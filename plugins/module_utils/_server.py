@@ -336,9 +336,12 @@ class Server(object):
         """After /health: `consecutive` 200s in a row from /health_generate (a real one-token generation on
         an idle SGLang server), or from /health where the server has no /health_generate."""
         state = {'path': '/health_generate', 'streak': 0, 'attempts': 0, 'last': None}
+        deadline = time.time() + timeout
 
         def read():
-            status = http_get(self.base_url + state['path'], max(1.0, min(20.0, timeout)))[0]
+            # Each request gets what is left of the budget (at most 20 s), so a hung read cannot overrun it.
+            left = deadline - time.time()
+            status = http_get(self.base_url + state['path'], max(0.1, min(20.0, left)))[0]
             if status == 404 and state['path'] == '/health_generate':
                 state['path'] = '/health'
                 return state

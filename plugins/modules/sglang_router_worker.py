@@ -82,11 +82,13 @@ EXAMPLES = r'''
 
 RETURN = r'''
 member_before:
-  description: Whether the router listed the worker when the module began.
+  description: Whether the router listed the worker when the module began (null when it could not be read).
   returned: always
   type: bool
 member:
-  description: Whether the router lists the worker at the end (in check mode, whether it would).
+  description:
+    - Whether the router lists the worker at the end (in check mode, whether it would).
+    - Null when the router could not be read after the change was asked (or at all), since it is then unknown.
   returned: always
   type: bool
 healthy:
@@ -136,7 +138,7 @@ def main():
     begun = time.time()
     router = Router(params['router_url'], params['request_timeout'], params['api_key'])
     worker_url = normalize_url(params['worker_url'])
-    result = dict(changed=False, member_before=False, member=False, healthy=None, worker_id=None, workers_total=0,
+    result = dict(changed=False, member_before=None, member=None, healthy=None, worker_id=None, workers_total=0,
                   elapsed=0.0, requests=router.requests)
 
     def finish(worker, member, msg=None):
@@ -161,12 +163,13 @@ def main():
             finish(worker, wanted)
 
         if result['changed']:
+            router.last_workers = None  # from here on, only a listing read after the change counts
             if wanted:
                 router.add(worker_url)
             else:
                 router.remove(worker)
         worker = router.wait_for(worker_url, wanted, params['timeout'])
-        result['workers_total'] = len(router.workers())
+        result['workers_total'] = len(router.last_workers)
         if wanted and worker is None:
             finish(None, False, 'the router %s did not list %s within %ss after POST /workers'
                    % (router.base_url, worker_url, params['timeout']))
@@ -178,8 +181,10 @@ def main():
                    % (router.base_url, worker_url, params['timeout'], worker['id']))
         finish(worker, wanted)
     except RouterError as exc:
-        # What the router did is unknown here: report the membership last read, not a guess.
-        finish(None, result['member_before'],
+        # What the router did is unknown here: report the membership last read, not a guess (unknown,
+        # None, when a change was asked and no listing was read after it).
+        listed = router.last_workers
+        finish(None, None if listed is None else any(entry['url'] == worker_url for entry in listed),
                'sglang_router_worker %s of %s at %s failed: %s' % (params['state'], worker_url, params['router_url'],
                                                                    to_native(exc)))
 

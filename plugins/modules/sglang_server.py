@@ -335,12 +335,13 @@ def main():
                 finish(failed=True, msg='the server %s reports other settings than wanted: %s'
                        % (params['service_name'], '; '.join(result['mismatches'])))
         if params['ready_checks'] or params['generate_probe']:
-            # What is left of health_timeout (at least a few seconds for a server that was healthy at once).
-            left = max(params['health_timeout'] - (time.time() - begun), 5.0)
-            readiness = server.wait_ready(params['ready_checks'], left, params['health_interval']) \
+            # Only what is left of health_timeout: the window's budget (and the guard's deadline) counts on it.
+            def left():
+                return max(params['health_timeout'] - (time.time() - begun), 0.1)
+            readiness = server.wait_ready(params['ready_checks'], left(), params['health_interval']) \
                 if params['ready_checks'] else {'ready': True, 'path': None, 'attempts': 0, 'why': None}
             if readiness['ready'] and params['generate_probe']:
-                readiness['generate'] = server.generate_once(max(params['health_timeout'] - (time.time() - begun), 5.0))
+                readiness['generate'] = server.generate_once(left())
                 readiness['ready'] = readiness['generate']['ok']
                 readiness['why'] = readiness['generate']['why']
             result['readiness'] = readiness

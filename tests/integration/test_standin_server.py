@@ -8,7 +8,6 @@ drain for as long as the test looks at it.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,19 +17,15 @@ import urllib.request
 import pytest
 
 from helpers.ansible_run import REPO
-from helpers.simulated import wait_for
+from helpers.simulated import free_port, wait_for
 
 STANDIN = os.path.join(REPO, 'lab', 'standin')
 SLEEPER = 'import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\ntime.sleep(3600)\n'
-# Runs the stand-in with its children and its drain gate moved into the test's folder.
+# Runs the stand-in with its children and both its gates moved into the test's folder (never the
+# machine's /run, which a lab on the same machine may use).
 LAUNCH = ('import sys\nsys.path.insert(0, sys.argv[1])\nfrom sglang_standin import launch_server as m\n'
-          'm.HOLDER = sys.argv[2]\nm.DRAIN_GATE = sys.argv[3]\nsys.exit(m.main(sys.argv[4:]))\n')
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(('127.0.0.1', 0))
-        return sock.getsockname()[1]
+          'm.HOLDER = sys.argv[2]\nm.DRAIN_GATE = sys.argv[3]\nm.GENERATE_GATE = sys.argv[3] + ".generate"\n'
+          'sys.exit(m.main(sys.argv[4:]))\n')
 
 
 def call(method, url, body=None):

@@ -1,4 +1,4 @@
-"""The policy, the /proc source and the nvidia-smi parsers import without Ansible.
+"""The policy, the /proc source, the nvidia-smi parsers and the guard's runtime import without Ansible.
 
 A host-side helper copies these files under ansible_collections/gpuops/sglang/plugins/module_utils/
 and runs them with a bare interpreter; -S keeps site-packages (and so Ansible) out of reach.
@@ -8,14 +8,21 @@ import shutil
 import subprocess
 import sys
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._guard import RUNTIME_FILES
 from helpers.ansible_run import REPO
 
-STDLIB_ONLY = ['_polling.py', '_processes.py', '_procfs.py', '_nvidia.py', '_command.py']
+# With the guard's runtime: its watcher runs those files with a bare interpreter at the deadline, and an
+# Ansible import there would break the rollback itself.
+STDLIB_ONLY = sorted(set(['_polling.py', '_processes.py', '_procfs.py', '_nvidia.py', '_command.py']
+                         + list(RUNTIME_FILES)))
 PROBE = '''
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     DEFAULT_SGLANG_PATTERNS, ProcessRecord, compile_patterns, select, terminate)
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_proc_record
 from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import NvidiaSmiCommand, parse_gpus, proven_free
+from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard
+from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server
 import os, sys
 assert 'ansible' not in sys.modules and 'ansible.module_utils' not in sys.modules
 me = read_proc_record(os.getpid())
