@@ -286,9 +286,11 @@ class Server(object):
         return {'healthy': healthy, 'healthy_at': time.time() if healthy else None,
                 'attempts': state['attempts'], 'last_status': status, 'why': why}
 
-    def in_flight(self):
+    NO_LOAD_ENDPOINT = 'neither /v1/loads nor /get_load exists'
+
+    def in_flight(self, paths=('/v1/loads', '/get_load')):
         """(requests in flight, the path read); (None, why) when the server does not say."""
-        for path in ('/v1/loads', '/get_load'):
+        for path in paths:
             status, body = http_get(self.base_url + path, 5)
             if status == 200:
                 try:
@@ -297,7 +299,7 @@ class Server(object):
                     return None, '%s answered 200 with an unexpected body (%s)' % (path, exc)
             if status != 404:
                 return None, '%s answered %s' % (path, 'nothing' if status == -1 else status)
-        return None, 'neither /v1/loads nor /get_load exists'
+        return None, self.NO_LOAD_ENDPOINT
 
     def wait_idle(self, timeout, interval=0.25, settle_reads=2):
         """Wait until the server holds no request (settle_reads zero readings in a row), up to timeout.
@@ -308,14 +310,17 @@ class Server(object):
         (first and last reading), waited_s, source, why (when not idle).
         """
         begun = time.time()
-        state = {'zeros': 0, 'first': None, 'last': None, 'source': None, 'why': None}
+        state = {'zeros': 0, 'first': None, 'last': None, 'source': None, 'why': None, 'no_endpoint': False}
 
         def read():
-            count, source = self.in_flight()
+            # Once a path answered, only that one (an older server would cost a 404 first every time).
+            count, source = self.in_flight((state['source'],) if state['source'] else ('/v1/loads', '/get_load'))
             if count is None:
-                # A busy server may miss one reading: note why and read again, until the deadline.
+                # A busy server may miss one reading: note why and read again, until the deadline. One
+                # that has no load endpoint at all never will: stop waiting at once.
                 state['why'] = source
                 state['zeros'] = 0
+                state['no_endpoint'] = source == self.NO_LOAD_ENDPOINT
                 return state
             state.update(why=None, source=source, last=count)
             if state['first'] is None:
@@ -323,10 +328,13 @@ class Server(object):
             state['zeros'] = state['zeros'] + 1 if count == 0 else 0
             return state
 
-        poll_until(read, lambda s: s['zeros'] >= settle_reads, timeout, first_interval=interval, max_interval=interval)
+        poll_until(read, lambda s: s['zeros'] >= settle_reads or s['no_endpoint'], timeout,
+                   first_interval=interval, max_interval=interval)
         idle = state['zeros'] >= settle_reads
         why = None
-        if not idle:
+        if state['no_endpoint']:
+            why = 'the server reports no load (%s), so its drain cannot be seen' % state['why']
+        elif not idle:
             why = ('%s request(s) still in flight after %ss' % (state['last'], timeout) if state['why'] is None
                    else 'the load could not be read within %ss: %s' % (timeout, state['why']))
         return {'idle': idle, 'in_flight_at_start': state['first'], 'in_flight_at_end': state['last'],

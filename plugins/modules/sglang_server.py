@@ -103,6 +103,8 @@ options:
       - Meant for a server just taken out of its router (M(gpuops.sglang.sglang_router_worker)), whose
         requests already routed to it must finish. When the time passes the server is stopped anyway and
         RV(drain) says so (SGLang's own SIGTERM drain then still has O(term_timeout)).
+      - A server with neither endpoint cannot show its drain, so it is stopped at once, with a warning and
+        RV(drain) saying why, rather than after the whole wait.
       - V(0) does not wait.
     type: float
     default: 0

@@ -171,6 +171,21 @@ def test_a_drain_past_its_deadline_stops_anyway_and_says_so(tmp_path, servers):
     assert not alive(started['pid'])
 
 
+def test_a_server_without_load_endpoints_is_stopped_without_waiting_out_the_drain(tmp_path, servers):
+    server = servers('old', '--no-loads')
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
+    assert not started.failed
+    # A drain it could never see end would otherwise hold the stop for all of drain_timeout.
+    stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                       server.args(state='stopped', drain_timeout=120, term_timeout=5), name='stop')
+    assert not stopped.failed and stopped['running'] is False
+    assert stopped['drain']['idle'] is False and stopped['drain']['source'] is None
+    assert 'neither /v1/loads nor /get_load exists' in stopped['drain']['why']
+    assert stopped['drain']['waited_s'] < 60  # not the 120 s of drain_timeout
+    assert any('requests possibly in flight' in warning for warning in stopped['warnings'])
+    assert not alive(started['pid'])
+
+
 def test_readiness_needs_consecutive_health_generates_and_a_real_generation(tmp_path, servers):
     good = servers('good')
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server',

@@ -28,6 +28,8 @@ def main():
     # waits while --hold-file exists; every load reading is logged to --loads-log.
     parser.add_argument('--hold-file')
     parser.add_argument('--loads-log')
+    # An older server: neither /v1/loads nor /get_load.
+    parser.add_argument('--no-loads', action='store_true')
     args = parser.parse_args()
     ready_at = time.monotonic() + args.warmup
     state = {'in_flight': 0, 'draining': False}
@@ -59,9 +61,9 @@ def main():
                 self.reply(200, {'max_running_requests': args.max_running_requests})
             elif path in ('/get_model_info', '/model_info'):
                 self.reply(200, {'model_path': 'tiny', 'is_generation': True})
-            elif path == '/v1/loads':
+            elif path == '/v1/loads' and not args.no_loads:
                 self.reply(200, loads())
-            elif path == '/get_load':
+            elif path == '/get_load' and not args.no_loads:
                 self.reply(200, [{'dp_rank': 0, 'num_reqs': loads()['aggregate']['total_reqs'], 'num_waiting_reqs': 0}])
             else:
                 self.reply(404)
