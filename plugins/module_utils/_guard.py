@@ -302,7 +302,7 @@ class Guard(object):
         settings = state['settings']
         server = Server.from_dict(state['server'], runner=self.runner)
         steps, problems = [], []
-        timings = {}
+        timings, failed = {}, {}
 
         def step(name, action):
             t0 = time.time()
@@ -312,6 +312,7 @@ class Guard(object):
                 return outcome
             except (ServerError, GuardError, NvidiaSmiError, RouterError, OSError, ValueError) as exc:
                 problems.append('%s: %s' % (name, exc))
+                failed[name] = str(exc)
                 return None
             finally:
                 timings[name] = round(time.time() - t0, 3)
@@ -340,10 +341,13 @@ class Guard(object):
                 if not health['healthy']:
                     problems.append('the previous server is not healthy: %s' % health['why'])
         healthy = bool(health['healthy'])
-        readmitted = None
+        readmitted, router_problem = None, None
         if settings.get('router'):
             readmitted = bool(healthy and step('put the server back into the router',
                                                lambda: self._readmit(settings['router'])))
+            if not readmitted:
+                router_problem = failed.get('put the server back into the router') or \
+                    'the restored server is not healthy, so it was not put back'
         stopped_at = _read_stop_marker(settings.get('stop_marker'))
         return {
             'run_id': state['run_id'], 'host': state['host'], 'acted_by': acted_by,
@@ -355,28 +359,21 @@ class Guard(object):
             'started_at': started, 'finished_at': time.time(), 'healthy_at': health.get('healthy_at'),
             'downtime_s': round(health['healthy_at'] - stopped_at, 2) if healthy and stopped_at else None,
             'router_readmitted': readmitted,
+            'router_problem': router_problem,
             'hostname': socket.gethostname(),
         }
 
     @staticmethod
-    def _take_out(router_settings):
-        router = Router(router_settings['url'], api_key=router_settings.get('api_key'))
-        worker = router.find(router_settings['worker_url'])
-        if worker is not None:
-            router.remove(worker)
-            if router.wait_for(router_settings['worker_url'], False, float(router_settings.get('timeout') or 30)):
-                raise GuardError('the router %s still lists %s' % (router.base_url, router_settings['worker_url']))
-        return worker is not None
+    def _router(router_settings):
+        return Router(router_settings['url'], api_key=router_settings.get('api_key'))
 
-    @staticmethod
-    def _readmit(router_settings):
-        router = Router(router_settings['url'], api_key=router_settings.get('api_key'))
-        if router.find(router_settings['worker_url']) is None:
-            router.add(router_settings['worker_url'])
-        worker = router.wait_for(router_settings['worker_url'], True, float(router_settings.get('timeout') or 30))
-        if worker is None or worker.get('is_healthy') is False:
-            raise GuardError('the router %s did not list %s as healthy in time' % (router.base_url, router_settings['worker_url']))
-        return True
+    def _take_out(self, router_settings):
+        return self._router(router_settings).take_out(router_settings['worker_url'],
+                                                      float(router_settings.get('timeout') or 30))
+
+    def _readmit(self, router_settings):
+        return self._router(router_settings).admit(router_settings['worker_url'],
+                                                   float(router_settings.get('timeout') or 30))
 
     def _kill_leftovers(self, settings):
         local = LocalProcesses()

@@ -119,6 +119,36 @@ class Router(object):
             raise RouterError(str(state['error']))
         return state['worker']
 
+    def take_out(self, url, timeout, worker=None):
+        """Remove url and wait until the router no longer lists it; returns whether it was listed.
+
+        `worker`: its entry, when the caller has just read it (no second listing). DELETE is asynchronous
+        (202): a router that still lists the worker may still send it requests, so that is a failure.
+        """
+        worker = worker or self.find(url)
+        if worker is None:
+            return False
+        self.remove(worker)
+        if self.wait_for(url, False, timeout) is not None:
+            raise RouterError('the router %s still lists %s %ss after DELETE /workers/%s: it may still send it '
+                              'requests' % (self.base_url, url, timeout, worker['id']))
+        return True
+
+    def admit(self, url, timeout, listed=None):
+        """Add url (unless listed) and wait until the router lists it as healthy; returns its entry.
+
+        `listed`: whether the caller has just read it in the listing (None: read it here).
+        """
+        if not (self.find(url) is not None if listed is None else listed):
+            self.add(url)
+        worker = self.wait_for(url, True, timeout)
+        if worker is None:
+            raise RouterError('the router %s did not list %s within %ss after POST /workers'
+                              % (self.base_url, url, timeout))
+        if worker.get('is_healthy') is False:
+            raise RouterError('the router %s lists %s but not as healthy within %ss' % (self.base_url, url, timeout))
+        return worker
+
     @staticmethod
     def _detail(body):
         text = body.decode('utf-8', 'replace').strip() if body else ''

@@ -224,6 +224,9 @@ fired:
     router_readmitted:
       description: Whether the restored server was put back into O(router) (null when no router was given).
       type: bool
+    router_problem:
+      description: Why it was not put back (null when it was, or when no router was given).
+      type: str
 last_fired:
   description: >-
     The report of the last restore on this host, by anyone (null when there never was one); the same keys as

@@ -162,29 +162,21 @@ def main():
         if (not result['changed'] and not listed_unhealthy) or module.check_mode:
             finish(worker, wanted)
 
-        if result['changed']:
-            router.last_workers = None  # from here on, only a listing read after the change counts
-            if wanted:
-                router.add(worker_url)
-            else:
-                router.remove(worker)
-        worker = router.wait_for(worker_url, wanted, params['timeout'])
+        router.last_workers = None  # from here on, only a listing read after the change counts
+        if wanted:
+            worker = router.admit(worker_url, params['timeout'], listed=result['member_before'])
+        else:
+            router.take_out(worker_url, params['timeout'], worker=worker)
+            worker = None
         result['workers_total'] = len(router.last_workers)
-        if wanted and worker is None:
-            finish(None, False, 'the router %s did not list %s within %ss after POST /workers'
-                   % (router.base_url, worker_url, params['timeout']))
-        if wanted and worker.get('is_healthy') is False:
-            finish(worker, True, 'the router %s lists %s but not as healthy within %ss'
-                   % (router.base_url, worker_url, params['timeout']))
-        if not wanted and worker is not None:
-            finish(worker, True, 'the router %s still lists %s %ss after DELETE /workers/%s: it may still send it requests'
-                   % (router.base_url, worker_url, params['timeout'], worker['id']))
         finish(worker, wanted)
     except RouterError as exc:
         # What the router did is unknown here: report the membership last read, not a guess (unknown,
         # None, when a change was asked and no listing was read after it).
         listed = router.last_workers
-        finish(None, None if listed is None else any(entry['url'] == worker_url for entry in listed),
+        worker = next((entry for entry in listed or [] if entry['url'] == worker_url), None)
+        result['workers_total'] = len(listed) if listed is not None else result['workers_total']
+        finish(worker, None if listed is None else worker is not None,
                'sglang_router_worker %s of %s at %s failed: %s' % (params['state'], worker_url, params['router_url'],
                                                                    to_native(exc)))
 
