@@ -78,8 +78,9 @@ options:
   ttl:
     description:
       - Seconds after which a granted slot no longer counts even though its run still lives (V(0) never).
-      - The role passes its rollback deadline, by which a host that became unreachable in its window has
-        been restored by its guard.
+      - The role passes its rollback deadline. The slot is granted before the guard is armed, so it may lapse
+        before that guard restores a host whose run died in its window; such a host still counts, through
+        the C(/health) probe of every peer, until its server answers again.
     type: float
     default: 0
 seealso:
