@@ -19,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ast
 import errno
 import fcntl
 import glob
@@ -604,3 +605,24 @@ def read_stamp(path, patch_sha256, python, strip=1):
         if current != entry.get('sha256'):
             return None, '%s changed since the patch was applied' % entry['real']
     return stamp, None
+
+
+ADAPTIVE_PARAMS = os.path.join('sglang', 'srt', 'speculative', 'adaptive_spec_params.py')
+
+
+def adaptive_tiers_supported(site_packages):
+    """Whether the installed sglang reads --speculative-adaptive-config as batch-size tiers.
+
+    Read from its own source, without importing it (sglang imports torch): releases with tiers (0.5.23)
+    define _load_adaptive_config, which takes integer-string batch-size keys; 0.5.12.post1 has only
+    load_adaptive_config, which reads one flat candidate_steps list and ignores such keys. None when
+    the file cannot be read.
+    """
+    try:
+        tree = ast.parse(read_bytes(os.path.join(site_packages, ADAPTIVE_PARAMS)))
+    except (IOError, OSError):
+        return False if os.path.isdir(os.path.join(site_packages, 'sglang')) else None
+    except (SyntaxError, ValueError):
+        return None
+    names = set(node.name for node in tree.body if isinstance(node, ast.FunctionDef))
+    return '_load_adaptive_config' in names

@@ -98,6 +98,14 @@ options:
   patch_stamp:
     description: The stamp file M(gpuops.sglang.sglang_patch) writes (its O(gpuops.sglang.sglang_patch#module:stamp)).
     type: path
+  check_adaptive_tiers:
+    description:
+      - Read from the installed sglang's own source (found through O(python)) whether it takes
+        C(--speculative-adaptive-config) as batch-size tiers, in RV(adaptive_tiers).
+      - A release without them reads one flat set of candidate steps and ignores tier keys, so tiers meant to
+        stop drafting at a batch size would have no effect.
+    type: bool
+    default: false
 seealso:
   - module: gpuops.sglang.sglang_server
   - module: gpuops.sglang.sglang_guard
@@ -186,6 +194,12 @@ patch:
     sglang_version:
       description: Installed sglang version from its dist-info (null unless proven).
       type: str
+adaptive_tiers:
+  description:
+    - Whether the installed sglang reads batch-size tiers from C(--speculative-adaptive-config) (0.5.23 does,
+      0.5.12.post1 does not); null when not asked (O(check_adaptive_tiers)) or when it cannot be told.
+  returned: always
+  type: bool
 cmd:
   description: The commands run, as argv lists.
   returned: always
@@ -202,6 +216,9 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
 from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
+    DISCOVER_SITE_PACKAGES,
+    adaptive_tiers_supported,
+    parse_site_packages,
     read_dist_version,
     read_stamp,
     restore_final_newline,
@@ -233,6 +250,18 @@ def patch_state(content, stamp_path, python):
     return state
 
 
+def adaptive_tiers(commands, python, tmpdir, site_packages=None):
+    """What the installed sglang makes of adaptive tiers; site_packages from a proven stamp saves a python run."""
+    if site_packages is None:
+        if not python or not os.path.exists(python):
+            return None
+        found = commands.run([python, '-I', '-c', DISCOVER_SITE_PACKAGES], cwd=tmpdir)
+        site_packages = parse_site_packages(found.stdout) if found.rc == 0 and not found.timed_out else None
+        if site_packages is None:
+            return None
+    return adaptive_tiers_supported(site_packages)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -254,6 +283,7 @@ def main():
             guard_folder=dict(type='path'),
             patch_content=dict(type='str'),
             patch_stamp=dict(type='path'),
+            check_adaptive_tiers=dict(type='bool', default=False),
         ),
         supports_check_mode=True,
     )
@@ -267,7 +297,7 @@ def main():
         manager = 'systemd' if os.path.isdir('/run/systemd/system') else 'detached'
     result = dict(changed=False, service_manager=manager, python_exists=True, running=False, pid=None,
                   healthy=False, mismatches=[], configs_changed=[], guard_armed_by=None, guard_last_fired=None,
-                  patch=patch_state(None, None, None), cmd=[])
+                  patch=patch_state(None, None, None), adaptive_tiers=None, cmd=[])
     server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
                     params['url'], runner=runner)
     try:
@@ -290,6 +320,9 @@ def main():
             except ServerError as exc:
                 result['mismatches'] = ['its settings could not be read: %s' % to_native(exc)]
         result['patch'] = patch_state(params['patch_content'], params['patch_stamp'], params['python'])
+        if params['check_adaptive_tiers']:
+            result['adaptive_tiers'] = adaptive_tiers(commands, params['python'], module.tmpdir,
+                                                      result['patch']['site_packages'])
         if params['guard_folder'] and os.path.isdir(params['guard_folder']):
             guard = Guard(params['guard_folder'], runner=runner)
             state = guard.state()

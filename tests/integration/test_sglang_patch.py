@@ -399,3 +399,18 @@ def test_a_stamp_proves_the_patch_applied_until_a_patched_file_changes(tmp_path,
                     name='idle')
     assert not idle.failed and idle['changed'] is False
     assert stamp_proves(tmp_path, python, stamp, 'idle')['proven'] is True
+
+
+def test_the_installed_sglang_says_whether_it_reads_adaptive_tiers(tmp_path, sglang_venv):
+    python, site = sglang_venv
+    info = run_task(tmp_path, 'gpuops.sglang.sglang_server_info', {
+        'service_manager': 'detached', 'launch_file': str(tmp_path / 'launch.json'),
+        'pidfile': str(tmp_path / 'none.pid'), 'url': 'http://127.0.0.1:9', 'python': python,
+        'check_adaptive_tiers': True}, name='tiers')
+    # 0.5.12.post1 reads one flat candidate_steps list: batch-size tiers would be ignored
+    assert not info.failed and info['adaptive_tiers'] is False
+    assert info['cmd'][-1][:2] == [python, '-I']
+    unasked = run_task(tmp_path, 'gpuops.sglang.sglang_server_info', {
+        'service_manager': 'detached', 'launch_file': str(tmp_path / 'launch.json'),
+        'pidfile': str(tmp_path / 'none.pid'), 'url': 'http://127.0.0.1:9', 'python': python}, name='unasked')
+    assert unasked['adaptive_tiers'] is None

@@ -2,7 +2,6 @@
 
 Each test leaves the lab as the baseline left it (patched, dynamic speculation on, healthy).
 """
-import json
 
 GPU_HOSTS = ('gpu1', 'gpu2')
 SITE_PACKAGES = '/opt/sglang/venv/lib/python3.11/site-packages'
@@ -89,22 +88,26 @@ def test_unknown_flag_fails_fast_and_rolls_back(lab, redeploy):
         assert lab[name].healthy()
 
 
-def test_adaptive_mode_and_secrets_never_logged(lab, redeploy):
+def test_adaptive_mode_is_refused_where_sglang_would_ignore_its_tiers(lab, redeploy):
+    # The lab's sglang 0.5.12.post1 reads --speculative-adaptive-config as one flat list of candidate steps:
+    # batch-size tiers would be ignored, so drafting would never stop at the threshold. Refused before the stop.
+    before = served_state(lab['gpu2'])
+    run = redeploy({'sglang_dynamic_spec_mode': 'adaptive'}, name='adaptive', limit='gpu2')
+    assert run.rc != 0
+    assert 'reads one flat list of candidate steps and would ignore them' in ' '.join(run.failure_messages('gpu2'))
+    assert run.count('changed', 'gpu2') == 0
+    assert served_state(lab['gpu2']) == before and lab['gpu2'].healthy()
+    assert lab['gpu2'].server_info()['environment']['SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'] == '8'
+
+
+def test_secret_environment_reaches_the_server_and_is_never_logged(lab, redeploy):
     secret = 'hf_lab_secret_5f1c0de'
-    run = redeploy({'sglang_dynamic_spec_mode': 'adaptive', 'sglang_secret_environment': {'HF_TOKEN': secret}},
-                   name='adaptive', limit='gpu2')
+    run = redeploy({'sglang_secret_environment': {'HF_TOKEN': secret}}, name='secret', limit='gpu2')
     assert run.rc == 0, run.stdout[-3000:]
-    info = lab['gpu2'].server_info()
-    assert info['speculative_adaptive'] is True
-    assert info['speculative_adaptive_config'] == '/etc/sglang/adaptive_spec.json'
-    assert 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE' not in info['environment']
-    # upstream's batch-size tiers: drafting from batch size 1, none from the threshold (8) on
-    tiers = json.loads(lab['gpu2'].exec_('cat', '/etc/sglang/adaptive_spec.json'))
-    assert tiers == {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0]}}
     assert secret not in run.stdout
     assert secret not in str(run.events)
     environ = lab['gpu2'].exec_('cat', '/proc/%d/environ' % lab['gpu2'].server_pid())
     assert 'HF_TOKEN=%s' % secret in environ
-    back = redeploy(name='adaptive-back', limit='gpu2')
+    back = redeploy(name='secret-back', limit='gpu2')
     assert back.rc == 0
     assert lab['gpu2'].server_info()['environment']['SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'] == '8'

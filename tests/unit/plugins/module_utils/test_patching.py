@@ -193,3 +193,20 @@ def test_stray_temp_files_beside_targets_are_found(tmp_path):
     stray = patching.write_beside(str(target), b'y\n', patching.TEMP_SUFFIX)
     (tmp_path / 'unrelated.tmp').write_text('')
     assert patching.stray_temp_files([str(target)]) == [stray]
+
+
+@pytest.mark.parametrize('source, expected', [
+    # a release with batch-size tiers (0.5.23 defines _load_adaptive_config for integer-string keys)
+    ('def resolve_adaptive_strategy(p):\n    pass\n\n\ndef _load_adaptive_config(p):\n    pass\n', True),
+    # 0.5.12.post1: one flat candidate_steps list
+    ('def load_adaptive_config(path):\n    pass\n\n\nclass AdaptiveSpeculativeParams:\n    pass\n', False),
+    (None, False),            # sglang without the file: no adaptive speculation at all
+    ('def broken(:\n', None),  # unreadable: cannot be told
+])
+def test_adaptive_tiers_are_read_from_the_installed_source(tmp_path, source, expected):
+    speculative = tmp_path / 'sglang' / 'srt' / 'speculative'
+    speculative.mkdir(parents=True)
+    if source is not None:
+        (speculative / 'adaptive_spec_params.py').write_text(source)
+    assert patching.adaptive_tiers_supported(str(tmp_path)) is expected
+    assert patching.adaptive_tiers_supported(str(tmp_path / 'elsewhere')) is None
