@@ -22,7 +22,7 @@ options:
     description: >-
       Settings: model_path, draft_model_path, host, port, tp_size, max_running_requests, speculative_algorithm,
       speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens, disable_overlap_schedule,
-      adaptive (bool), adaptive_config_path, extra_args.
+      adaptive (bool), adaptive_config_path, config_file (the 0600 YAML file of the API keys), extra_args.
     type: dict
     required: true
 '''
@@ -62,6 +62,8 @@ FLAGS = (
     ('disable_overlap_schedule', '--disable-overlap-schedule', 'disable_overlap_schedule', 'bool', None),
     ('adaptive', '--speculative-adaptive', 'speculative_adaptive', 'bool', 'adaptive'),
     ('adaptive_config_path', '--speculative-adaptive-config', None, 'str', 'adaptive'),
+    # The API keys, in a file: as arguments they would be readable by every local user in /proc/PID/cmdline.
+    ('config_file', '--config', None, 'str', None),
 )
 
 

@@ -55,6 +55,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._router import Route
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
     Server,
     ServerError,
+    launch_api_key,
     subprocess_runner,
 )
 
@@ -343,8 +344,10 @@ class Guard(object):
         healthy = bool(health['healthy'])
         readmitted, router_problem = None, None
         if settings.get('router'):
+            # The previous server's key is in the restored launch configuration (it may differ from the run's).
             readmitted = bool(healthy and step('put the server back into the router',
-                                               lambda: self._readmit(settings['router'])))
+                                               lambda: self._readmit(settings['router'],
+                                                                     launch_api_key(server.launch_file))))
             if not readmitted:
                 router_problem = failed.get('put the server back into the router') or \
                     'the restored server is not healthy, so it was not put back'
@@ -371,9 +374,10 @@ class Guard(object):
         return self._router(router_settings).take_out(router_settings['worker_url'],
                                                       float(router_settings.get('timeout') or 30))
 
-    def _readmit(self, router_settings):
+    def _readmit(self, router_settings, worker_api_key=None):
         return self._router(router_settings).admit(router_settings['worker_url'],
-                                                   float(router_settings.get('timeout') or 30))
+                                                   float(router_settings.get('timeout') or 30),
+                                                   worker_api_key=worker_api_key)
 
     def _kill_leftovers(self, settings):
         local = LocalProcesses()

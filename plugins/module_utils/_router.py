@@ -6,7 +6,9 @@
 Tested against sglang-router 0.3.2:
   GET    /workers        {"workers": [{"id", "url", "is_healthy", "load", ...}], "total": N, ...}
   DELETE /workers/{id}   202 {"status": "accepted", "worker_id": ...}: removed in the background
-  POST   /workers        {"url": ...} -> 202, added in the background (the same id when re-added)
+  POST   /workers        {"url": ..., "api_key": ...} -> 202, added in the background; "api_key" is the
+                         worker's own key, which the router then sends to it (health, /server_info,
+                         /model_info and the requests it routes there) instead of the client's header
 Both changes are asynchronous, so every change is followed by reading /workers until it shows.
 Removal only stops new traffic: what the router already sent to the worker still runs there.
 """
@@ -86,8 +88,11 @@ class Router(object):
             raise RouterError('DELETE /workers/%s (%s) answered %s%s' % (
                 worker['id'], worker['url'], 'nothing' if status == -1 else status, self._detail(body)))
 
-    def add(self, url):
-        status, body = self._call('POST', '/workers', body={'url': normalize_url(url)})
+    def add(self, url, worker_api_key=None):
+        document = {'url': normalize_url(url)}
+        if worker_api_key:
+            document['api_key'] = worker_api_key
+        status, body = self._call('POST', '/workers', body=document)
         if status not in (200, 201, 202):
             raise RouterError('POST /workers {"url": "%s"} answered %s%s' % (
                 url, 'nothing' if status == -1 else status, self._detail(body)))
@@ -134,13 +139,14 @@ class Router(object):
                               'requests' % (self.base_url, url, timeout, worker['id']))
         return True
 
-    def admit(self, url, timeout, listed=None):
+    def admit(self, url, timeout, listed=None, worker_api_key=None):
         """Add url (unless listed) and wait until the router lists it as healthy; returns its entry.
 
         `listed`: whether the caller has just read it in the listing (None: read it here).
+        `worker_api_key`: the worker's own key, which the router then sends it.
         """
         if not (self.find(url) is not None if listed is None else listed):
-            self.add(url)
+            self.add(url, worker_api_key)
         worker = self.wait_for(url, True, timeout)
         if worker is None:
             raise RouterError('the router %s did not list %s within %ss after POST /workers'

@@ -11,6 +11,13 @@ a ``runner(argv, timeout) -> (rc, stdout, stderr)`` the caller supplies.
 launch.json: {"python": ..., "module": ..., "args": [...], "environment": {...}}. The
 server runs as ``PYTHON -m MODULE ARGS``, so its command line is what SGLang's own
 tooling and the kill patterns match.
+
+API keys: SGLang's ``--api-key`` protects every endpoint but /health* and /metrics. The role hands
+the keys over in a 0600 YAML file named by ``--config`` in the launch arguments (an argument would be
+readable by every local user in /proc/PID/cmdline). A Server reads the key of the server it manages
+from that file on the host, at the moment it asks: the live file names the running server's key (the
+stop's drain), the new one the new server's (the verification), the restored one the previous
+server's (the guard). The key never passes through a module's arguments or results.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -95,6 +102,70 @@ def http_get(url, timeout):
     return http_request('GET', url, timeout)
 
 
+def read_config_keys(path):
+    """{option: value} of a flat ``key: value`` YAML file as the role writes it (values JSON-quoted).
+
+    Pure standard library (the guard runs without PyYAML): the role renders each value with to_json,
+    which is also a valid YAML double-quoted scalar. Comments and blank lines are skipped; a line this
+    reader does not understand raises ValueError.
+    """
+    options = {}
+    with open(path) as handle:
+        for number, line in enumerate(handle, 1):
+            text = line.strip()
+            if not text or text.startswith('#'):
+                continue
+            name, colon, value = text.partition(':')
+            if not colon:
+                raise ValueError('%s line %d is not "key: value"' % (path, number))
+            value = value.strip()
+            options[name.strip().replace('_', '-')] = json.loads(value) if value.startswith('"') else value
+    return options
+
+
+def launch_api_key(launch_file):
+    """The API key of the server a launch.json describes (its --config file's api-key); None without one.
+
+    An --api-key argument is read too (a launch configuration written by hand), though the role never
+    writes one: there it would be readable in /proc/PID/cmdline.
+    """
+    try:
+        with open(launch_file) as handle:
+            args = [str(arg) for arg in json.load(handle).get('args', [])]
+    except (IOError, OSError, ValueError, AttributeError):
+        return None
+    key = None
+    for index, arg in enumerate(args):
+        if arg.startswith('--config=') or (arg == '--config' and index + 1 < len(args)):
+            path = arg.split('=', 1)[1] if '=' in arg else args[index + 1]
+            try:
+                key = read_config_keys(path).get('api-key') or key
+            except (IOError, OSError, ValueError):
+                pass
+    # As SGLang merges them: arguments on the command line win over the config file's.
+    for index, arg in enumerate(args):
+        if arg.startswith('--api-key='):
+            key = arg.split('=', 1)[1]
+        elif arg == '--api-key' and index + 1 < len(args):
+            key = args[index + 1]
+    return key or None
+
+
+def bearer(api_key):
+    """The request headers that carry an API key (none without one), as SGLang and its router read them."""
+    return {'Authorization': 'Bearer %s' % api_key} if api_key else {}
+
+
+def answered(path, status):
+    """How a failed request answered, in words an operator can act on."""
+    if status == -1:
+        return '%s answered nothing' % path
+    if status == 401:
+        return ('%s answered 401: the server wants an API key and refused the one in its launch configuration'
+                ' (or there was none)' % path)
+    return '%s answered %s' % (path, status)
+
+
 def in_flight_from_loads(path, body):
     """Requests the server holds (running + waiting), from SGLang's /v1/loads or older /get_load."""
     data = json.loads(body.decode('utf-8'))
@@ -134,6 +205,11 @@ class Server(object):
 
     def _systemctl(self, *args, **kwargs):
         return self._run(['systemctl'] + list(args), kwargs.get('timeout'))
+
+    def _request(self, method, path, timeout, body=None):
+        """One request to the server, with its API key (read from its launch configuration now)."""
+        return http_request(method, self.base_url + path, timeout, body=body,
+                            headers=bearer(launch_api_key(self.launch_file)))
 
     # --- what runs --------------------------------------------------------
 
@@ -259,6 +335,7 @@ class Server(object):
     # --- health and verification -----------------------------------------
 
     def health(self, timeout=5.0):
+        # SGLang leaves /health* open whatever its keys: liveness needs no secret (nor a file read per probe).
         return http_get(self.base_url + '/health', timeout)[0]
 
     def wait_healthy(self, timeout, interval=0.25, died=None):
@@ -291,14 +368,14 @@ class Server(object):
     def in_flight(self, paths=('/v1/loads', '/get_load')):
         """(requests in flight, the path read); (None, why) when the server does not say."""
         for path in paths:
-            status, body = http_get(self.base_url + path, 5)
+            status, body = self._request('GET', path, 5)
             if status == 200:
                 try:
                     return in_flight_from_loads(path, body), path
                 except (ValueError, KeyError, TypeError) as exc:
                     return None, '%s answered 200 with an unexpected body (%s)' % (path, exc)
             if status != 404:
-                return None, '%s answered %s' % (path, 'nothing' if status == -1 else status)
+                return None, answered(path, status)
         return None, self.NO_LOAD_ENDPOINT
 
     def wait_idle(self, timeout, interval=0.25, settle_reads=2):
@@ -349,7 +426,7 @@ class Server(object):
         def read():
             # Each request gets what is left of the budget (at most 20 s), so a hung read cannot overrun it.
             left = deadline - time.time()
-            status = http_get(self.base_url + state['path'], max(0.1, min(20.0, left)))[0]
+            status = self._request('GET', state['path'], max(0.1, min(20.0, left)))[0]
             if status == 404 and state['path'] == '/health_generate':
                 state['path'] = '/health'
                 return state
@@ -370,11 +447,11 @@ class Server(object):
     def generate_once(self, timeout):
         """One real generation request (one new token), as a client would send it."""
         begun = time.time()
-        status, body = http_request('POST', self.base_url + '/generate', timeout,
-                                    body={'text': 'ping', 'sampling_params': {'max_new_tokens': 1, 'temperature': 0}})
+        status, body = self._request('POST', '/generate', timeout,
+                                     body={'text': 'ping', 'sampling_params': {'max_new_tokens': 1, 'temperature': 0}})
         result = {'status': status, 'elapsed': round(time.time() - begun, 3), 'ok': False, 'why': None}
         if status != 200:
-            result['why'] = 'POST /generate answered %s' % ('nothing' if status == -1 else status)
+            result['why'] = answered('POST /generate', status)
             return result
         try:
             answer = json.loads(body.decode('utf-8'))
@@ -390,14 +467,14 @@ class Server(object):
     def server_info(self):
         """What the server reports about its arguments: /server_info, or /get_server_info on older releases."""
         for path in ('/server_info', '/get_server_info'):
-            status, body = http_get(self.base_url + path, 10)
+            status, body = self._request('GET', path, 10)
             if status == 200:
                 try:
                     return json.loads(body.decode('utf-8'))
                 except ValueError:
                     raise ServerError('%s answered 200 with a body that is not JSON' % path)
             if status != 404:
-                raise ServerError('%s answered %s' % (path, 'nothing' if status == -1 else status))
+                raise ServerError(answered(path, status))
         raise ServerError('neither /server_info nor /get_server_info exists')
 
 

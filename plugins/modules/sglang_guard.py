@@ -95,6 +95,8 @@ options:
       - The SGLang router this run took the server out of (O(state=armed)). After a restore whose previous
         server answers C(/health), the guard puts it back into that router, whoever restored (the controller,
         a later run, or the watcher at the deadline).
+      - With the previous server's own API key, read from its restored launch configuration (the C(--config)
+        file's C(api-key)), so that the router reaches a server with a key; the key is not kept in the state.
     type: dict
     suboptions:
       url:

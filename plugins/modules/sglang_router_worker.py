@@ -60,6 +60,14 @@ options:
   api_key:
     description: The router's API key (its C(--api-key)), sent as a bearer token.
     type: str
+  worker_api_key:
+    description:
+      - The worker's own API key (the server's C(--api-key)), handed to the router with V(state=present)
+        in the C(POST /workers) body. The router sends it to the worker on its health checks, its
+        C(/server_info) and C(/model_info) reads and the requests it routes there; without it, the router
+        forwards the client's C(Authorization) header, which a server with its own key refuses.
+      - Never logged nor returned.
+    type: str
 notes:
   - Tested with sglang-router 0.3.2 (C(GET /workers), C(DELETE /workers/{id}), C(POST /workers)).
 seealso:
@@ -78,6 +86,7 @@ EXAMPLES = r'''
     router_url: http://10.0.0.5:30080
     worker_url: http://10.0.0.11:30000
     state: present
+    worker_api_key: "{{ vault_sglang_api_key }}"
 '''
 
 RETURN = r'''
@@ -131,6 +140,7 @@ def main():
             timeout=dict(type='float', default=30),
             request_timeout=dict(type='float', default=5),
             api_key=dict(type='str', no_log=True),
+            worker_api_key=dict(type='str', no_log=True),
         ),
         supports_check_mode=True,
     )
@@ -164,7 +174,8 @@ def main():
 
         router.last_workers = None  # from here on, only a listing read after the change counts
         if wanted:
-            worker = router.admit(worker_url, params['timeout'], listed=result['member_before'])
+            worker = router.admit(worker_url, params['timeout'], listed=result['member_before'],
+                                  worker_api_key=params['worker_api_key'])
         else:
             router.take_out(worker_url, params['timeout'], worker=worker)
             worker = None

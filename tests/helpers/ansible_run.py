@@ -28,6 +28,11 @@ class TaskResult(dict):
         return bool(self.get('failed'))
 
 
+class TaskResults(dict):
+    """{task name: TaskResult}, and in ``transcript`` all that Ansible showed and recorded: its stdout and every event."""
+    transcript = ''
+
+
 def run_task(tmp_path, module, args, check=False, diff=False, name='task', keywords=None, files=None):
     """Run `module` with `args` once and return its result dict (with 'failed').
 
@@ -39,7 +44,7 @@ def run_task(tmp_path, module, args, check=False, diff=False, name='task', keywo
     return run_tasks(tmp_path, [task], check=check, diff=diff, name=name, files=files)[name]
 
 
-def run_tasks(tmp_path, tasks, check=False, diff=False, name='tasks', files=None):
+def run_tasks(tmp_path, tasks, check=False, diff=False, name='tasks', files=None, verbosity=0):
     """Run tasks (dicts, each with a unique name) in one play, one ansible-playbook process, on localhost;
     return {task name: result dict (with 'failed')}. A failing task needs ignore_errors for the rest to run."""
     private = tmp_path / ('runner-%s' % name)
@@ -65,16 +70,19 @@ def run_tasks(tmp_path, tasks, check=False, diff=False, name='tasks', files=None
         envvars=ANSIBLE_ENV,
         quiet=True,
         settings={'suppress_ansible_output': True},
+        verbosity=verbosity or None,
     )
-    results = {}
-    for event in runner.events:
+    results = TaskResults()
+    events = list(runner.events)
+    results.transcript = runner.stdout.read() + '\n'.join(json.dumps(event) for event in events)
+    for event in events:
         if event.get('event') in ('runner_on_ok', 'runner_on_failed'):
             result = TaskResult(event['event_data']['res'])
             result['failed'] = event['event'] == 'runner_on_failed'
             results[event['event_data'].get('task')] = result
     missing = [task['name'] for task in tasks if task['name'] not in results]
     if missing:
-        raise AssertionError('no result for %s (rc %s):\n%s' % (', '.join(missing), runner.rc, runner.stdout.read()))
+        raise AssertionError('no result for %s (rc %s):\n%s' % (', '.join(missing), runner.rc, results.transcript))
     return results
 
 

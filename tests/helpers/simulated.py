@@ -20,6 +20,14 @@ def free_port():
         return sock.getsockname()[1]
 
 
+def detached_server_args(root, name, launch, url, **extra):
+    """sglang_server's options for a test server run detached from `launch`, its pid file and log in `root`."""
+    args = dict(manager='detached', service_name=name, launch_file=str(launch), pidfile=str(root / ('%s.pid' % name)),
+                log_file=str(root / ('%s.log' % name)), url=url, term_timeout=10, health_timeout=20)
+    args.update(extra)
+    return args
+
+
 def wait_for(predicate, timeout=10.0, what='condition'):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

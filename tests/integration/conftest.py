@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from helpers.ansible_run import REPO
+from helpers.router import Router
 
 SGLANG_REQUIREMENT = open(os.path.join(REPO, 'requirements-lab.txt')).read().split('\n')
 SGLANG_REQUIREMENT = [line for line in SGLANG_REQUIREMENT if line.startswith('sglang==')][0]
@@ -45,3 +46,11 @@ def sglang_venv(pristine_sglang, tmp_path):
     copy = tmp_path / 'venv'
     shutil.copytree(str(venv), str(copy), symlinks=True)
     return str(copy / 'bin' / 'python'), site.replace(str(venv), str(copy))
+
+
+@pytest.fixture
+def router(tmp_path):
+    """The real SGLang router on a free loopback port, with no worker."""
+    started = Router(tmp_path)
+    yield started
+    started.stop()

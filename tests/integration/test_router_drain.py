@@ -14,8 +14,8 @@ import urllib.request
 import pytest
 
 from helpers.ansible_run import run_task, run_tasks
-from helpers.router import Router, http_json
-from helpers.simulated import free_port, wait_for
+from helpers.router import http_json
+from helpers.simulated import detached_server_args, free_port, wait_for
 
 TINY_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'files', 'tiny_server.py')
 ROUTER_KEYS = {'changed', 'member_before', 'member', 'healthy', 'worker_id', 'workers_total', 'elapsed', 'requests'}
@@ -35,18 +35,7 @@ class TinyServer(object):
             'environment': {'PYTHONPATH': os.path.dirname(TINY_SERVER)}}))
 
     def args(self, **extra):
-        args = dict(manager='detached', service_name='tiny', launch_file=str(self.launch),
-                    pidfile=str(self.root / 'tiny.pid'), log_file=str(self.root / 'tiny.log'), url=self.url,
-                    term_timeout=10, health_timeout=20)
-        args.update(extra)
-        return args
-
-
-@pytest.fixture
-def router(tmp_path):
-    started = Router(tmp_path)
-    yield started
-    started.stop()
+        return detached_server_args(self.root, 'tiny', self.launch, self.url, **extra)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 
 from helpers.ansible_run import run_task
 from helpers.router import Router
-from helpers.simulated import free_port, wait_for
+from helpers.simulated import detached_server_args, free_port, wait_for
 
 TINY_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'files', 'tiny_server.py')
 
@@ -80,12 +80,8 @@ class Deployment(object):
                 'base_url': 'http://127.0.0.1:%d' % self.port, 'term_timeout': 5}
 
     def server_args(self, **extra):
-        server = self.server
-        args = dict(manager='detached', service_name='tiny', launch_file=server['launch_file'],
-                    pidfile=server['pidfile'], log_file=server['log_file'], url=server['base_url'],
-                    term_timeout=5, health_timeout=20)
-        args.update(extra)
-        return args
+        return detached_server_args(self.root, 'tiny', self.launch, self.server['base_url'],
+                                    **dict(dict(term_timeout=5), **extra))
 
     def guard_args(self, **extra):
         args = dict(folder=str(self.guard_dir), server=self.server, host='tiny-host', health_timeout=20,

@@ -2,6 +2,12 @@
 
 Each test leaves the lab as the baseline left it (patched, dynamic speculation on, healthy).
 """
+import json
+import os
+import urllib.error
+import urllib.request
+
+from helpers.ansible_run import REPO
 
 GPU_HOSTS = ('gpu1', 'gpu2')
 SITE_PACKAGES = '/opt/sglang/venv/lib/python3.11/site-packages'
@@ -12,6 +18,25 @@ VERSION_PY = SITE_PACKAGES + '/sglang/version.py'
 def served_state(host):
     """What a refused redeploy must leave as it was: server PID, patched file, active launch configuration."""
     return host.server_pid(), host.sha256(WORKER), host.sha256('/etc/sglang/launch.json')
+
+
+def http_status(address, path, body=None, port=30000):
+    """Status of one request without a key (a POST with a JSON body when given)."""
+    url = 'http://%s%s%s' % (address, ':%d' % port if port else '', path)
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={'Content-Type': 'application/json'})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def server_info_with(address, api_key):
+    request = urllib.request.Request('http://%s:30000/server_info' % address,
+                                     headers={'Authorization': 'Bearer ' + api_key})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
 
 
 def test_rerun_is_a_noop_with_zero_downtime(lab, redeploy):
@@ -111,3 +136,39 @@ def test_secret_environment_reaches_the_server_and_is_never_logged(lab, redeploy
     back = redeploy(name='secret-back', limit='gpu2')
     assert back.rc == 0
     assert lab['gpu2'].server_info()['environment']['SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'] == '8'
+
+
+def test_api_keys_reach_the_server_in_a_0600_file_and_no_output_or_process_list_shows_them(lab, redeploy):
+    keys = {'sglang_api_key': 'lab-api-key-3e9d41f0', 'sglang_admin_api_key': 'lab-admin-key-c07b22aa'}
+    host = lab['gpu1']
+    # -v and --diff: the most an operator's run shows (results, and the rendered files' diffs).
+    run = redeploy(keys, name='api-key', limit='gpu1', cmdline='-v --diff')
+    assert run.rc == 0, run.stdout[-3000:]
+    with open(os.path.join(REPO, '.cache', 'lab', 'reports', 'gpu1.json')) as handle:
+        report_text = handle.read()
+    report = json.loads(report_text)
+    # Verified with the key: health, /server_info's flags, /health_generate, a real generation, the router back.
+    assert report['status'] == 'redeployed' and report['healthy'], report['reason']
+    assert 'API keys changed' in report['reasons'] and report['router']['readmitted'] is True
+
+    # The server wants the key now, on every endpoint but /health.
+    assert http_status(host.address, '/server_info') == 401 and http_status(host.address, '/health') == 200
+    info = server_info_with(host.address, keys['sglang_api_key'])
+    assert info['api_key'] == keys['sglang_api_key'] and info['admin_api_key'] == keys['sglang_admin_api_key']
+    # Handed over in a root-only file, named on the command line; the candidate beside it is as closed.
+    assert host.exec_('stat', '-c', '%a %U', '/etc/sglang/server.yaml', '/etc/sglang/server.next.yaml').split('\n')[:2] \
+        == ['600 root', '600 root']
+    cmdline = host.exec_('cat', '/proc/%d/cmdline' % info['internal_states'][0]['pid'])
+    assert '--config\0/etc/sglang/server.yaml' in cmdline
+    every_cmdline = host.exec_('sh', '-c', 'cat /proc/[0-9]*/cmdline 2>/dev/null; true')
+    for secret in keys.values():
+        assert secret not in every_cmdline
+        assert secret not in run.stdout and secret not in json.dumps(run.events) and secret not in report_text
+    # The router reaches it with its key (the role handed it over on readmission): requests routed through
+    # it, round robin over both servers, are all served.
+    assert [http_status('127.0.0.1:30080', '/generate', {'text': 'hi', 'sampling_params': {'max_new_tokens': 1}},
+                        port=None) for _ in range(4)] == [200] * 4
+
+    back = redeploy(name='api-key-back', limit='gpu1')
+    assert back.rc == 0, back.stdout[-3000:]
+    assert http_status(host.address, '/server_info') == 200

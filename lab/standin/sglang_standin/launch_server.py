@@ -18,6 +18,12 @@ It behaves like SGLang where the redeploy playbook can observe it:
   and it exits 0.
 - With SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE set, it refuses to start (exit 1) unless the installed
   sglang carries the dynamic-speculation patch that defines that variable.
+- --config FILE (YAML, .yaml/.yml) merged into the arguments as SGLang 0.5.12.post1 does
+  (sglang/srt/server_args_config_parser.py: the file's options first, the command line's win);
+  --api-key and --admin-api-key enforced as its auth middleware does (sglang/srt/utils/auth.py):
+  /health* and /metrics stay open, every other endpoint (unknown ones included) answers 401 without
+  ``Authorization: Bearer <api-key>`` once an API key is set. /server_info reports both keys, as SGLang's
+  does (to whoever holds the API key). The stand-in has no admin endpoint.
 Lab knobs (environment): LAB_STANDIN_WARMUP seconds before healthy (default 1.5),
 LAB_STANDIN_GPU_MIB memory per scheduler (default 20610), LAB_STANDIN_DRAIN seconds (default 0.3).
 Drain gate (for fault tests): while the file /run/lab-standin-drain-gate exists, the drain after
@@ -28,6 +34,7 @@ server's pid, its /generate requests stay in flight (at most 120 s), so a test h
 server for exactly as long as it needs, and the server started after it is not held.
 """
 import argparse
+import hmac
 import importlib.util
 import json
 import os
@@ -80,7 +87,93 @@ def build_parser():
     add('--speculative-adaptive-config')
     add('--disable-overlap-schedule', action='store_true')
     add('--cuda-graph-max-bs', type=int)
+    add('--api-key')
+    add('--admin-api-key')
+    add('--config')
     return parser
+
+
+def parse_flat_yaml(text):
+    """The flat mappings SGLang config files hold (``key: value``, scalars and [a, b] lists), for a
+    Python without PyYAML (the lab's sglang is installed with --no-deps). Quoted strings as YAML's
+    double-quoted scalars that JSON shares, plain scalars as YAML 1.1 reads ints, floats and booleans."""
+    def scalar(value):
+        value = value.strip()
+        if value.startswith('"'):
+            return json.loads(value)
+        if value.startswith("'"):
+            return value[1:-1].replace("''", "'")
+        if value.lower() in ('true', 'yes', 'on', 'false', 'no', 'off'):
+            return value.lower() in ('true', 'yes', 'on')
+        if value.lower() in ('', '~', 'null'):
+            return None
+        for kind in (int, float):
+            try:
+                return kind(value)
+            except ValueError:
+                pass
+        return value
+    options = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith('#'):
+            continue
+        key, colon, value = stripped.partition(':')
+        if not colon or line[0].isspace():
+            raise ValueError('line %d is not a flat "key: value" entry' % number)
+        value = value.strip()
+        if value.startswith('[') and value.endswith(']'):
+            options[key.strip()] = [scalar(item) for item in value[1:-1].split(',') if item.strip()]
+        else:
+            options[key.strip()] = scalar(value)
+    return options
+
+
+def merge_config(parser, argv):
+    """argv with the --config file's options merged in, as SGLang's ConfigArgumentMerger does."""
+    if '--config' not in argv:
+        return argv
+    if argv.count('--config') > 1:
+        sys.exit('error: Multiple config files specified! Only one allowed.')
+    index = argv.index('--config')
+    if index == len(argv) - 1:
+        sys.exit('error: No config file specified after --config flag!')
+    path = argv[index + 1]
+    if os.path.splitext(path)[1].lower() not in ('.yaml', '.yml'):
+        sys.exit('error: Config file must be YAML format, got: %s' % os.path.splitext(path)[1])
+    if not os.path.exists(path):
+        sys.exit('error: Config file not found: %s' % path)
+    with open(path) as handle:
+        text = handle.read()
+    try:
+        import yaml
+        options = yaml.safe_load(text)
+    except ImportError:
+        options = parse_flat_yaml(text)
+    options = options or {}
+    if not isinstance(options, dict):
+        sys.exit('error: Config file must contain a dictionary at root level')
+    store_true = set(action.dest for action in parser._actions if isinstance(action, argparse._StoreTrueAction))
+    merged = []
+    for key, value in options.items():
+        if isinstance(value, bool):
+            if key.replace('-', '_') in store_true:
+                merged.extend(['--%s' % key] if value else [])
+            else:
+                merged.extend(['--%s' % key, str(value).lower()])
+        elif isinstance(value, list):
+            merged.extend(['--%s' % key] + [str(item) for item in value] if value else [])
+        else:
+            merged.extend(['--%s' % key, str(value)])
+    return merged + argv[:index] + argv[index + 2:]
+
+
+def authorized(path, authorization, api_key):
+    """SGLang's decision for its ordinary endpoints (the stand-in has no admin one)."""
+    if path.startswith('/health') or path.startswith('/metrics') or not api_key:
+        return True
+    scheme, _, token = (authorization or '').partition(' ')
+    return scheme.lower() == 'bearer' and hmac.compare_digest(token.encode(), api_key.encode())
 
 
 def resolve(args):
@@ -101,7 +194,10 @@ def resolve(args):
         args.tokenizer_path = args.model_path
     if args.served_model_name is None:
         args.served_model_name = args.model_path
-    return vars(args)
+    resolved = vars(args)
+    # Merged before parsing, as SGLang does; not a server argument it reports.
+    resolved.pop('config')
+    return resolved
 
 
 def sglang_carries_patch():
@@ -259,8 +355,20 @@ def make_handler(server):
             self.end_headers()
             self.wfile.write(data)
 
+        def refused(self, path):
+            """401 as SGLang's auth middleware answers it, before any routing (unknown paths included)."""
+            if authorized(path, self.headers.get('Authorization'), server.resolved['api_key']):
+                return False
+            length = int(self.headers.get('Content-Length') or 0)
+            if length:
+                self.rfile.read(length)
+            self._send(401, {'error': 'Unauthorized'})
+            return True
+
         def do_GET(self):
             path = self.path.split('?', 1)[0]
+            if self.refused(path):
+                return
             if path in ('/health', '/health_generate'):
                 if server.serving():
                     self._send(200, {})
@@ -281,6 +389,8 @@ def make_handler(server):
 
         def do_POST(self):
             path = self.path.split('?', 1)[0]
+            if self.refused(path):
+                return
             if path != '/generate':
                 self._send(404, {'error': 'not found'})
                 return
@@ -314,7 +424,8 @@ def make_handler(server):
 
 
 def main(argv=None):
-    resolved = resolve(build_parser().parse_args(argv))
+    parser = build_parser()
+    resolved = resolve(parser.parse_args(merge_config(parser, list(sys.argv[1:] if argv is None else argv))))
     if os.environ.get(PATCH_ENV) and not sglang_carries_patch():
         sys.exit('error: %s is set but the installed sglang lacks the dynamic-speculation patch' % PATCH_ENV)
     server = Server(resolved)
