@@ -54,9 +54,11 @@ def standin(request, tmp_path):
     gate = tmp_path / 'drain-gate'
     port = free_port()
     env = dict(os.environ, LAB_STANDIN_WARMUP='0', LAB_STANDIN_DRAIN='0', SGLANG_STANDIN_GENERATE_DELAY=delay)
+    # Its own process group: the teardown ends the stand-in and its sglang::-titled children together,
+    # so none is left on the machine for a later test's process scan to find.
     proc = subprocess.Popen([sys.executable, '-c', LAUNCH, STANDIN, str(sleeper), str(gate),
                              '--model-path', '/models/m', '--host', '127.0.0.1', '--port', str(port)],
-                            env=env, stderr=subprocess.DEVNULL)
+                            env=env, stderr=subprocess.DEVNULL, start_new_session=True)
     base = 'http://127.0.0.1:%d' % port
     try:
         wait_for(lambda: status(base + '/health') == 200, 30, 'the stand-in to answer /health')
@@ -64,8 +66,10 @@ def standin(request, tmp_path):
     finally:
         if gate.exists():
             gate.unlink()
-        if proc.poll() is None:
-            proc.kill()
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()
 
 
