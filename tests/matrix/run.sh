@@ -2,15 +2,14 @@
 # `make matrix`: the unit and integration pytest suites on the second controller, ansible-core 2.21
 # on Python 3.13 (Debian 13 trixie), in a podman container; the host venv covers 2.19 on 3.11.
 #
-# Built once and reused: the image gpuops-matrix-trixie:1 (debootstrap from this machine's apt
-# mirror + podman import) and the volume gpuops-matrix-venv-HASH (a venv made from
-# requirements-matrix.txt, mounted at the checkout's .venv inside the container, so the README's
-# `.venv/bin/...` lines work there as written; the host's own .venv is not touched). Every name
-# starts with gpuops-matrix-: the lab's containers and image are never touched.
+# Built once and reused: the lab's Debian 13 image (lab/image/build.sh trixie: the debootstrap that
+# also makes the lab's trixie hosts, so CI pays for one) and the volume gpuops-matrix-venv-HASH (a
+# venv made from requirements-matrix.txt, mounted at the checkout's .venv inside the container, so
+# the README's `.venv/bin/...` lines work there as written; the host's own .venv is not touched).
+# The image is only read; every container and volume made here is named gpuops-matrix-*: the lab's
+# containers are never touched.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-image=localhost/gpuops-matrix-trixie:1
-packages=python3,python3-venv,patch,procps,psmisc,util-linux,coreutils,ca-certificates
 export CONTAINERS_CONF=$repo/lab/containers.conf
 hash=$(cat "$repo/requirements-matrix.txt" <(echo "$repo") | sha256sum | cut -c1-12)
 volume=gpuops-matrix-venv-$hash
@@ -18,20 +17,8 @@ volume=gpuops-matrix-venv-$hash
 ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
 started=$SECONDS
 
-if ! podman image exists "$image"; then
-  mirror=$(grep -hE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
-           | grep -v security | head -1 | sed -E 's/^URIs:[[:space:]]*//; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//' \
-           | awk '{print $1}' || true)
-  [ -n "$mirror" ] || { echo "no Debian mirror in this machine's apt sources" >&2; exit 1; }
-  work=$repo/.cache/matrix
-  rm -rf "$work" && mkdir -p "$work"
-  echo "matrix: debootstrap trixie ($packages)"
-  debootstrap --variant=minbase --include="$packages" trixie "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
-    || { tail -20 "$work/debootstrap.log"; exit 1; }
-  tar -C "$work/rootfs" -c . | podman import - "$image" >/dev/null
-  rm -rf "$work"
-  echo "matrix: image $image built ($((SECONDS - started)) s)"
-fi
+"$repo/lab/image/build.sh" trixie
+image=$("$repo/lab/image/build.sh" --name trixie)
 
 run() {
   # --init: a real PID 1 reaps the orphans the process tests make, and pytest has a parent.

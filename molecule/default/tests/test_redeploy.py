@@ -6,7 +6,7 @@ import urllib.request
 testinfra_hosts = ['gpu1', 'gpu2']
 
 STATE = os.environ['GPUOPS_LAB_STATE']
-WORKER = '/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py'
+SGLANG_PYTHON = '/opt/sglang/venv/bin/python'
 
 
 def report(host):
@@ -34,7 +34,9 @@ def test_one_server_runs_with_eagle3_dynamic_speculation_flags(host):
 
 
 def test_patch_is_applied_in_site_packages(host):
-    worker = host.file(WORKER)
+    # lib/python3.11 on gpu1 (Debian 12), lib/python3.13 on gpu2 (Debian 13)
+    site = host.check_output('%s -c %s', SGLANG_PYTHON, 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    worker = host.file(site + '/sglang/srt/speculative/eagle_worker.py')
     assert worker.contains('DYNAMIC_SPEC_DISABLE_ENV = "SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE"')
     assert worker.contains('def should_skip_draft')
 
