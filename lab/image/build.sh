@@ -7,7 +7,8 @@
 #   lab/image/build.sh --name SUITE   print that name only
 # SUITE: bookworm (Debian 12, Python 3.11, Proxmox VE 8's base) or trixie (Debian 13, Python 3.13,
 # Proxmox VE 9's base). The trixie image is also the second controller of `make matrix`
-# (tests/matrix/run.sh): one debootstrap serves both, hence python3-venv and ca-certificates in it.
+# (tests/matrix/run.sh): one debootstrap serves both, hence python3-venv, ca-certificates and git
+# (ansible-test, make matrix-sanity) in it.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 export CONTAINERS_CONF=$repo/lab/containers.conf
@@ -19,7 +20,7 @@ suite=${1:-}
 # The number after the suite changes whenever what goes into that image changes.
 case $suite in
   bookworm) image=localhost/gpuops-lab:bookworm-1 ;;
-  trixie) image=localhost/gpuops-lab:trixie-1 packages+=,python3-venv,ca-certificates ;;
+  trixie) image=localhost/gpuops-lab:trixie-2 packages+=,python3-venv,ca-certificates,git ;;
   *) echo "usage: lab/image/build.sh [--name] bookworm|trixie" >&2; exit 2 ;;
 esac
 if $name_only; then echo "$image"; exit 0; fi

@@ -1,6 +1,7 @@
 #!/bin/bash
 # `make matrix`: the unit and integration pytest suites on the second controller, ansible-core 2.21
 # on Python 3.13 (Debian 13 trixie), in a podman container; the host venv covers 2.19 on 3.11.
+# `tests/matrix/run.sh --sanity` (`make matrix-sanity`): ansible-test sanity and antsibull-changelog lint there.
 #
 # Built once and reused: the lab's Debian 13 image (lab/image/build.sh trixie: the debootstrap that
 # also makes the lab's trixie hosts, so CI pays for one) and the volume gpuops-matrix-venv-HASH (a
@@ -13,8 +14,13 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 export CONTAINERS_CONF=$repo/lab/containers.conf
 hash=$(cat "$repo/requirements-matrix.txt" <(echo "$repo") | sha256sum | cut -c1-12)
 volume=gpuops-matrix-venv-$hash
+# ~/.ansible in the container (ansible-test's sanity venvs): kept, so a second matrix-sanity is warm.
+home=gpuops-matrix-home-$hash
 # The machine's pip trust store (PyPI may be reached through an inspecting proxy).
 ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+# ...also for the pip calls of ansible-test, which drops PIP_CERT from their environment: a pip.conf.
+mkdir -p "$repo/.cache/matrix"
+printf '[global]\ncert = /etc/gpuops-matrix/ca.crt\n' >"$repo/.cache/matrix/pip.conf"
 started=$SECONDS
 
 "$repo/lab/image/build.sh" trixie
@@ -23,7 +29,8 @@ image=$("$repo/lab/image/build.sh" --name trixie)
 run() {
   # --init: a real PID 1 reaps the orphans the process tests make, and pytest has a parent.
   podman run --rm --init --name "gpuops-matrix-run-$$" --network host --privileged --pid private \
-    -v "$repo:$repo" -v "$volume:$repo/.venv" -v "$ca:/etc/gpuops-matrix/ca.crt:ro" \
+    -v "$repo:$repo" -v "$volume:$repo/.venv" -v "$home:/root/.ansible" -v "$ca:/etc/gpuops-matrix/ca.crt:ro" \
+    -v "$repo/.cache/matrix/pip.conf:/etc/pip.conf:ro" \
     -e PIP_CERT=/etc/gpuops-matrix/ca.crt -e PIP_DISABLE_PIP_VERSION_CHECK=1 -e HOME=/root \
     -w "$repo" "$image" "$@"
 }
@@ -39,5 +46,14 @@ fi
 run .venv/bin/python --version
 run .venv/bin/ansible --version | head -1
 step=$SECONDS
+if [ "${1:-}" = --sanity ]; then
+  # `make matrix-sanity`: ansible-test sanity (its own copy of the tree under .cache/ansible-test-2.21, so a
+  # host `make sanity` is not disturbed) and the changelog fragments, on this controller.
+  run env ANSIBLE_TEST_BIN="$repo/.venv/bin" ANSIBLE_TEST_WORK="$repo/.cache/ansible-test-2.21" \
+    tests/sanity/run-ansible-test.sh
+  run .venv/bin/antsibull-changelog lint
+  echo "matrix: ansible-core 2.21 / Python 3.13 sanity and changelog lint passed ($((SECONDS - step)) s; all $((SECONDS - started)) s)"
+  exit 0
+fi
 run .venv/bin/pytest -q -p no:cacheprovider tests/unit tests/integration "$@"
 echo "matrix: ansible-core 2.21 / Python 3.13 suites passed ($((SECONDS - step)) s; all $((SECONDS - started)) s)"
