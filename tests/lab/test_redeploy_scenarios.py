@@ -19,15 +19,6 @@ def test_the_lab_runs_the_modules_on_debian_12_and_13(lab):
         'gpu1': ('12', '3.11'), 'gpu2': ('13', '3.13'), 'pve1': ('13', '3.13')}
 
 
-def test_rerun_is_a_noop_with_zero_downtime(lab, redeploy):
-    pids = dict((name, lab[name].server_pid()) for name in GPU_HOSTS)
-    run = redeploy(name='noop')
-    assert run.rc == 0, run.stdout[-3000:]
-    for name in GPU_HOSTS:
-        assert run.count('changed', name) == 0
-        assert lab[name].server_pid() == pids[name]
-
-
 def test_changed_flags_restart_the_server_and_show_in_server_info(lab, redeploy):
     pids = dict((name, lab[name].server_pid()) for name in GPU_HOSTS)
     run = redeploy({'sglang_max_running_requests': 96, 'sglang_dynamic_spec_batch_size_threshold': 16}, name='flags')
