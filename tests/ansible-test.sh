@@ -7,9 +7,13 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 bin=${ANSIBLE_TEST_BIN:-$repo/.venv/bin}
 command=$1
 shift
-dest=$repo/.cache/ansible-test/$command/ansible_collections/gpuops/sglang
+# ANSIBLE_TEST_WORK: another folder for the copy (make matrix-sanity's, beside a host run's).
+dest=${ANSIBLE_TEST_WORK:-$repo/.cache/ansible-test}/$command/ansible_collections/gpuops/sglang
 mkdir -p ~/.ansible/test/cache
-cp "$repo/tests/sanity/get_pip_offline.py" ~/.ansible/test/cache/get_pip_24_2.py
+# The name carries the pip version the ansible-test release bootstraps: 24.2 for 2.19, 25.2 for 2.21.
+for name in get_pip_24_2.py get_pip_25_2.py; do
+  cp "$repo/tests/sanity/get_pip_offline.py" ~/.ansible/test/cache/$name
+done
 rm -rf "$dest" && mkdir -p "$dest"
 (cd "$repo" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$dest")
 cd "$dest"

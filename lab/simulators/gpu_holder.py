@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A real process that SIMULATES a CUDA process holding GPU memory (see README.md beside it).
 
-It opens the given device files and keeps them open, registers MiB per GPU
-with the nvidia-smi simulator, writes its PID to --ready when set up, then waits.
+It opens the given device files and keeps them open, registers MiB per GPU with the
+nvidia-smi simulator (allocations.py: its records, kept alive while it runs), writes its
+PID to --ready when set up, then waits.
   --hold INDEX=MIB      memory on GPU INDEX (device path from the simulator's gpus.json)
   --open PATH           another device file to keep open (nvidiactl, nvidia-uvm, caps)
   --title TEXT          run under this command line (argv[0]), like setproctitle does
@@ -14,6 +15,8 @@ import os
 import signal
 import sys
 import time
+
+from allocations import keep_alive, register
 
 
 def parse(argv):
@@ -52,12 +55,11 @@ def main():
         with open(os.path.join(args.state, 'gpus.json')) as config:
             devices = dict((gpu['index'], gpu['device']) for gpu in json.load(config)['gpus'])
         alloc_dir = os.path.join(args.state, 'alloc')
-        if not os.path.isdir(alloc_dir):
-            os.makedirs(alloc_dir, exist_ok=True)
+        records = []
         for index, mib in holds:
             handles.append(open(devices[int(index)], 'rb'))
-            with open(os.path.join(alloc_dir, '%d-%d' % (os.getpid(), int(index))), 'w') as alloc:
-                alloc.write(mib)
+            records.append(register(alloc_dir, int(index), mib))
+        keep_alive(records)
     for path in args.open:
         handles.append(open(path, 'rb'))
     if args.ready:

@@ -7,14 +7,15 @@ Implements only:
 State lives in $NVIDIA_SMI_SIM_STATE (default /var/lib/nvidia-smi-sim):
   gpus.json   {"gpus": [{"index", "uuid", "total_mib", "device", "leak_mib"}], "release_delay": 0.15}
   fail        if present, its text is printed and the exit status is 9 (driver unreachable)
-  alloc/PID-INDEX   MiB that process PID holds on GPU INDEX (written by gpu_holder.py)
+  alloc/PID-INDEX   what process PID holds on GPU INDEX (written by gpu_holder.py; format in allocations.py)
 """
 import json
 import os
 import sys
 import time
 
-from procfs import is_live
+from allocations import HEARTBEAT, discard, records
+from procfs import is_live, start_time
 
 STATE = os.environ.get('NVIDIA_SMI_SIM_STATE', '/var/lib/nvidia-smi-sim')
 GPU_QUERY = '--query-gpu=index,uuid,memory.used,memory.total'
@@ -42,30 +43,19 @@ def holds_open(pid, device):
 
 
 def allocations(config):
-    """[(pid, gpu_index, mib)] still counted; frees memory release_delay after its owner died."""
-    alloc_dir = os.path.join(STATE, 'alloc')
+    """[(pid, gpu_index, mib, live)] counted now: what live holders registered, and what a dead one held
+    until release_delay after its last heartbeat (the driver frees memory a moment after its owner died)."""
     devices = dict((gpu['index'], gpu['device']) for gpu in config['gpus'])
     delay = float(config.get('release_delay', 0.15))
     now = time.time()
     counted = []
-    for name in sorted(os.listdir(alloc_dir)) if os.path.isdir(alloc_dir) else []:
-        path = os.path.join(alloc_dir, name)
-        base, _, died = name.partition('.died-')
-        pid, index = (int(part) for part in base.split('-'))
-        with open(path) as handle:
-            mib = int(handle.read().strip() or 0)
-        if died:
-            if now - float(died) >= delay:
-                os.unlink(path)
-            else:
-                counted.append((pid, index, mib))
-            continue
-        if is_live(pid) and holds_open(pid, devices.get(index)):
-            counted.append((pid, index, mib))
+    for path, pid, index, mib, started, last_alive in records(os.path.join(STATE, 'alloc')):
+        if is_live(pid) and start_time(pid) == started and holds_open(pid, devices.get(index)):
+            counted.append((pid, index, mib, True))
+        elif delay > 0 and now < last_alive + HEARTBEAT + delay:
+            counted.append((pid, index, mib, False))
         else:
-            os.rename(path, '%s.died-%f' % (path, now))
-            if delay > 0:
-                counted.append((pid, index, mib))
+            discard(path)
     return counted
 
 
@@ -90,12 +80,12 @@ def main(argv):
     counted = allocations(config)
     if GPU_QUERY in argv:
         for gpu in config['gpus']:
-            used = gpu.get('leak_mib', 0) + sum(mib for _, index, mib in counted if index == gpu['index'])
+            used = gpu.get('leak_mib', 0) + sum(mib for _, index, mib, _ in counted if index == gpu['index'])
             print('%d, %s, %d, %d' % (gpu['index'], gpu['uuid'], used, gpu['total_mib']))
         return 0
     if APPS_QUERY in argv:
-        for pid, _, mib in counted:
-            if is_live(pid):
+        for pid, _, mib, live in counted:
+            if live:
                 print('%d, %s, %d' % (pid, comm(pid), mib))
         return 0
     sys.stderr.write('nvidia-smi simulator: unsupported query %r\n' % argv)

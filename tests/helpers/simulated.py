@@ -105,10 +105,19 @@ class SimulatedGpuHost(object):
         proc.inner_pid = int(ready.read_text())
         return proc
 
+    def query(self, fields):
+        """nvidia-smi's CSV rows for --query-FIELDS, each a list of stripped strings."""
+        out = subprocess.check_output([self.nvidia_smi, '--query-%s' % fields, '--format=csv,noheader,nounits'],
+                                      universal_newlines=True)
+        return [[value.strip() for value in line.split(',')] for line in out.splitlines()]
+
     def gpus(self):
-        out = subprocess.check_output([self.nvidia_smi, '--query-gpu=index,uuid,memory.used,memory.total',
-                                       '--format=csv,noheader,nounits'], universal_newlines=True)
-        return [int(line.split(',')[2]) for line in out.splitlines()]
+        """memory.used (MiB) of each GPU."""
+        return [int(row[2]) for row in self.query('gpu=index,uuid,memory.used,memory.total')]
+
+    def compute_apps(self):
+        """[(pid, MiB)] of the processes nvidia-smi lists as using a GPU."""
+        return [(int(row[0]), int(row[2])) for row in self.query('compute-apps=pid,process_name,used_memory')]
 
     def stop_all(self):
         for proc in self.procs:

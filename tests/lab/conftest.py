@@ -15,12 +15,14 @@ HOSTS = {'gpu1': ('lab-gpu1', '127.0.0.12'), 'gpu2': ('lab-gpu2', '127.0.0.13'),
 FLEET_HOSTS = dict([('gpu%d' % k, ('lab-gpu%d' % k, '127.0.0.%d' % (11 + k))) for k in range(3, 9)]
                    + [('pve2', ('lab-pve2', '127.0.0.20'))])
 PODMAN_ENV = dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, 'lab', 'containers.conf'))
+SGLANG_PYTHON = '/opt/sglang/venv/bin/python'
 
 
 class LabHost(object):
     def __init__(self, name):
         self.name = name
         self.container, self.address = HOSTS.get(name) or FLEET_HOSTS[name]
+        self._site_packages = None
 
     def exec_(self, *argv):
         return subprocess.check_output(['podman', 'exec', self.container] + list(argv), universal_newlines=True,
@@ -42,6 +44,24 @@ class LabHost(object):
 
     def sha256(self, path):
         return self.exec_('sha256sum', path).split()[0]
+
+    @property
+    def site_packages(self):
+        """The server venv's site-packages: lib/python3.11/... on the Debian 12 image, lib/python3.13/... on 13."""
+        if self._site_packages is None:
+            self._site_packages = self.exec_(
+                SGLANG_PYTHON, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])').strip()
+        return self._site_packages
+
+    def sglang_file(self, relative):
+        """A file of the installed sglang package, e.g. sglang_file('version.py')."""
+        return '%s/sglang/%s' % (self.site_packages, relative)
+
+    def target(self):
+        """(Debian major version, Python major.minor of /usr/bin/python3, the inventory's interpreter)."""
+        debian = self.exec_('cat', '/etc/debian_version').split('.')[0]
+        python = self.exec_('/usr/bin/python3', '-c', 'import sys; print("%d.%d" % sys.version_info[:2])').strip()
+        return debian, python
 
 
 class Lab(dict):

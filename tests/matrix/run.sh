@@ -1,42 +1,36 @@
 #!/bin/bash
 # `make matrix`: the unit and integration pytest suites on the second controller, ansible-core 2.21
 # on Python 3.13 (Debian 13 trixie), in a podman container; the host venv covers 2.19 on 3.11.
+# `tests/matrix/run.sh --sanity` (`make matrix-sanity`): ansible-test sanity and antsibull-changelog lint there.
 #
-# Built once and reused: the image gpuops-matrix-trixie:1 (debootstrap from this machine's apt
-# mirror + podman import) and the volume gpuops-matrix-venv-HASH (a venv made from
-# requirements-matrix.txt, mounted at the checkout's .venv inside the container, so the README's
-# `.venv/bin/...` lines work there as written; the host's own .venv is not touched). Every name
-# starts with gpuops-matrix-: the lab's containers and image are never touched.
+# Built once and reused: the lab's Debian 13 image (lab/image/build.sh trixie: the debootstrap that
+# also makes the lab's trixie hosts, so CI pays for one) and the volume gpuops-matrix-venv-HASH (a
+# venv made from requirements-matrix.txt, mounted at the checkout's .venv inside the container, so
+# the README's `.venv/bin/...` lines work there as written; the host's own .venv is not touched).
+# The image is only read; every container and volume made here is named gpuops-matrix-*: the lab's
+# containers are never touched.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
-image=localhost/gpuops-matrix-trixie:1
-packages=python3,python3-venv,patch,procps,psmisc,util-linux,coreutils,ca-certificates
 export CONTAINERS_CONF=$repo/lab/containers.conf
 hash=$(cat "$repo/requirements-matrix.txt" <(echo "$repo") | sha256sum | cut -c1-12)
 volume=gpuops-matrix-venv-$hash
+# ~/.ansible in the container (ansible-test's sanity venvs): kept, so a second matrix-sanity is warm.
+home=gpuops-matrix-home-$hash
 # The machine's pip trust store (PyPI may be reached through an inspecting proxy).
 ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+# ...also for the pip calls of ansible-test, which drops PIP_CERT from their environment: a pip.conf.
+mkdir -p "$repo/.cache/matrix"
+printf '[global]\ncert = /etc/gpuops-matrix/ca.crt\n' >"$repo/.cache/matrix/pip.conf"
 started=$SECONDS
 
-if ! podman image exists "$image"; then
-  mirror=$(grep -hE '^(URIs:|deb )' /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null \
-           | grep -v security | head -1 | sed -E 's/^URIs:[[:space:]]*//; s/^deb[[:space:]]+(\[[^]]*\][[:space:]]+)?//' \
-           | awk '{print $1}' || true)
-  [ -n "$mirror" ] || { echo "no Debian mirror in this machine's apt sources" >&2; exit 1; }
-  work=$repo/.cache/matrix
-  rm -rf "$work" && mkdir -p "$work"
-  echo "matrix: debootstrap trixie ($packages)"
-  debootstrap --variant=minbase --include="$packages" trixie "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1 \
-    || { tail -20 "$work/debootstrap.log"; exit 1; }
-  tar -C "$work/rootfs" -c . | podman import - "$image" >/dev/null
-  rm -rf "$work"
-  echo "matrix: image $image built ($((SECONDS - started)) s)"
-fi
+"$repo/lab/image/build.sh" trixie
+image=$("$repo/lab/image/build.sh" --name trixie)
 
 run() {
   # --init: a real PID 1 reaps the orphans the process tests make, and pytest has a parent.
   podman run --rm --init --name "gpuops-matrix-run-$$" --network host --privileged --pid private \
-    -v "$repo:$repo" -v "$volume:$repo/.venv" -v "$ca:/etc/gpuops-matrix/ca.crt:ro" \
+    -v "$repo:$repo" -v "$volume:$repo/.venv" -v "$home:/root/.ansible" -v "$ca:/etc/gpuops-matrix/ca.crt:ro" \
+    -v "$repo/.cache/matrix/pip.conf:/etc/pip.conf:ro" \
     -e PIP_CERT=/etc/gpuops-matrix/ca.crt -e PIP_DISABLE_PIP_VERSION_CHECK=1 -e HOME=/root \
     -w "$repo" "$image" "$@"
 }
@@ -52,5 +46,14 @@ fi
 run .venv/bin/python --version
 run .venv/bin/ansible --version | head -1
 step=$SECONDS
+if [ "${1:-}" = --sanity ]; then
+  # `make matrix-sanity`: ansible-test sanity (its own copy of the tree under .cache/ansible-test-2.21, so a
+  # host `make sanity` is not disturbed) and the changelog fragments, on this controller.
+  run env ANSIBLE_TEST_BIN="$repo/.venv/bin" ANSIBLE_TEST_WORK="$repo/.cache/ansible-test-2.21" \
+    tests/sanity/run-ansible-test.sh
+  run .venv/bin/antsibull-changelog lint
+  echo "matrix: ansible-core 2.21 / Python 3.13 sanity and changelog lint passed ($((SECONDS - step)) s; all $((SECONDS - started)) s)"
+  exit 0
+fi
 run .venv/bin/pytest -q -p no:cacheprovider tests/unit tests/integration "$@"
 echo "matrix: ansible-core 2.21 / Python 3.13 suites passed ($((SECONDS - step)) s; all $((SECONDS - started)) s)"
