@@ -110,8 +110,9 @@ def test_keyed_server_is_verified_with_its_key_which_no_output_shows(tmp_path, d
     assert request('POST', router.url + '/generate', body={'text': 'hi', 'sampling_params': {'max_new_tokens': 1}})[0] == 200
 
     # Nowhere: not in a result (cmd and invocation included), not in what Ansible printed at -vvv, not in an event.
-    # (The transcript is the real one: it holds the invocations, the key file's path among them.)
-    assert str(deployment.keys) in results.transcript and 'worker_api_key' in results.transcript
+    # (The transcript is the real one, every task of the run in it; what -vvv shows of the invocations differs
+    # between ansible-core 2.19 and 2.21, so no argument is looked for.)
+    assert all('"task": "%s"' % name in results.transcript for name in ('start', 'info', 'readmit', 'restart'))
     for key in (API_KEY, ADMIN_KEY):
         assert key not in results.transcript
     pid = results['restart']['pid']

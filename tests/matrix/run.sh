@@ -55,5 +55,8 @@ if [ "${1:-}" = --sanity ]; then
   echo "matrix: ansible-core 2.21 / Python 3.13 sanity and changelog lint passed ($((SECONDS - step)) s; all $((SECONDS - started)) s)"
   exit 0
 fi
-run .venv/bin/pytest -q -p no:cacheprovider tests/unit tests/integration "$@"
+# molecule is not in the 2.21 venv (it runs on the first controller, in `make molecule`): its docs block is
+# checked there, not here.
+run .venv/bin/pytest -q -p no:cacheprovider tests/unit tests/integration \
+  --deselect tests/integration/test_doc_commands.py::test_the_molecule_steps_without_the_lab_work_as_written "$@"
 echo "matrix: ansible-core 2.21 / Python 3.13 suites passed ($((SECONDS - step)) s; all $((SECONDS - started)) s)"
