@@ -47,9 +47,10 @@ $(COLLECTION_LINK):
 	mkdir -p $(dir $@)
 	ln -sfn $(CURDIR) $@
 
-# The real sglang wheel the tests and the lab install, fetched once.
-$(CACHE)/wheels/.done: requirements-lab.txt $(VENV)/.installed
+# The real sglang wheels the tests and the lab install (the patched release and the native one), fetched once.
+$(CACHE)/wheels/.done: requirements-lab.txt requirements-lab-native.txt $(VENV)/.installed
 	$(BIN)/pip download -q --disable-pip-version-check --no-deps -r requirements-lab.txt -d $(CACHE)/wheels
+	$(BIN)/pip download -q --disable-pip-version-check --no-deps -r requirements-lab-native.txt -d $(CACHE)/wheels
 	touch $@
 
 test-unit: setup

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Builds a lab image once: Debian SUITE (debootstrap, from the mirror this machine's apt already
 # uses), sshd, systemd, GNU patch, and a venv with a real sglang release installed with pip
-# --no-deps. The lab's own code (simulators, stand-in server) is bind-mounted at run time from
+# --no-deps (two: the release the patch is for, and a native one whose adaptive mode takes batch-size
+# tiers). The lab's own code (simulators, stand-in server) is bind-mounted at run time from
 # lab/, so editing it needs no rebuild.
 #   lab/image/build.sh SUITE          build localhost/gpuops-lab:SUITE-N unless it exists
 #   lab/image/build.sh --name SUITE   print that name only
@@ -19,8 +20,8 @@ if [ "${1:-}" = --name ]; then name_only=true; shift; fi
 suite=${1:-}
 # The number after the suite changes whenever what goes into that image changes.
 case $suite in
-  bookworm) image=localhost/gpuops-lab:bookworm-1 ;;
-  trixie) image=localhost/gpuops-lab:trixie-2 packages+=,python3-venv,ca-certificates,git ;;
+  bookworm) image=localhost/gpuops-lab:bookworm-2 ;;
+  trixie) image=localhost/gpuops-lab:trixie-3 packages+=,python3-venv,ca-certificates,git ;;
   *) echo "usage: lab/image/build.sh [--name] bookworm|trixie" >&2; exit 2 ;;
 esac
 if $name_only; then echo "$image"; exit 0; fi
@@ -63,15 +64,22 @@ chroot "$rootfs" ssh-keygen -A >/dev/null
 chroot "$rootfs" systemctl disable ssh.service >/dev/null 2>&1 || true
 chroot "$rootfs" systemctl mask getty@tty1.service console-getty.service systemd-logind.service >/dev/null 2>&1 || true
 
-# The server's interpreter: a venv holding a real sglang release, no torch. The cached wheel is
-# CPython 3.11's; its Python source, which is all the lab uses, is the same for 3.13.
-chroot "$rootfs" python3 -m venv --without-pip /opt/sglang/venv
-site=$rootfs$(chroot "$rootfs" /opt/sglang/venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-"$repo/.venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-index \
-  --find-links "$repo/.cache/wheels" --target "$site" --python-version 3.11 --only-binary=:all: \
-  "$(grep '^sglang==' "$repo/requirements-lab.txt")"
-# The lab's stand-in server package, mounted at /opt/lab at run time.
-echo /opt/lab/standin >"$site/gpuops_lab_standin.pth"
+# The server's interpreters: venvs holding real sglang releases, no torch. The cached wheels are
+# CPython 3.11's; their Python source, which is all the lab uses, is the same for 3.13.
+#   /opt/sglang/venv          requirements-lab.txt (the release the lab's patch is for; the default)
+#   /opt/sglang-native/venv   requirements-lab-native.txt (served unpatched, adaptive mode with tiers)
+install_release() {
+  local venv=$1 requirements=$2 site
+  chroot "$rootfs" python3 -m venv --without-pip "$venv"
+  site=$rootfs$(chroot "$rootfs" "$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$repo/.venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-index \
+    --find-links "$repo/.cache/wheels" --target "$site" --python-version 3.11 --only-binary=:all: \
+    "$(grep '^sglang==' "$repo/$requirements")"
+  # The lab's stand-in server package, mounted at /opt/lab at run time.
+  echo /opt/lab/standin >"$site/gpuops_lab_standin.pth"
+}
+install_release /opt/sglang/venv requirements-lab.txt
+install_release /opt/sglang-native/venv requirements-lab-native.txt
 
 tar -C "$rootfs" -c . | podman import --quiet - "$image" >/dev/null
 echo "built $image ($((SECONDS - started)) s)"

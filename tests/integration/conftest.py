@@ -8,8 +8,14 @@ import pytest
 from helpers.ansible_run import REPO
 from helpers.router import Router
 
-SGLANG_REQUIREMENT = open(os.path.join(REPO, 'requirements-lab.txt')).read().split('\n')
-SGLANG_REQUIREMENT = [line for line in SGLANG_REQUIREMENT if line.startswith('sglang==')][0]
+
+def sglang_requirement(filename):
+    return [line for line in open(os.path.join(REPO, filename)).read().split('\n') if line.startswith('sglang==')][0]
+
+
+# The release the patch is for, and the one the lab serves natively (batch-size tiers for adaptive mode).
+SGLANG_REQUIREMENT = sglang_requirement('requirements-lab.txt')
+NATIVE_SGLANG_REQUIREMENT = sglang_requirement('requirements-lab-native.txt')
 WHEELS = os.path.join(REPO, '.cache', 'wheels')
 
 
@@ -24,10 +30,8 @@ def wheel_tags_of_the_cached_wheel():
     return ['--python-version', '3.11', '--only-binary=:all:']
 
 
-@pytest.fixture(scope='session')
-def pristine_sglang(tmp_path_factory):
-    """A real sglang release installed with pip --no-deps into a venv (made once per session)."""
-    root = tmp_path_factory.mktemp('sglang-pristine')
+def install_release(root, requirement):
+    """A real sglang release installed with pip --no-deps into a new venv under root: (venv, site-packages)."""
     venv = root / 'venv'
     subprocess.check_call([sys.executable, '-m', 'venv', '--without-pip', str(venv)])
     site = subprocess.check_output([str(venv / 'bin' / 'python'), '-c',
@@ -35,8 +39,20 @@ def pristine_sglang(tmp_path_factory):
                                    universal_newlines=True).strip()
     subprocess.check_call([sys.executable, '-m', 'pip', 'install', '-q', '--disable-pip-version-check',
                            '--no-deps', '--no-index', '--find-links', WHEELS, '--target', site,
-                           SGLANG_REQUIREMENT] + wheel_tags_of_the_cached_wheel())
+                           requirement] + wheel_tags_of_the_cached_wheel())
     return venv, site
+
+
+@pytest.fixture(scope='session')
+def pristine_sglang(tmp_path_factory):
+    """The patched release installed once per session (never patched: see sglang_venv)."""
+    return install_release(tmp_path_factory.mktemp('sglang-pristine'), SGLANG_REQUIREMENT)
+
+
+@pytest.fixture(scope='session')
+def native_sglang(tmp_path_factory):
+    """The native release installed once per session, for reading only."""
+    return install_release(tmp_path_factory.mktemp('sglang-native'), NATIVE_SGLANG_REQUIREMENT)
 
 
 @pytest.fixture

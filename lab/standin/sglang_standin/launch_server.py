@@ -47,6 +47,8 @@ import uuid
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from sglang_standin.adaptive import resolve_adaptive
+
 HOLDER = '/opt/lab/simulators/gpu_holder.py'
 PATCH_ENV = 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'
 DRAIN_GATE = '/run/lab-standin-drain-gate'
@@ -187,9 +189,6 @@ def resolve(args):
             sys.exit('error: --speculative-draft-model-path is required for %s' % args.speculative_algorithm)
         if args.max_running_requests is None:
             args.max_running_requests = 48  # SGLang's silent cap with speculation on
-    if args.speculative_adaptive_config:
-        with open(args.speculative_adaptive_config) as handle:
-            json.load(handle)
     if args.tokenizer_path is None:
         args.tokenizer_path = args.model_path
     if args.served_model_name is None:
@@ -213,8 +212,9 @@ def sglang_carries_patch():
 
 
 class Server(object):
-    def __init__(self, resolved):
+    def __init__(self, resolved, adaptive=None):
         self.resolved = resolved
+        self.adaptive = adaptive
         self.started = time.monotonic()
         self.warmup = float(os.environ.get('LAB_STANDIN_WARMUP', '1.5'))
         self.generate_delay = float(os.environ.get(GENERATE_DELAY_ENV, '0.2'))
@@ -322,6 +322,9 @@ class Server(object):
         info['environment'] = dict((k, v) for k, v in os.environ.items() if k.startswith('SGLANG_'))
         info['dynamic_spec_patch_present'] = sglang_carries_patch()
         info['internal_states'] = [{'pid': os.getpid(), 'children': [c.pid for c in self.children]}]
+        if self.adaptive is not None:
+            # Not an upstream field: what the installed release's own parser made of the adaptive config.
+            info['internal_states'][0]['standin_adaptive'] = self.adaptive
         info['version'] = 'standin'
         return info
 
@@ -428,7 +431,9 @@ def main(argv=None):
     resolved = resolve(parser.parse_args(merge_config(parser, list(sys.argv[1:] if argv is None else argv))))
     if os.environ.get(PATCH_ENV) and not sglang_carries_patch():
         sys.exit('error: %s is set but the installed sglang lacks the dynamic-speculation patch' % PATCH_ENV)
-    server = Server(resolved)
+    # As SGLang: only a server started with --speculative-adaptive reads its config file.
+    adaptive = resolve_adaptive(resolved) if resolved['speculative_adaptive'] else None
+    server = Server(resolved, adaptive)
     httpd = ThreadingHTTPServer((resolved['host'], resolved['port']), make_handler(server))
     server.spawn_children()
     stopping = threading.Event()
