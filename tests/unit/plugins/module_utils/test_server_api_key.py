@@ -5,9 +5,10 @@ the lab's stand-in where the lab image has no PyYAML, and by _server.read_config
 modules and the host-side guard use. The requests go to a real HTTP listener on loopback that records
 what it was sent.
 """
-import importlib.util
+import importlib
 import json
 import os
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -27,11 +28,11 @@ from helpers.ansible_run import REPO
 
 
 def load_standin():
-    spec = importlib.util.spec_from_file_location(
-        'standin_launch_server', os.path.join(REPO, 'lab', 'standin', 'sglang_standin', 'launch_server.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The stand-in's launch_server as its interpreter imports it (`python -m sglang_standin.launch_server`)."""
+    standin = os.path.join(REPO, 'lab', 'standin')
+    if standin not in sys.path:
+        sys.path.insert(0, standin)
+    return importlib.import_module('sglang_standin.launch_server')
 
 
 STANDIN = load_standin()
