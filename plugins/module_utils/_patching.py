@@ -209,6 +209,11 @@ def sha256_text(text):
     return sha256_bytes(text.encode('utf-8', 'surrogateescape'))
 
 
+def diff_bytes(content):
+    """A diff given as module text, as the bytes patch reads (its final newline back; see restore_final_newline)."""
+    return restore_final_newline(content.encode('utf-8', 'surrogateescape'))
+
+
 class PatchCommand(object):
     """argv builder for GNU patch, strict enough to never guess or prompt."""
 
@@ -273,6 +278,18 @@ def parse_site_packages(stdout):
     return None
 
 
+def discover_site_packages(run, python, cwd):
+    """(the folder holding python's sglang or None, the command's result); run is a CommandRunner's run.
+
+    cwd must be an empty folder (the module's tmpdir): with -I, neither it nor PYTHONPATH can put
+    another "sglang" ahead of the interpreter's own site-packages.
+    """
+    found = run([python, '-I', '-c', DISCOVER_SITE_PACKAGES], cwd=cwd)
+    if found.rc != 0 or getattr(found, 'timed_out', False):
+        return None, found
+    return parse_site_packages(found.stdout), found
+
+
 def read_bytes(path):
     with open(path, 'rb') as handle:
         return handle.read()
@@ -320,6 +337,17 @@ def _unlink_quietly(path):
         if exc.errno != errno.ENOENT:
             raise
         return False
+
+
+def replace_file(path, data, suffix, mode):
+    """Put data at path atomically: a temp file beside it (suffix), mode set, then renamed over it."""
+    temp = write_beside(path, data, suffix, mode_from=os.path.dirname(path) or '.')
+    try:
+        os.chmod(temp, mode)
+        os.rename(temp, path)
+    except Exception:
+        _unlink_quietly(temp)
+        raise
 
 
 class LockTimeout(Exception):
@@ -381,11 +409,8 @@ class Journal(object):
         return os.path.exists(self.path)
 
     def write(self, state, entries):
-        temp = write_beside(self.path, json.dumps({'state': state, 'pid': os.getpid(), 'entries': entries},
-                                                  sort_keys=True).encode('utf-8'),
-                            TEMP_SUFFIX, mode_from=os.path.dirname(self.path))
-        os.chmod(temp, 0o600)
-        os.rename(temp, self.path)
+        replace_file(self.path, json.dumps({'state': state, 'pid': os.getpid(), 'entries': entries},
+                                           sort_keys=True).encode('utf-8'), TEMP_SUFFIX, 0o600)
         _fsync_dir(os.path.dirname(self.path))
 
     def read(self):
@@ -567,14 +592,7 @@ def write_stamp(path, patch_sha256, strip, python, site_packages, targets, real_
              'site_packages': site_packages,
              'files': [{'path': rel, 'real': real, 'sha256': sha256_bytes(read_bytes(real))}
                        for rel, real in zip(targets, real_targets)]}
-    temp = write_beside(path, json.dumps(stamp, sort_keys=True).encode('utf-8'), '.tmp',
-                        mode_from=os.path.dirname(path) or '.')
-    try:
-        os.chmod(temp, 0o644)
-        os.rename(temp, path)
-    except Exception:
-        _unlink_quietly(temp)
-        raise
+    replace_file(path, json.dumps(stamp, sort_keys=True).encode('utf-8'), '.tmp', 0o644)
 
 
 def remove_stamp(path):

@@ -185,7 +185,6 @@ from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
-    DISCOVER_SITE_PACKAGES,
     DiffError,
     Journal,
     LockTimeout,
@@ -193,9 +192,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     PatchCommand,
     PatchTransaction,
     confine,
+    diff_bytes,
     diff_text,
+    discover_site_packages,
     is_utf8,
-    parse_site_packages,
     parse_targets,
     read_dist_version,
     remove_stamp,
@@ -240,14 +240,12 @@ class PatchModule(object):
     def read_diff(self):
         """The diff as bytes, with the final newline a lookup may have stripped put back."""
         if self.params['content'] is not None:
-            data = self.params['content'].encode('utf-8', 'surrogateescape')
-        else:
-            try:
-                with open(self.params['src'], 'rb') as handle:
-                    data = handle.read()
-            except (IOError, OSError) as exc:
-                self.fail('cannot read the diff %s: %s' % (self.params['src'], to_native(exc)))
-        return restore_final_newline(data)
+            return diff_bytes(self.params['content'])
+        try:
+            with open(self.params['src'], 'rb') as handle:
+                return restore_final_newline(handle.read())
+        except (IOError, OSError) as exc:
+            self.fail('cannot read the diff %s: %s' % (self.params['src'], to_native(exc)))
 
     def python_path(self):
         python = self.params['python']
@@ -264,10 +262,7 @@ class PatchModule(object):
         if self.params['site_packages']:
             site_packages = self.params['site_packages']
         else:
-            # -I and an empty folder as cwd: a "sglang" folder where the task runs, or on
-            # PYTHONPATH, must not win over the interpreter's own site-packages.
-            found = self.run([python, '-I', '-c', DISCOVER_SITE_PACKAGES], cwd=self.module.tmpdir)
-            site_packages = parse_site_packages(found.stdout) if found.rc == 0 else None
+            site_packages, found = discover_site_packages(self.run, python, self.module.tmpdir)
             if found.rc != 0:
                 self.fail('%s cannot find the sglang package (rc %d)%s; is sglang installed for this '
                           'interpreter? Set python or site_packages.'
@@ -318,13 +313,15 @@ class PatchModule(object):
         self.result['changed'] = bool(done)
         return {}
 
-    def record_stamp(self, python, site_packages, targets, real_targets):
+    def record_stamp(self, site_packages, targets, real_targets):
         """Say in the stamp file that the diff is in (or, for state=absent, that no stamp holds)."""
         path = self.params['stamp']
         if not path or self.module.check_mode:
             return
         try:
             if self.result['applied']:
+                # The python option as given, not the path it resolves to: sglang_server_info checks the
+                # stamp against its own python option, which the role sets to the same string.
                 write_stamp(path, self.result['patch_sha256'], self.params['strip'], self.params['python'],
                             site_packages, targets, real_targets)
             else:
@@ -388,7 +385,7 @@ class PatchModule(object):
             backward_ok, backward_out = self.dry_run(patch, diff_file, reverse=want_applied)
             if backward_ok:
                 self.result['applied'] = want_applied
-                self.record_stamp(python, site_packages, targets, real_targets)
+                self.record_stamp(site_packages, targets, real_targets)
                 self.exit()
             self.fail('the diff applies neither forwards nor backwards to sglang %s in %s (wrong version, '
                       'or partly applied); nothing was changed.\nforward: %s\nbackward: %s'
@@ -431,7 +428,7 @@ class PatchModule(object):
             self.result['changed'] = bool(self.result['recovered'])
             self.result['applied'] = not want_applied
             self.fail('byte-compiling in place failed, the originals were restored: %s' % compile_out)
-        self.record_stamp(python, site_packages, targets, real_targets)
+        self.record_stamp(site_packages, targets, real_targets)
         self.exit()
 
 

@@ -221,12 +221,11 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
 from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
-    DISCOVER_SITE_PACKAGES,
     adaptive_tiers_supported,
-    parse_site_packages,
+    diff_bytes,
+    discover_site_packages,
     read_dist_version,
     read_stamp,
-    restore_final_newline,
     sha256_bytes,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError, mismatches
@@ -246,7 +245,7 @@ def patch_state(content, stamp_path, python):
                  sglang_version=None)
     if content is None or not stamp_path:
         return state
-    state['patch_sha256'] = sha256_bytes(restore_final_newline(content.encode('utf-8', 'surrogateescape')))
+    state['patch_sha256'] = sha256_bytes(diff_bytes(content))
     stamp, state['why'] = read_stamp(stamp_path, state['patch_sha256'], python)
     if stamp is not None:
         state.update(proven=True, site_packages=stamp['site_packages'],
@@ -260,8 +259,7 @@ def adaptive_tiers(commands, python, tmpdir, site_packages=None):
     if site_packages is None:
         if not python or not os.path.exists(python):
             return None
-        found = commands.run([python, '-I', '-c', DISCOVER_SITE_PACKAGES], cwd=tmpdir)
-        site_packages = parse_site_packages(found.stdout) if found.rc == 0 and not found.timed_out else None
+        site_packages = discover_site_packages(commands.run, python, tmpdir)[0]
         if site_packages is None:
             return None
     return adaptive_tiers_supported(site_packages)
