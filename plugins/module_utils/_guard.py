@@ -55,7 +55,6 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._router import Route
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
     Server,
     ServerError,
-    launch_api_key,
     subprocess_runner,
 )
 
@@ -347,8 +346,7 @@ class Guard(object):
         if settings.get('router'):
             # The previous server's key is in the restored launch configuration (it may differ from the run's).
             readmitted = bool(healthy and step('put the server back into the router',
-                                               lambda: self._readmit(settings['router'],
-                                                                     launch_api_key(server.launch_file))))
+                                               lambda: self._readmit(settings['router'], server.api_key())))
             if not readmitted:
                 router_problem = failed.get('put the server back into the router') or \
                     'the restored server is not healthy, so it was not put back'

@@ -20,7 +20,7 @@ __metaclass__ = type
 import json
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import http_request
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import bearer, http_request
 
 
 class RouterError(Exception):
@@ -47,15 +47,23 @@ def workers_from_listing(body):
     return workers
 
 
+def entry_for(workers, url):
+    """The listing's entry for url, or None."""
+    wanted = normalize_url(url)
+    return next((worker for worker in workers or [] if worker['url'] == wanted), None)
+
+
 class Router(object):
     """One router, reached at base_url; every request bounded by request_timeout."""
 
     def __init__(self, base_url, request_timeout=5.0, api_key=None):
         self.base_url = normalize_url(base_url)
         self.request_timeout = request_timeout
-        self.headers = {'Authorization': 'Bearer %s' % api_key} if api_key else {}
+        self.headers = bearer(api_key)
         self.requests = []
         # The last listing read (None before any): what a caller reports after a wait, without asking again.
+        # take_out and admit forget the listing before they change anything, so after one of them it is
+        # always a listing read after the change (None when none could be read).
         self.last_workers = None
 
     def _call(self, method, path, body=None):
@@ -76,11 +84,7 @@ class Router(object):
             raise RouterError('GET %s/workers answered an unexpected body: %s' % (self.base_url, exc))
 
     def find(self, url):
-        wanted = normalize_url(url)
-        for worker in self.workers():
-            if worker['url'] == wanted:
-                return worker
-        return None
+        return entry_for(self.workers(), url)
 
     def remove(self, worker):
         status, body = self._call('DELETE', '/workers/%s' % worker['id'])
@@ -133,6 +137,7 @@ class Router(object):
         worker = worker or self.find(url)
         if worker is None:
             return False
+        self.last_workers = None
         self.remove(worker)
         if self.wait_for(url, False, timeout) is not None:
             raise RouterError('the router %s still lists %s %ss after DELETE /workers/%s: it may still send it '
@@ -145,7 +150,10 @@ class Router(object):
         `listed`: whether the caller has just read it in the listing (None: read it here).
         `worker_api_key`: the worker's own key, which the router then sends it.
         """
-        if not (self.find(url) is not None if listed is None else listed):
+        if listed is None:
+            listed = self.find(url) is not None
+        self.last_workers = None
+        if not listed:
             self.add(url, worker_api_key)
         worker = self.wait_for(url, True, timeout)
         if worker is None:

@@ -64,11 +64,19 @@ def subprocess_runner(argv, timeout):
     return proc.returncode, out, err
 
 
+def _launch_spec(path):
+    with open(path) as handle:
+        return json.load(handle)
+
+
+def _launch_args(spec):
+    return [str(arg) for arg in spec.get('args', [])]
+
+
 def load_launch(path):
     """argv and environment of the server described by a launch.json."""
-    with open(path) as handle:
-        spec = json.load(handle)
-    argv = [spec['python'], '-m', spec['module']] + [str(arg) for arg in spec.get('args', [])]
+    spec = _launch_spec(path)
+    argv = [spec['python'], '-m', spec['module']] + _launch_args(spec)
     env = dict(os.environ)
     env.update(dict((key, str(value)) for key, value in spec.get('environment', {}).items()))
     return argv, env
@@ -131,25 +139,28 @@ def launch_api_key(launch_file):
     writes one: there it would be readable in /proc/PID/cmdline.
     """
     try:
-        with open(launch_file) as handle:
-            args = [str(arg) for arg in json.load(handle).get('args', [])]
+        args = _launch_args(_launch_spec(launch_file))
     except (IOError, OSError, ValueError, AttributeError):
         return None
     key = None
-    for index, arg in enumerate(args):
-        if arg.startswith('--config=') or (arg == '--config' and index + 1 < len(args)):
-            path = arg.split('=', 1)[1] if '=' in arg else args[index + 1]
-            try:
-                key = read_config_keys(path).get('api-key') or key
-            except (IOError, OSError, ValueError):
-                pass
+    for path in _option_values(args, '--config'):
+        try:
+            key = read_config_keys(path).get('api-key') or key
+        except (IOError, OSError, ValueError):
+            pass
     # As SGLang merges them: arguments on the command line win over the config file's.
-    for index, arg in enumerate(args):
-        if arg.startswith('--api-key='):
-            key = arg.split('=', 1)[1]
-        elif arg == '--api-key' and index + 1 < len(args):
-            key = args[index + 1]
+    for value in _option_values(args, '--api-key'):
+        key = value
     return key or None
+
+
+def _option_values(args, name):
+    """Each value given to option name in args, as --name VALUE or --name=VALUE, in order."""
+    for index, arg in enumerate(args):
+        if arg.startswith(name + '='):
+            yield arg.split('=', 1)[1]
+        elif arg == name and index + 1 < len(args):
+            yield args[index + 1]
 
 
 def bearer(api_key):
@@ -209,8 +220,11 @@ class Server(object):
 
     def _request(self, method, path, timeout, body=None):
         """One request to the server, with its API key (read from its launch configuration now)."""
-        return http_request(method, self.base_url + path, timeout, body=body,
-                            headers=bearer(launch_api_key(self.launch_file)))
+        return http_request(method, self.base_url + path, timeout, body=body, headers=bearer(self.api_key()))
+
+    def api_key(self):
+        """The API key its launch configuration gives it now (None without one); never cached: a run rotates it."""
+        return launch_api_key(self.launch_file)
 
     # --- what runs --------------------------------------------------------
 
@@ -366,8 +380,10 @@ class Server(object):
                 'attempts': state['attempts'], 'last_status': status, 'why': why}
 
     NO_LOAD_ENDPOINT = 'neither /v1/loads nor /get_load exists'
+    # SGLang 0.5.x's load endpoints, newest first.
+    LOAD_PATHS = ('/v1/loads', '/get_load')
 
-    def in_flight(self, paths=('/v1/loads', '/get_load')):
+    def in_flight(self, paths=LOAD_PATHS):
         """(requests in flight, the path read); (None, why) when the server does not say."""
         for path in paths:
             status, body = self._request('GET', path, 5)
@@ -389,17 +405,16 @@ class Server(object):
         (first and last reading), waited_s, source, why (when not idle).
         """
         begun = time.time()
-        state = {'zeros': 0, 'first': None, 'last': None, 'source': None, 'why': None, 'no_endpoint': False}
+        state = {'zeros': 0, 'first': None, 'last': None, 'source': None, 'why': None}
 
         def read():
             # Once a path answered, only that one (an older server would cost a 404 first every time).
-            count, source = self.in_flight((state['source'],) if state['source'] else ('/v1/loads', '/get_load'))
+            count, source = self.in_flight((state['source'],) if state['source'] else self.LOAD_PATHS)
             if count is None:
                 # A busy server may miss one reading: note why and read again, until the deadline. One
                 # that has no load endpoint at all never will: stop waiting at once.
                 state['why'] = source
                 state['zeros'] = 0
-                state['no_endpoint'] = source == self.NO_LOAD_ENDPOINT
                 return state
             state.update(why=None, source=source, last=count)
             if state['first'] is None:
@@ -407,11 +422,11 @@ class Server(object):
             state['zeros'] = state['zeros'] + 1 if count == 0 else 0
             return state
 
-        poll_until(read, lambda s: s['zeros'] >= settle_reads or s['no_endpoint'], timeout,
+        poll_until(read, lambda s: s['zeros'] >= settle_reads or s['why'] == self.NO_LOAD_ENDPOINT, timeout,
                    first_interval=interval, max_interval=interval)
         idle = state['zeros'] >= settle_reads
         why = None
-        if state['no_endpoint']:
+        if state['why'] == self.NO_LOAD_ENDPOINT:
             why = 'the server reports no load (%s), so its drain cannot be seen' % state['why']
         elif not idle:
             why = ('%s request(s) still in flight after %ss' % (state['last'], timeout) if state['why'] is None

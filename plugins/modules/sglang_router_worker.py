@@ -128,7 +128,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError, normalize_url
+from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError, entry_for, normalize_url
 
 
 def main():
@@ -163,7 +163,7 @@ def main():
     try:
         workers = router.workers()
         result['workers_total'] = len(workers)
-        worker = next((entry for entry in workers if entry['url'] == worker_url), None)
+        worker = entry_for(workers, worker_url)
         result['member_before'] = worker is not None
         wanted = {'present': True, 'absent': False, 'query': result['member_before']}[params['state']]
         result['changed'] = wanted != result['member_before']
@@ -172,7 +172,6 @@ def main():
         if (not result['changed'] and not listed_unhealthy) or module.check_mode:
             finish(worker, wanted)
 
-        router.last_workers = None  # from here on, only a listing read after the change counts
         if wanted:
             worker = router.admit(worker_url, params['timeout'], listed=result['member_before'],
                                   worker_api_key=params['worker_api_key'])
@@ -185,7 +184,7 @@ def main():
         # What the router did is unknown here: report the membership last read, not a guess (unknown,
         # None, when a change was asked and no listing was read after it).
         listed = router.last_workers
-        worker = next((entry for entry in listed or [] if entry['url'] == worker_url), None)
+        worker = entry_for(listed, worker_url)
         result['workers_total'] = len(listed) if listed is not None else result['workers_total']
         finish(worker, None if listed is None else worker is not None,
                'sglang_router_worker %s of %s at %s failed: %s' % (params['state'], worker_url, params['router_url'],
