@@ -91,31 +91,32 @@ class Probe(object):
         self.running = False
         self.thread.join()
 
+    def _outages(self):
+        """([(first failed, next good) probe times of each outage, monotonic clock], still down at the end)."""
+        runs, down_since = [], None
+        for at, ok in self.samples:
+            if not ok and down_since is None:
+                down_since = at
+            elif ok and down_since is not None:
+                runs.append((down_since, at))
+                down_since = None
+        return runs, down_since is not None
+
     def longest_outage_span(self):
         """(first failed, next good) probe times of the longest outage, on the wall clock (time.time())."""
         offset = time.time() - time.monotonic()
-        best, down_since = None, None
-        for at, ok in self.samples:
-            if not ok and down_since is None:
-                down_since = at
-            elif ok and down_since is not None:
-                if best is None or at - down_since > best[1] - best[0]:
-                    best = (down_since, at)
-                down_since = None
-        return None if best is None else (best[0] + offset, best[1] + offset)
+        runs, _ = self._outages()
+        if not runs:
+            return None
+        first, back = max(runs, key=lambda run: run[1] - run[0])
+        return first + offset, back + offset
 
     def outage(self):
         """Seconds from the first failed probe to the next good one (longest such run); 0 when none failed."""
-        longest, down_since = 0.0, None
-        for at, ok in self.samples:
-            if not ok and down_since is None:
-                down_since = at
-            elif ok and down_since is not None:
-                longest = max(longest, at - down_since)
-                down_since = None
-        if down_since is not None:
+        runs, still_down = self._outages()
+        if still_down:
             return float('inf')
-        return longest
+        return max([back - first for first, back in runs] or [0.0])
 
     def failures(self):
         return sum(1 for _, ok in self.samples if not ok)

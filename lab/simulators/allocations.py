@@ -52,10 +52,8 @@ def records(alloc_dir):
             with open(path) as handle:
                 record = json.load(handle)
             last_alive = os.stat(path).st_mtime
-        except FileNotFoundError:
-            continue
-        except ValueError:
-            continue  # not a record (a file some other tool left there)
+        except (FileNotFoundError, ValueError):
+            continue  # gone since the listing, or not a record (a file some other tool left there)
         found.append((path, pid, index, int(record['mib']), record['start_time'], last_alive))
     return found
 

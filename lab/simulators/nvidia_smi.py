@@ -15,7 +15,7 @@ import sys
 import time
 
 from allocations import HEARTBEAT, discard, records
-from procfs import is_live, start_time
+from procfs import live_start_time
 
 STATE = os.environ.get('NVIDIA_SMI_SIM_STATE', '/var/lib/nvidia-smi-sim')
 GPU_QUERY = '--query-gpu=index,uuid,memory.used,memory.total'
@@ -50,7 +50,7 @@ def allocations(config):
     now = time.time()
     counted = []
     for path, pid, index, mib, started, last_alive in records(os.path.join(STATE, 'alloc')):
-        if is_live(pid) and start_time(pid) == started and holds_open(pid, devices.get(index)):
+        if started is not None and live_start_time(pid) == started and holds_open(pid, devices.get(index)):
             counted.append((pid, index, mib, True))
         elif delay > 0 and now < last_alive + HEARTBEAT + delay:
             counted.append((pid, index, mib, False))

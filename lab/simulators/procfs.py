@@ -26,3 +26,14 @@ def start_time(pid):
         return int(fields[19])
     except (TypeError, IndexError, ValueError):
         return None
+
+
+def live_start_time(pid):
+    """start_time of PID while it is live (not a zombie), else None: one read of /proc/PID/stat."""
+    fields = _stat_fields(pid)
+    if not fields or fields[0] in ('Z', 'X'):
+        return None
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None

@@ -279,7 +279,7 @@ def main():
             configs=dict(type='list', elements='dict', default=[], options=dict(
                 label=dict(type='str', required=True),
                 path=dict(type='path', required=True),
-                # The launch configuration carries the secret environment.
+                # The launch configuration carries the secret environment, the API keys file the keys.
                 content=dict(type='str', required=True, no_log=True),
                 systemd_only=dict(type='bool', default=False),
             )),

@@ -14,21 +14,12 @@ import urllib.request
 
 import pytest
 
-from helpers.ansible_run import REPO, run_task, run_tasks
+from helpers.ansible_run import run_task, run_tasks
 from helpers.simulated import detached_server_args, free_port, wait_for
+from helpers.standin import write_standin_module
 
 API_KEY = 'gpuops-test-key-7f3a9c'
 ADMIN_KEY = 'gpuops-test-admin-key-51e0'
-STANDIN = os.path.join(REPO, 'lab', 'standin')
-# The stand-in as a module run with -m (as the role runs sglang.launch_server), its GPU-holding children
-# replaced by sleepers and its drain gate kept in the test's folder.
-WRAPPER = '''import sys
-from sglang_standin import launch_server as standin
-standin.HOLDER = %r
-standin.DRAIN_GATE = %r
-sys.exit(standin.main())
-'''
-SLEEPER = 'import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\ntime.sleep(3600)\n'
 
 
 def request(method, url, key=None, body=None):
@@ -52,18 +43,17 @@ class KeyedDeployment(object):
         self.root = tmp_path
         self.port = free_port()
         self.url = 'http://127.0.0.1:%d' % self.port
-        (tmp_path / 'sleeper.py').write_text(SLEEPER)
-        (tmp_path / 'standin_here.py').write_text(WRAPPER % (str(tmp_path / 'sleeper.py'), str(tmp_path / 'gate')))
+        module, pythonpath, _ = write_standin_module(tmp_path)
         self.keys = tmp_path / 'server.yaml'
         fd = os.open(str(self.keys), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, 'w') as handle:
             handle.write('api-key: %s\nadmin-api-key: %s\n' % (json.dumps(API_KEY), json.dumps(ADMIN_KEY)))
         self.launch = tmp_path / 'launch.json'
         self.launch.write_text(json.dumps({
-            'python': sys.executable, 'module': 'standin_here',
+            'python': sys.executable, 'module': module,
             'args': ['--model-path', '/models/m', '--host', '127.0.0.1', '--port', self.port,
                      '--max-running-requests', 64, '--config', str(self.keys)],
-            'environment': {'PYTHONPATH': '%s:%s' % (tmp_path, STANDIN), 'LAB_STANDIN_WARMUP': '0',
+            'environment': {'PYTHONPATH': pythonpath, 'LAB_STANDIN_WARMUP': '0',
                             'LAB_STANDIN_DRAIN': '0'}}))
 
     def server_args(self, **extra):

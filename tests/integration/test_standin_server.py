@@ -7,6 +7,7 @@ drain for as long as the test looks at it.
 """
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -16,16 +17,8 @@ import urllib.request
 
 import pytest
 
-from helpers.ansible_run import REPO
 from helpers.simulated import free_port, wait_for
-
-STANDIN = os.path.join(REPO, 'lab', 'standin')
-SLEEPER = 'import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\ntime.sleep(3600)\n'
-# Runs the stand-in with its children and both its gates moved into the test's folder (never the
-# machine's /run, which a lab on the same machine may use).
-LAUNCH = ('import sys\nsys.path.insert(0, sys.argv[1])\nfrom sglang_standin import launch_server as m\n'
-          'm.HOLDER = sys.argv[2]\nm.DRAIN_GATE = sys.argv[3]\nm.GENERATE_GATE = sys.argv[3] + ".generate"\n'
-          'sys.exit(m.main(sys.argv[4:]))\n')
+from helpers.standin import write_standin_module
 
 
 def call(method, url, body=None):
@@ -49,15 +42,14 @@ def status(url):
 def standin(request, tmp_path):
     """(process, base URL, drain gate path); SGLANG_STANDIN_GENERATE_DELAY from indirect parametrization (default 0.2)."""
     delay = getattr(request, 'param', '0.2')
-    sleeper = tmp_path / 'sleeper.py'
-    sleeper.write_text(SLEEPER)
-    gate = tmp_path / 'drain-gate'
+    module, pythonpath, gate = write_standin_module(tmp_path)
+    gate = pathlib.Path(gate)
     port = free_port()
-    env = dict(os.environ, LAB_STANDIN_WARMUP='0', LAB_STANDIN_DRAIN='0', SGLANG_STANDIN_GENERATE_DELAY=delay)
+    env = dict(os.environ, PYTHONPATH=pythonpath, LAB_STANDIN_WARMUP='0', LAB_STANDIN_DRAIN='0',
+               SGLANG_STANDIN_GENERATE_DELAY=delay)
     # Its own process group: the teardown ends the stand-in and its sglang::-titled children together,
     # so none is left on the machine for a later test's process scan to find.
-    proc = subprocess.Popen([sys.executable, '-c', LAUNCH, STANDIN, str(sleeper), str(gate),
-                             '--model-path', '/models/m', '--host', '127.0.0.1', '--port', str(port)],
+    proc = subprocess.Popen([sys.executable, '-m', module, '--model-path', '/models/m', '--host', '127.0.0.1', '--port', str(port)],
                             env=env, stderr=subprocess.DEVNULL, start_new_session=True)
     base = 'http://127.0.0.1:%d' % port
     try:

@@ -58,7 +58,7 @@ class LabHost(object):
         return '%s/sglang/%s' % (self.site_packages, relative)
 
     def target(self):
-        """(Debian major version, Python major.minor of /usr/bin/python3, the inventory's interpreter)."""
+        """(Debian major version, Python major.minor of /usr/bin/python3, which the inventory uses)."""
         debian = self.exec_('cat', '/etc/debian_version').split('.')[0]
         python = self.exec_('/usr/bin/python3', '-c', 'import sys; print("%d.%d" % sys.version_info[:2])').strip()
         return debian, python
