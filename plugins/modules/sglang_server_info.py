@@ -22,6 +22,7 @@ author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
+  - gpuops.sglang.server_api_key
 attributes:
   check_mode:
     support: full
@@ -106,11 +107,6 @@ options:
         stop drafting at a batch size would have no effect.
     type: bool
     default: false
-notes:
-  - The requests to protected endpoints carry the server's API key as a bearer token (the C(Authorization) header), read on
-    the host from the C(--config) YAML file named in the launch configuration (its C(api-key)), the way the
-    C(gpuops.sglang.sglang) role hands the key to SGLang. The key never passes through this module's
-    options or results. C(/health) is open in SGLang whatever its keys and is asked without one.
 seealso:
   - module: gpuops.sglang.sglang_server
   - module: gpuops.sglang.sglang_guard
