@@ -50,7 +50,15 @@ def test_parse_stat_copes_with_spaces_and_parentheses_in_comm():
 def test_protected_pids_cover_self_and_ancestors():
     guarded = procfs.protected_pids()
     assert os.getpid() in guarded
-    assert os.getppid() in guarded
+    # getppid() is 0 where pytest is PID 1 of its namespace (a container without an init): no parent to see.
+    if os.getppid():
+        assert os.getppid() in guarded
+    # The walk up from a child of ours reaches us, wherever pytest itself runs.
+    child = start_ready_child()
+    try:
+        assert {child.pid, os.getpid()} <= procfs.protected_pids(pid=child.pid)
+    finally:
+        stop(child)
 
 
 def test_local_source_finds_holders_of_a_file_and_kills_them(tmp_path):
