@@ -1,6 +1,7 @@
 #!/bin/bash
-# `make matrix`: the unit and integration pytest suites on the second controller, ansible-core 2.21
-# on Python 3.13 (Debian 13 trixie), in a podman container; the host venv covers 2.19 on 3.11.
+# `make matrix-2.21` (and the end of `make matrix`): the unit and integration pytest suites on the second
+# controller, ansible-core 2.21 on Python 3.13 (Debian 13 trixie), in a podman container; the host venv
+# covers 2.19 on 3.11.
 # `tests/matrix/run.sh --sanity` (`make matrix-sanity`): ansible-test sanity and antsibull-changelog lint there.
 #
 # Built once and reused: the lab's Debian 13 image (lab/image/build.sh trixie: the debootstrap that
