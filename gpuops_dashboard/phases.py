@@ -12,6 +12,7 @@ TASK_PHASES = {
     'Read what the decision needs, in one round trip': 'preflight',
     'Ask the host how its server runs, whether it is healthy and what would change': 'preflight',
     'Check that the server\'s interpreter exists': 'preflight',
+    'Check that the server\'s sglang reads adaptive batch-size tiers': 'preflight',
     'Record the decision': 'preflight',
     'Carry out the earlier run\'s guard now': 'takeover',
     'Dry-run the patch against the installed sglang (nothing stops if this fails)': 'preflight',

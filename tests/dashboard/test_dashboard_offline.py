@@ -24,25 +24,38 @@ def recorded_run():
     return records
 
 
-def role_task_names():
-    names = set()
+def role_tasks():
+    """Every task of roles/sglang (blocks opened), as parsed YAML."""
+    found = []
     folder = os.path.join(REPO, 'roles', 'sglang')
 
     def walk(tasks):
         for task in tasks or []:
-            names.add(task.get('name'))
+            found.append(task)
             for key in ('block', 'rescue', 'always'):
                 walk(task.get(key))
     for sub in ('tasks', 'handlers'):
         for name in os.listdir(os.path.join(folder, sub)):
             with open(os.path.join(folder, sub, name)) as handle:
                 walk(yaml.safe_load(handle))
-    return names
+    return found
+
+
+def role_task_names():
+    return set(task.get('name') for task in role_tasks())
 
 
 def test_every_phase_task_name_exists_in_the_role():
     missing = set(phases.TASK_PHASES) - role_task_names()
     assert not missing, 'tasks renamed or removed in roles/sglang: %s' % sorted(missing)
+
+
+def test_every_check_that_refuses_a_host_has_a_phase():
+    # The page shows a failure under its phase: a refusal by an assert without one would show nothing.
+    refusing = set(task['name'] for task in role_tasks() if 'ansible.builtin.assert' in task)
+    assert len(refusing) >= 3, 'the walk found too few assert tasks: %s' % sorted(refusing)
+    unmapped = refusing - set(phases.TASK_PHASES)
+    assert not unmapped, 'refusing tasks the dashboard cannot place: %s' % sorted(unmapped)
 
 
 def test_phases_of_a_real_redeploy_in_order_without_skipped_steps():
