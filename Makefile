@@ -1,7 +1,7 @@
 # Two commands on a fresh Debian machine, as root:
 #   make demo   full redeploy against the embedded lab, visible and verified
 #   make test   every test on the first controller (unit, integration, lab, dashboard with a headless browser, sanity,
-#               ansible-test integration, lint, molecule); the 2.21 controller is `make matrix` (CI's time: README)
+#               ansible-test integration, lint, molecule); `make matrix` adds the 2.21 controller (CI's time: README)
 #   make fleet   eight lab hosts behind the real SGLang router, a rolling redeploy under load (one JSON line)
 #   make dashboard   the reference ops page against the lab, on 127.0.0.1:$DASHBOARD_PORT (default 8765)
 SHELL := /bin/bash

@@ -16,7 +16,7 @@ RESOLVE = ('import json, sys\n'
            'from sglang_standin.adaptive import resolve_adaptive\n'
            'resolved = json.loads(sys.argv[1])\n'
            'report = resolve_adaptive(resolved)\n'
-           'print(json.dumps({"report": report, "adaptive": resolved["speculative_adaptive"]}))\n')
+           'print(json.dumps({"report": report, "adaptive": resolved["speculative_adaptive"], "resolved": resolved}))\n')
 # The tiers the role writes for threshold 8 with 3 draft steps (roles/sglang/vars/main.yml).
 ROLE_TIERS = {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0]}}
 
@@ -50,6 +50,18 @@ def test_a_release_with_tiers_stops_drafting_from_the_threshold(native_sglang, t
     assert steps['1'] == 3 and steps['7'] == 3 and steps['8'] == 0 and steps['64'] == 0
 
 
+def test_a_release_with_tiers_derives_the_draft_tokens_and_refuses_steps_outside_its_candidates(native_sglang,
+                                                                                              tmp_path):
+    venv, _ = native_sglang
+    run = resolve(venv, tmp_path, ROLE_TIERS, speculative_num_draft_tokens=7)
+    assert run.returncode == 0, run.stderr
+    resolved = json.loads(run.stdout)['resolved']
+    assert (resolved['speculative_num_steps'], resolved['speculative_num_draft_tokens']) == (3, 4)
+    outside = resolve(venv, tmp_path, {'1': {'candidate_steps': [1, 2]}, '8': {'candidate_steps': [0]}})
+    assert outside.returncode == 1 and outside.stdout == ''
+    assert '--speculative-num-steps=3 is not in the adaptive config candidate_steps [0, 1, 2]' in outside.stderr
+
+
 def test_the_release_s_own_defaults_apply_without_a_config_file(native_sglang, tmp_path):
     venv, _ = native_sglang
     run = resolve(venv, tmp_path, {}, speculative_adaptive_config=None)
@@ -65,6 +77,10 @@ def test_a_config_the_release_rejects_stops_the_start_with_its_message(native_sg
     run = resolve(venv, tmp_path, {'candidate_steps': [1, 3]})
     assert run.returncode == 1 and run.stdout == ''
     assert 'must contain at least one integer-string BS key' in run.stderr
+    # Not an object at all: the release's parser fails on it too, and the start stops with a message.
+    listed = resolve(venv, tmp_path, [1, 3])
+    assert listed.returncode == 1 and listed.stdout == ''
+    assert 'error: --speculative-adaptive-config' in listed.stderr and 'Traceback' not in listed.stderr
 
 
 def test_the_release_turns_adaptive_off_where_it_cannot_run(native_sglang, tmp_path):

@@ -130,24 +130,27 @@ def test_adaptive_mode_serves_on_the_native_release_whose_own_parser_stops_draft
     # own adaptive_spec_params.py and reports what it decided per batch size.
     host = lab['gpu2']
     native = {'sglang_python': NATIVE_PYTHON, 'sglang_patch_file': '', 'sglang_dynamic_spec_mode': 'adaptive'}
-    run = redeploy(native, name='native-adaptive', limit='gpu2')
-    assert run.rc == 0, run.stdout[-3000:]
-    info = host.server_info()
-    assert info['speculative_adaptive'] is True
-    assert info['speculative_adaptive_config'] == '/etc/sglang/adaptive_spec.json'
-    assert 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE' not in info['environment']
-    assert host.exec_('cat', '/proc/%d/cmdline' % host.server_pid()).split('\0')[0] == NATIVE_PYTHON
-    adaptive = info['internal_states'][0]['standin_adaptive']
-    assert adaptive['tiers'] is True and adaptive['disabled_reason'] is None
-    assert adaptive['parser'].startswith('/opt/sglang-native/venv/') and adaptive['sglang'] == NATIVE_RELEASE
-    # The threshold is 8 (inventory default): drafting from 1 to 7 running requests, none from 8 on.
-    candidates = adaptive['candidate_steps_by_batch_size']
-    assert [candidates[str(size)] for size in (1, 7, 8, 64)] == [[1, 3], [1, 3], [0], [0]]
-    assert adaptive['initial_steps_by_batch_size']['64'] == 0
-    pid = host.server_pid()
-    again = redeploy(native, name='native-adaptive-again', limit='gpu2')
-    assert again.rc == 0 and again.count('changed', 'gpu2') == 0 and host.server_pid() == pid
-    back = redeploy(name='native-back', limit='gpu2')
+    try:
+        run = redeploy(native, name='native-adaptive', limit='gpu2')
+        assert run.rc == 0, run.stdout[-3000:]
+        info = host.server_info()
+        assert info['speculative_adaptive'] is True
+        assert info['speculative_adaptive_config'] == '/etc/sglang/adaptive_spec.json'
+        assert 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE' not in info['environment']
+        assert host.exec_('cat', '/proc/%d/cmdline' % host.server_pid()).split('\0')[0] == NATIVE_PYTHON
+        adaptive = info['internal_states'][0]['standin_adaptive']
+        assert adaptive['tiers'] is True and adaptive['disabled_reason'] is None
+        assert adaptive['parser'].startswith('/opt/sglang-native/venv/') and adaptive['sglang'] == NATIVE_RELEASE
+        # The threshold is 8 (inventory default): drafting from 1 to 7 running requests, none from 8 on.
+        candidates = adaptive['candidate_steps_by_batch_size']
+        assert [candidates[str(size)] for size in (1, 7, 8, 64)] == [[1, 3], [1, 3], [0], [0]]
+        assert adaptive['initial_steps_by_batch_size']['64'] == 0
+        pid = host.server_pid()
+        again = redeploy(native, name='native-adaptive-again', limit='gpu2')
+        assert again.rc == 0 and again.count('changed', 'gpu2') == 0 and host.server_pid() == pid
+    finally:
+        # Back to the patched release whatever failed above: the next scenario starts from the baseline.
+        back = redeploy(name='native-back', limit='gpu2')
     assert back.rc == 0, back.stdout[-3000:]
     info = host.server_info()
     assert info['environment']['SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'] == '8'

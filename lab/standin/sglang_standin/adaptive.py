@@ -10,13 +10,16 @@ then follows the release's own start-up path:
 - ``adaptive_unsupported_reason(server_args)``: a reason turns speculative_adaptive off with SGLang's
   warning, and /server_info then reports it off, as SGLang does;
 - releases with batch-size tiers (0.5.23: ``resolve_candidate_steps_from_config`` while the server
-  arguments resolve, then the worker's ``AdaptiveSpeculativeParams(initial_steps, cfg_path=...)``);
+  arguments resolve, with what its speculative_hook then derives from them: the draft steps must be a
+  candidate, the draft tokens become steps + 1; then the worker's
+  ``AdaptiveSpeculativeParams(initial_steps, cfg_path=...)``);
 - releases with one flat list (0.5.12.post1: ``AdaptiveSpeculativeParams(initial_steps,
   config=load_adaptive_config(path))``), which ignore batch-size tiers.
 
 A file the release rejects stops the start with the release's own error. What the release's code
 decided is reported per batch size, so a test reads the draft steps the real parser gives a batch of
-64 instead of trusting the JSON the role wrote.
+64 instead of trusting the JSON the role wrote. Batch sizes are routed as eager ones: the lab captures
+no CUDA graphs, and with them SGLang pads a batch up to the next captured size before it routes it.
 """
 import importlib.util
 import logging
@@ -112,15 +115,19 @@ def _stub_names():
 def resolve_adaptive(resolved):
     """Apply the release's start-up path to the resolved arguments; return what it decided.
 
-    Sets resolved['speculative_adaptive'] to False where the release would turn it off. Raises
-    SystemExit with the release's own message where the release would not start.
+    Sets resolved['speculative_adaptive'] to False where the release would turn it off, and the draft
+    steps and tokens where a release with tiers derives them. Raises SystemExit with the release's own
+    message where the release would not start.
     """
     path, version = installed_source()
     report = {'sglang': version, 'parser': path, 'tiers': False, 'disabled_reason': None,
               'candidate_steps_by_batch_size': None, 'initial_steps_by_batch_size': None}
     if path is None:
         sys.exit('error: --speculative-adaptive: the installed sglang (%s) has no %s' % (version, RELATIVE_PATH))
-    module = load_release_module(path)
+    try:
+        module = load_release_module(path)
+    except Exception as error:  # a release whose file needs a name STUBS lacks: say so, not a traceback
+        sys.exit('error: the stand-in cannot load %s of sglang %s: %s: %s' % (path, version, type(error).__name__, error))
     reason = module.adaptive_unsupported_reason(ArgsView(resolved))
     if reason is not None:
         logger.warning('speculative_adaptive disabled: %s. Falling back to static speculative params.', reason)
@@ -128,22 +135,41 @@ def resolve_adaptive(resolved):
         report['disabled_reason'] = reason
         return report
     config_path = resolved.get('speculative_adaptive_config')
-    initial_steps = resolved.get('speculative_num_steps')
     try:
         if hasattr(module, 'resolve_candidate_steps_from_config'):
             report['tiers'] = True
-            module.resolve_candidate_steps_from_config(cfg_path=config_path)
-            params = module.AdaptiveSpeculativeParams(initial_steps=initial_steps, cfg_path=config_path)
+            resolve_tiered_steps(resolved, module.resolve_candidate_steps_from_config(cfg_path=config_path))
+            params = module.AdaptiveSpeculativeParams(initial_steps=resolved['speculative_num_steps'],
+                                                      cfg_path=config_path)
             slot_of = params._route
         else:
-            params = module.AdaptiveSpeculativeParams(initial_steps=initial_steps,
+            if resolved.get('speculative_num_steps') is None:
+                sys.exit('error: the stand-in needs --speculative-num-steps with --speculative-adaptive on sglang %s'
+                         % version)
+            params = module.AdaptiveSpeculativeParams(initial_steps=resolved['speculative_num_steps'],
                                                       config=module.load_adaptive_config(config_path))
             slot_of = lambda batch_size: params  # noqa: E731 - one list for every batch size
-    except (OSError, ValueError, AssertionError, KeyError, TypeError) as error:
+    except (OSError, ValueError, AssertionError, AttributeError, KeyError, TypeError) as error:
         sys.exit('error: --speculative-adaptive-config %s: %s: %s' % (config_path, type(error).__name__, error))
+    # Routed as eager batch sizes: the lab captures no CUDA graphs. With CUDA graphs on, SGLang first pads a
+    # batch up to the next captured size (AdaptiveSpeculativeParams.set_cuda_graph_bs), so a tier takes
+    # effect from the captured size at or below it.
     batch_sizes = range(1, (resolved.get('max_running_requests') or 64) + 1)
     report['candidate_steps_by_batch_size'] = dict(
         (str(size), list(slot_of(size).candidate_steps)) for size in batch_sizes)
     report['initial_steps_by_batch_size'] = dict(
         (str(size), slot_of(size).current_steps) for size in batch_sizes)
     return report
+
+
+def resolve_tiered_steps(resolved, candidate_steps):
+    """The server arguments a release with tiers resolves from them (0.5.23's
+    speculative_hook._init_adaptive_speculative_params, which imports too much to load here)."""
+    if resolved.get('speculative_eagle_topk') is None:
+        resolved['speculative_eagle_topk'] = 1
+    if resolved.get('speculative_num_steps') is None:
+        resolved['speculative_num_steps'] = candidate_steps[len(candidate_steps) // 2]
+    if resolved['speculative_num_steps'] not in candidate_steps:
+        raise ValueError('--speculative-num-steps=%s is not in the adaptive config candidate_steps %s. Pass one of '
+                         'those values.' % (resolved['speculative_num_steps'], candidate_steps))
+    resolved['speculative_num_draft_tokens'] = resolved['speculative_num_steps'] + 1
