@@ -6,11 +6,8 @@ import sys
 import pytest
 
 from helpers.ansible_run import REPO
+from helpers.releases import sglang_requirement
 from helpers.router import Router
-
-
-def sglang_requirement(filename):
-    return [line for line in open(os.path.join(REPO, filename)).read().split('\n') if line.startswith('sglang==')][0]
 
 
 # The release the patch is for, and the one the lab serves natively (batch-size tiers for adaptive mode).

@@ -8,12 +8,12 @@ import urllib.error
 import urllib.request
 
 from helpers.ansible_run import REPO
+from helpers.releases import sglang_version
 
 GPU_HOSTS = ('gpu1', 'gpu2')
 # The lab image's second sglang (lab/image/build.sh), served unpatched.
 NATIVE_PYTHON = '/opt/sglang-native/venv/bin/python'
-with open(os.path.join(REPO, 'requirements-lab-native.txt')) as _requirements:
-    NATIVE_RELEASE = [line for line in _requirements if line.startswith('sglang==')][0].strip().split('==')[1]
+NATIVE_RELEASE = sglang_version('requirements-lab-native.txt')
 WORKER = 'srt/speculative/eagle_worker.py'
 
 
