@@ -267,34 +267,61 @@ class Server(object):
 
     # --- stop and start ---------------------------------------------------
 
-    def stop(self):
-        """Stop gracefully (SIGTERM, drain, SIGKILL after term_timeout). Returns a result dict."""
+    def stop(self, wait=True):
+        """Stop gracefully (SIGTERM, drain, SIGKILL after term_timeout). Returns a result dict.
+
+        With wait=False the stop is only begun: SIGTERM is sent (systemd: the stop job is queued, and
+        systemd itself gives the drain TimeoutStopSec, then SIGKILLs the unit) and the processes being
+        stopped are returned under ``stopping``, for the next step to wait on (gpu_release's or
+        pct_exec_kill's await_exit). The drain then overlaps that step's start-up instead of adding to
+        the outage. A detached server's leftovers are ended by whoever waits on them, or by the next
+        start of this server (leftovers()).
+        """
         started = time.time()
         pid = self.main_pid()
         if self.manager == 'systemd':
             if pid is None:
-                return {'changed': False, 'stopped_at': None, 'pid': None}
+                return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': []}
             # KillMode=mixed and TimeoutStopSec in the unit give SGLang its drain, then SIGKILL the rest.
-            rc, out, err = self._systemctl('stop', self.service_name, timeout=self.term_timeout + self.command_timeout)
+            argv = ('stop', self.service_name) if wait else ('stop', '--no-block', self.service_name)
+            rc, out, err = self._systemctl(*argv, timeout=self.term_timeout + self.command_timeout)
             if rc != 0:
                 raise ServerError('systemctl stop %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
-            return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3)}
+            return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
+                    'stopping': [] if wait else [pid]}
         members = self.session_members()
         if not members:
             self._remove_pidfile()
-            return {'changed': False, 'stopped_at': None, 'pid': None}
+            return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': []}
         # SIGTERM to the main process only: SGLang drains, then stops its own children;
         # whatever of the session is left after term_timeout gets SIGKILL (systemd's KillMode=mixed).
         main = [record for record in members if record.pid == pid] or members[:1]
-        outcome = terminate(self.processes, main, self.term_timeout)
+        if not wait:
+            self.processes.signal(main, 'TERM')
+            return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
+                    'stopping': sorted(record.pid for record in members)}
+        terminate(self.processes, main, self.term_timeout)
+        self._end_leftovers(timeout=0)
+        self._remove_pidfile()
+        return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
+                'stopping': []}
+
+    def leftovers(self):
+        """Live processes of a detached server whose main process is gone (none for systemd, which ends its unit)."""
+        if self.manager == 'systemd' or self.main_pid() is not None:
+            return []
+        return self.session_members()
+
+    def _end_leftovers(self, timeout):
+        """SIGTERM what is left of the session, SIGKILL it after timeout; ServerError when any survives."""
         rest = self.session_members()
-        if rest:
-            outcome = terminate(self.processes, rest, 0)
+        if not rest:
+            return []
+        outcome = terminate(self.processes, rest, timeout)
         if outcome.remaining:
             raise ServerError('processes of the server survived SIGKILL: %s'
                               % ', '.join('%d (%s)' % (r.pid, r.cmdline) for r in outcome.remaining))
-        self._remove_pidfile()
-        return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3)}
+        return outcome.killed
 
     def _remove_pidfile(self):
         try:
@@ -308,14 +335,19 @@ class Server(object):
         if self.manager == 'systemd':
             if daemon_reload:
                 self._systemctl('daemon-reload')
-            # Enabled, so that the server comes back after a reboot of the host (idempotent).
-            rc, out, err = self._systemctl('enable', self.service_name)
+            # Enabled, so that the server comes back after a reboot of the host (idempotent). Without
+            # --no-reload, enable reloads systemd's whole configuration (about 0.1 s, inside the outage);
+            # the link it makes only matters at boot, and a changed unit was reloaded above.
+            rc, out, err = self._systemctl('enable', '--no-reload', self.service_name)
             if rc != 0:
                 raise ServerError('systemctl enable %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
             rc, out, err = self._systemctl('start', self.service_name)
             if rc != 0:
                 raise ServerError('systemctl start %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
-            return {'changed': True, 'started_at': started, 'pid': self.main_pid()}, self._systemd_death
+            return {'changed': True, 'started_at': started, 'pid': self.main_pid(), 'leftovers': []}, self._systemd_death
+        # A session whose main process is gone (a crash, or a stop that did not wait and whose leftovers
+        # nobody ended) must not hold the port or the GPUs the new server needs.
+        leftovers = self._end_leftovers(self.term_timeout) if self.leftovers() else []
         argv, env = load_launch(self.launch_file)
         log = open(self.log_file, 'ab')
         try:
@@ -338,7 +370,7 @@ class Server(object):
             if status is None:
                 return None
             return 'the server exited with status %s; see %s' % (status, self.log_file)
-        return {'changed': True, 'started_at': started, 'pid': child.pid}, death
+        return {'changed': True, 'started_at': started, 'pid': child.pid, 'leftovers': leftovers}, death
 
     def _systemd_death(self):
         dummy, out, dummy = self._systemctl('show', '--property=ActiveState,Result', self.service_name)

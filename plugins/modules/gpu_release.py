@@ -35,6 +35,7 @@ author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
+  - gpuops.sglang.await_exit
 attributes:
   check_mode:
     support: full
@@ -125,6 +126,26 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+awaited:
+  description: The wait for O(await_exit) before anything was signalled.
+  returned: always
+  type: dict
+  contains:
+    pids:
+      description: The PIDs asked for.
+      type: list
+      elements: int
+    waited_s:
+      description: Seconds waited (0 when nothing was awaited).
+      type: float
+    still_running:
+      description: The PIDs still running when O(term_timeout) had passed (then handled like any other process found).
+      type: list
+      elements: int
+    gone_at:
+      description: When they were seen gone (seconds since the epoch, host clock); null when nothing was awaited or some still ran.
+      type: float
+  sample: {pids: [4711, 4712], waited_s: 0.31, still_running: [], gone_at: 1796083109.74}
 killed:
   description: Holders that were signalled (in check mode, would be), with the last signal sent.
   returned: always
@@ -247,7 +268,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     Termination,
+    await_exit,
     compile_patterns,
+    nothing_awaited,
     planned_kills,
     signalled_summary,
 )
@@ -362,12 +385,13 @@ def main():
             timeout=dict(type='float', default=60.0),
             command_timeout=dict(type='float', default=30.0),
             nvidia_smi=dict(type='path'),
+            await_exit=dict(type='list', elements='int', default=[]),
         ),
         supports_check_mode=True,
     )
     params = module.params
     result = dict(changed=False, killed=[], excluded=[], gpus_before=[], gpus=[], devices=[],
-                  compute_apps=[], elapsed=0.0, cmd=[])
+                  compute_apps=[], elapsed=0.0, cmd=[], awaited=nothing_awaited())
 
     for name in ('term_timeout', 'kill_timeout', 'timeout', 'max_used_mib'):
         if params[name] < 0:
@@ -403,6 +427,9 @@ def main():
     expected = [gpu['index'] for gpu in result['gpus_before'] if gpu['index'] is not None]
 
     local = LocalProcesses()
+    if params['await_exit'] and not module.check_mode:
+        # gpus_before is read first: it shows what the stopping server still held.
+        result['awaited'] = await_exit(local, params['await_exit'], params['term_timeout'])
     targets, result['excluded'] = classify_holders(local.holders(result['devices']), excludes,
                                                    protected_pids())
 

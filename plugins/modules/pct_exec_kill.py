@@ -34,6 +34,7 @@ author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
+  - gpuops.sglang.await_exit
 attributes:
   check_mode:
     support: full
@@ -101,6 +102,26 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+awaited:
+  description: The wait for O(await_exit) before anything was signalled.
+  returned: always
+  type: dict
+  contains:
+    pids:
+      description: The PIDs asked for.
+      type: list
+      elements: int
+    waited_s:
+      description: Seconds waited (0 when nothing was awaited).
+      type: float
+    still_running:
+      description: The PIDs still running when O(term_timeout) had passed (then handled like any other process found).
+      type: list
+      elements: int
+    gone_at:
+      description: When they were seen gone (seconds since the epoch, host clock); null when nothing was awaited or some still ran.
+      type: float
+  sample: {pids: [4711, 4712], waited_s: 0.31, still_running: [], gone_at: 1796083109.74}
 killed:
   description: Processes that matched and were signalled (in check mode, would be), with the last signal sent.
   returned: always
@@ -142,7 +163,13 @@ vmid:
   description: The container acted on.
   returned: always
   type: int
+elapsed:
+  description: Seconds from the first signal until no matching process was left (0 when none was found).
+  returned: always
+  type: float
 '''
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -156,7 +183,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     DEFAULT_SGLANG_PATTERNS,
     ProcessSourceError,
     Termination,
+    await_exit,
     compile_patterns,
+    nothing_awaited,
     planned_kills,
     signalled_summary,
     select,
@@ -176,11 +205,13 @@ def main():
             kill_timeout=dict(type='float', default=10.0),
             command_timeout=dict(type='float', default=30.0),
             pct=dict(type='path'),
+            await_exit=dict(type='list', elements='int', default=[]),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    result = dict(changed=False, killed=[], remaining=[], cmd=[], vmid=params['vmid'])
+    result = dict(changed=False, killed=[], remaining=[], cmd=[], vmid=params['vmid'], awaited=nothing_awaited(),
+                  elapsed=0.0)
 
     if not params['patterns']:
         module.fail_json(msg='patterns is empty: give at least one regular expression for the command lines '
@@ -228,12 +259,16 @@ def main():
     termination = Termination(container, params['term_timeout'], params['kill_timeout'],
                               rescan=lambda listing: select(listing, patterns, protected_pids=container.PROTECTED))
     try:
+        if params['await_exit'] and not module.check_mode:
+            result['awaited'] = await_exit(container, params['await_exit'], params['term_timeout'])
         targets = matching(container.list())
         if module.check_mode:
             result['killed'] = planned_kills(targets, params['term_timeout'])
             result['changed'] = bool(targets)
             module.exit_json(**result)
+        started = time.monotonic()
         outcome = termination.run(targets) if targets else None
+        result['elapsed'] = round(time.monotonic() - started, 3) if targets else 0.0
     except (ProcessSourceError, CommandError) as exc:
         result['killed'] = termination.killed
         result['changed'] = bool(result['killed'])

@@ -18,6 +18,12 @@ description:
   - O(state=stopped) stops it gracefully (SIGTERM to the main process, SGLang drains, SIGKILL to what is left
     after O(term_timeout)); the time the stop began is returned and, with O(stop_marker), written to a file
     the rollback guard reads.
+  - With O(wait=false), O(state=stopped) returns as soon as the stop has begun and lists in RV(stopping) the
+    processes being stopped; the next step waits for them on the host (the O(gpuops.sglang.gpu_release#module:await_exit)
+    and O(gpuops.sglang.pct_exec_kill#module:await_exit) options), so the server's drain overlaps that step's start-up
+    instead of adding to the outage.
+  - Before a detached server starts, what is left of its previous session (its main process gone) is ended,
+    SIGTERM then SIGKILL after O(term_timeout), and returned in RV(leftovers).
   - O(state=started) and O(state=restarted) start it (a systemd unit is enabled too, so the server comes back
     after a reboot) and poll C(/health) from the host itself every
     O(health_interval) seconds (one task, not one round trip per attempt) until it answers 200, the server
@@ -97,6 +103,15 @@ options:
   stop_marker:
     description: File that receives the time (seconds since the epoch) the stop began.
     type: path
+  wait:
+    description:
+      - With O(state=stopped), whether to wait until the server has exited. V(false) sends SIGTERM (systemd
+        queues the stop job, C(systemctl stop --no-block)) and returns; the drain bound stays the same
+        (O(term_timeout); systemd's C(TimeoutStopSec)), enforced by whoever waits on RV(stopping) for a
+        detached server and by systemd for a unit.
+      - Ignored by the other states, which always wait.
+    type: bool
+    default: true
   drain_timeout:
     description:
       - Before the stop, wait up to this many seconds until the server holds no request in flight, read from
@@ -174,9 +189,33 @@ stopped_at:
   returned: always
   type: float
 stop_elapsed:
-  description: Seconds the stop took (null when nothing was stopped).
+  description: Seconds the stop took (null when nothing was stopped); with O(wait=false), until it had begun.
   returned: always
   type: float
+stopping:
+  description:
+    - PIDs of the server's processes that were told to stop and may still be draining (O(wait=false));
+      empty when the module waited or nothing was stopped. Hand them to the next step's C(await_exit).
+  returned: always
+  type: list
+  elements: int
+  sample: [4711, 4712, 4713]
+leftovers:
+  description: Processes of a detached server's previous session ended before the start, with the last signal sent.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: PID of the process.
+      type: int
+    cmdline:
+      description: Full command line.
+      type: str
+    signal:
+      description: Last signal sent, V(TERM) or V(KILL).
+      type: str
+  sample: [{"pid": 4712, "cmdline": "sglang::detokenizer", "signal": "TERM"}]
 drain:
   description:
     - The wait for requests in flight before the stop (O(drain_timeout)); null when there was none.
@@ -244,6 +283,7 @@ def main():
             expected_environment=dict(type='dict', default={}),
             daemon_reload=dict(type='bool', default=False),
             stop_marker=dict(type='path'),
+            wait=dict(type='bool', default=True),
             drain_timeout=dict(type='float', default=0),
             ready_checks=dict(type='int', default=0),
             generate_probe=dict(type='bool', default=False),
@@ -252,7 +292,7 @@ def main():
     )
     params = module.params
     result = dict(changed=False, running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
-                  stop_elapsed=None, drain=None, readiness=None,
+                  stop_elapsed=None, stopping=[], leftovers=[], drain=None, readiness=None,
                   started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
     if params['health_interval'] <= 0 or min(params['health_timeout'], params['term_timeout'],
                                              params['drain_timeout'], params['ready_checks']) < 0:
@@ -300,9 +340,10 @@ def main():
                 if not result['drain']['idle']:
                     module.warn('stopping %s with requests possibly in flight: %s'
                                 % (params['service_name'], result['drain']['why']))
-            stopped = server.stop()
+            stopped = server.stop(wait=params['wait'] or state != 'stopped')
             result['stopped_at'] = stopped['stopped_at']
             result['stop_elapsed'] = stopped.get('stop_elapsed')
+            result['stopping'] = stopped['stopping']
             result['changed'] = stopped['changed']
             if params['stop_marker'] and stopped['stopped_at']:
                 with open(params['stop_marker'], 'w') as handle:
@@ -322,7 +363,8 @@ def main():
                        % (params['service_name'], health['why']))
         else:
             started, died = server.start(daemon_reload=params['daemon_reload'])
-            result.update(changed=True, started_at=started['started_at'], running=True, pid=started['pid'])
+            result.update(changed=True, started_at=started['started_at'], running=True, pid=started['pid'],
+                          leftovers=started['leftovers'])
             health = server.wait_healthy(params['health_timeout'], params['health_interval'], died=died)
             result.update(healthy=health['healthy'], healthy_at=health['healthy_at'],
                           health_attempts=health['attempts'], pid=server.main_pid())

@@ -5,9 +5,10 @@ import sys
 
 import pytest
 
-from helpers.ansible_run import REPO
+from helpers.ansible_run import REPO, run_task
 from helpers.releases import sglang_requirement
 from helpers.router import Router
+from helpers.tiny import TinyServer
 
 
 # The release the patch is for, and the one the lab serves natively (batch-size tiers for adaptive mode).
@@ -67,3 +68,17 @@ def router(tmp_path):
     started = Router(tmp_path)
     yield started
     started.stop()
+
+
+@pytest.fixture
+def servers(tmp_path):
+    """Make TinyServers by name (with tiny_server.py's options); each is stopped through sglang_server at the end."""
+    made = []
+
+    def make(name, *extra):
+        server = TinyServer(tmp_path, name, *extra)
+        made.append(server)
+        return server
+    yield make
+    for server in made:
+        run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped'), name='cleanup')

@@ -1,5 +1,6 @@
 """gpu_release against real processes holding simulated device files, read by the nvidia-smi simulator."""
 import os
+import signal
 
 import pytest
 
@@ -7,7 +8,8 @@ from helpers import faults
 from helpers.ansible_run import run_task
 from helpers.simulated import SimulatedGpuHost, is_running
 
-KEYS = {'changed', 'killed', 'excluded', 'gpus_before', 'gpus', 'devices', 'compute_apps', 'elapsed', 'cmd'}
+KEYS = {'changed', 'killed', 'excluded', 'gpus_before', 'gpus', 'devices', 'compute_apps', 'elapsed', 'cmd',
+        'awaited'}
 
 
 @pytest.fixture
@@ -67,6 +69,32 @@ def test_release_term_then_kill_spares_daemons_and_bystanders_and_is_idempotent(
     again = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host), name='again')
     assert not again.failed and again['changed'] is False and again['killed'] == []
     assert is_running(procs['daemon'])
+
+
+def test_await_exit_lets_a_draining_server_exit_by_itself_and_ends_what_outstays_term_timeout(tmp_path, gpu_host):
+    # An earlier step sent SIGTERM and did not wait (sglang_server wait=false): the draining holder must
+    # not be signalled again; one that ignores SIGTERM is released like any holder once term_timeout passed.
+    draining = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 20610)], on_term='drain=0.3')
+    wedged = gpu_host.start('sglang::scheduler_TP1', hold=[(1, 20610)], on_term='ignore')
+    for proc in (draining, wedged):
+        os.kill(proc.pid, signal.SIGTERM)
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(
+        gpu_host, term_timeout=2, await_exit=[wedged.inner_pid, draining.inner_pid]), name='release')
+    assert not result.failed, result['msg']
+    assert result['awaited']['pids'] == sorted([draining.inner_pid, wedged.inner_pid])
+    assert result['awaited']['still_running'] == [wedged.inner_pid] and result['awaited']['gone_at'] is None
+    assert result['awaited']['waited_s'] >= 2.0
+    assert [(entry['pid'], entry['signal']) for entry in result['killed']] == [(wedged.inner_pid, 'KILL')]
+    assert draining.wait(timeout=5) == 0  # it finished its drain: exit status 0, no SIGKILL
+    assert gpu_host.gpus() == [0, 0]
+
+
+def test_await_exit_is_not_waited_on_in_check_mode(tmp_path, gpu_host):
+    wedged = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 20610)], on_term='ignore')
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release',
+                      release_args(gpu_host, term_timeout=30, await_exit=[wedged.inner_pid]), check=True)
+    assert not result.failed and result['awaited']['pids'] == [] and result['awaited']['waited_s'] == 0.0
+    assert is_running(wedged)
 
 
 def test_never_kills_its_own_ancestors(tmp_path, gpu_host):

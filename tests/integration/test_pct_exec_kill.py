@@ -8,7 +8,7 @@ from helpers import faults
 from helpers.ansible_run import run_task
 from helpers.simulated import SimulatedContainer, SimulatedGpuHost, is_running, wait_for
 
-KEYS = {'changed', 'killed', 'remaining', 'cmd', 'vmid'}
+KEYS = {'changed', 'killed', 'remaining', 'cmd', 'vmid', 'awaited', 'elapsed'}
 LAUNCHER = 'python3 -m sglang.launch_server --model-path /models/m --speculative-algorithm EAGLE3 --port 30000'
 
 
@@ -41,6 +41,24 @@ def test_check_mode_lists_only_container_sglang_processes(tmp_path, lab):
     assert sorted(entry['pid'] for entry in result['killed']) == sorted(
         procs[name].inner_pid for name in ('launcher', 'scheduler', 'detokenizer'))
     assert all(is_running(proc) for proc in procs.values())
+
+
+def test_await_exit_lets_the_draining_launcher_exit_by_itself_before_the_rest_is_stopped(tmp_path, lab):
+    host, container = lab
+    launcher = host.start(LAUNCHER, on_term='drain=0.3', prefix=container.nsenter)
+    detokenizer = host.start('sglang::detokenizer', prefix=container.nsenter)
+    # The stop that did not wait (sglang_server wait=false, systemd's stop job): SIGTERM to the launcher only.
+    subprocess.run(container.nsenter + ['kill', '-TERM', str(launcher.inner_pid)], check=True)
+    args = {'vmid': 101, 'pct': container.pct, 'term_timeout': 5, 'await_exit': [launcher.inner_pid]}
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', args, name='kill')
+    assert not result.failed, result['msg']
+    assert result['awaited']['pids'] == [launcher.inner_pid] and result['awaited']['still_running'] == []
+    assert result['awaited']['gone_at'] is not None
+    # The launcher finished its drain unsignalled; what it left behind was stopped as usual.
+    assert [(entry['pid'], entry['signal']) for entry in result['killed']] == [(detokenizer.inner_pid, 'TERM')]
+    assert launcher.wait(timeout=5) == 0
+    detokenizer.wait(timeout=5)
+    assert result['elapsed'] > 0 and result['remaining'] == []
 
 
 def test_kill_escalates_inside_the_namespace_and_is_idempotent(tmp_path, lab):

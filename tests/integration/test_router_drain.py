@@ -7,57 +7,15 @@ against tests/integration/files/tiny_server.py run detached, as the role runs SG
 import json
 import os
 import subprocess
-import sys
 import threading
 import urllib.request
 
-import pytest
-
 from helpers.ansible_run import run_task, run_tasks
 from helpers.router import http_json
-from helpers.simulated import detached_server_args, free_port, wait_for
+from helpers.simulated import free_port, wait_for
+from helpers.tiny import alive
 
-TINY_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'files', 'tiny_server.py')
 ROUTER_KEYS = {'changed', 'member_before', 'member', 'healthy', 'worker_id', 'workers_total', 'elapsed', 'requests'}
-
-
-class TinyServer(object):
-    """tiny_server.py run detached from a launch.json, as the role runs SGLang."""
-
-    def __init__(self, tmp_path, name, *extra):
-        self.root = tmp_path / name
-        self.root.mkdir()
-        self.port = free_port()
-        self.url = 'http://127.0.0.1:%d' % self.port
-        self.launch = self.root / 'launch.json'
-        self.launch.write_text(json.dumps({
-            'python': sys.executable, 'module': 'tiny_server', 'args': ['--port', self.port] + list(extra),
-            'environment': {'PYTHONPATH': os.path.dirname(TINY_SERVER)}}))
-
-    def args(self, **extra):
-        return detached_server_args(self.root, 'tiny', self.launch, self.url, **extra)
-
-
-@pytest.fixture
-def servers(tmp_path):
-    made = []
-
-    def make(name, *extra):
-        server = TinyServer(tmp_path, name, *extra)
-        made.append(server)
-        return server
-    yield make
-    for server in made:
-        run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped'), name='cleanup')
-
-
-def alive(pid):
-    """Whether PID runs (a zombie does not)."""
-    try:
-        with open('/proc/%d/stat' % pid) as handle:
-            return handle.read().rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
-    except OSError:
-        return False
 
 
 def worker_args(router, server, **extra):

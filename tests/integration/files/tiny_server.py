@@ -6,12 +6,16 @@ seconds, 503 once SIGTERM started the drain), /server_info and /get_server_info 
 POST /generate (answered after --generate-delay seconds and once --hold-file is gone; 500 with
 --broken-generate). Threaded, so
 requests overlap. On SIGTERM it refuses new generations, lets the ones in flight finish, then exits,
-as SGLang does. Exits 2 on an unknown flag, as argparse does.
+as SGLang does; with --drain-hold-file it also waits while that file exists. With --leave-child it starts
+a child in its own session that ignores SIGTERM and is left behind when it exits (the orphaned scheduler a
+crashed SGLang leaves). Exits 2 on an unknown flag, as argparse does.
 """
 import argparse
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,6 +34,8 @@ def main():
     parser.add_argument('--loads-log')
     # An older server: neither /v1/loads nor /get_load.
     parser.add_argument('--no-loads', action='store_true')
+    parser.add_argument('--drain-hold-file')
+    parser.add_argument('--leave-child', action='store_true')
     args = parser.parse_args()
     ready_at = time.monotonic() + args.warmup
     state = {'in_flight': 0, 'draining': False}
@@ -92,8 +98,13 @@ def main():
 
     server = ThreadingHTTPServer(('127.0.0.1', args.port), Handler)
 
+    if args.leave_child:
+        # Bounded, so that a failed test cannot leave it behind for long.
+        subprocess.Popen([sys.executable, '-c', 'import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n'
+                          'time.sleep(120)\n'])
+
     def drain_then_exit():
-        while state['in_flight']:
+        while state['in_flight'] or (args.drain_hold_file and os.path.exists(args.drain_hold_file)):
             time.sleep(0.02)
         server.shutdown()
 

@@ -183,3 +183,39 @@ def test_invalid_pattern_names_the_pattern():
 def test_planned_kills_report_the_first_signal():
     assert processes.planned_kills([record(5)], 0) == [{'pid': 5, 'cmdline': 'sglang::scheduler_TP5', 'signal': 'KILL'}]
     assert processes.planned_kills([record(5)], 3)[0]['signal'] == 'TERM'
+
+
+def drained_elsewhere(dead_at, never=()):
+    """Processes an earlier step told to stop (its SIGTERM is not seen here); each dies at its time."""
+    clock = FakeClock()
+    pids = sorted(set(dead_at) | set(never))
+    source = FakeSource(clock, [record(pid) for pid in pids], dict((pid, None) for pid in pids))
+    source.dead_at.update(dead_at)
+    # /proc's interval (LocalProcesses): an exit is seen within 0.05 s
+    source.poll_max_interval = 0.05
+    return source, clock
+
+
+def test_await_exit_waits_out_a_drain_begun_elsewhere_and_signals_nothing():
+    source, clock = drained_elsewhere({10: 0.3, 11: 0.35})
+    awaited = processes.await_exit(source, [11, 10, 99], 5, clock=clock, sleep=clock.sleep)
+    assert source.sent == []
+    assert awaited['pids'] == [10, 11, 99] and awaited['still_running'] == []
+    # seen gone within one poll of the last exit, not after the whole bound
+    assert 0.35 <= awaited['waited_s'] <= 0.41
+    assert awaited['gone_at'] is not None
+
+
+def test_await_exit_stops_waiting_at_its_bound_and_names_what_still_runs():
+    source, clock = drained_elsewhere({10: 0.2}, never=[11])
+    awaited = processes.await_exit(source, [10, 11], 2, clock=clock, sleep=clock.sleep)
+    assert source.sent == []
+    assert awaited['still_running'] == [11] and awaited['gone_at'] is None
+    assert awaited['waited_s'] == pytest.approx(2.0, abs=0.01)
+
+
+def test_await_exit_of_processes_already_gone_or_of_nothing_returns_at_once():
+    source, clock = drained_elsewhere({10: 0.0})
+    gone = processes.await_exit(source, [10], 5, clock=clock, sleep=clock.sleep)
+    assert gone['still_running'] == [] and gone['waited_s'] == 0.0 and gone['gone_at'] is not None
+    assert processes.await_exit(source, [], 5, clock=clock, sleep=clock.sleep) == processes.nothing_awaited()
