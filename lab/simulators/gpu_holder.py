@@ -7,7 +7,7 @@ PID to --ready when set up, then waits.
   --hold INDEX=MIB      memory on GPU INDEX (device path from the simulator's gpus.json)
   --open PATH           another device file to keep open (nvidiactl, nvidia-uvm, caps)
   --title TEXT          run under this command line (argv[0]), like setproctitle does
-  --on-term ignore|exit|drain=SECONDS
+  --on-term ignore|exit|drain=SECONDS|gate=PATH   (gate: drain while PATH exists, then exit 0)
 """
 import argparse
 import json
@@ -39,6 +39,14 @@ def main():
 
     if args.on_term == 'ignore':
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif args.on_term.startswith('gate='):
+        gate = args.on_term.split('=', 1)[1]
+
+        def drain_while_gated(signum, frame):
+            while os.path.exists(gate):
+                time.sleep(0.02)
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, drain_while_gated)
     elif args.on_term.startswith('drain='):
         drain = float(args.on_term.split('=', 1)[1])
 

@@ -240,29 +240,44 @@ def terminate(source, targets, term_timeout, kill_timeout=10.0, rescan=None,
 
 
 def nothing_awaited():
-    """await_exit's result when there was nothing to wait for (the same keys on every run)."""
+    """The awaited report when there was nothing to wait for (the same keys on every run)."""
     return {'pids': [], 'waited_s': 0.0, 'still_running': [], 'gone_at': None}
 
 
-def await_exit(source, pids, timeout, clock=time.monotonic, sleep=time.sleep):
-    """Wait up to timeout for the processes with these PIDs, as listed now, to exit on their own.
+class Awaited(object):
+    """What await_exit found: its report, who got SIGKILL after the bound, and who survived even that."""
+
+    def __init__(self, report, killed=(), remaining=()):
+        self.report = report
+        self.killed = list(killed)
+        self.remaining = list(remaining)
+
+
+def await_exit(source, pids, timeout, kill_timeout=10.0, clock=time.monotonic, sleep=time.sleep):
+    """Wait up to timeout for the processes with these PIDs, as listed now, to exit on their own; SIGKILL the rest.
 
     For a step that follows a stop which did not wait (sglang_server wait=false): the server drains
-    while this step starts up, and nothing of it is signalled before its bound has passed. Processes
-    are followed by PID and start time, so a PID reused meanwhile is not waited on. Returns a dict:
-    pids (those asked for), waited_s, still_running (the PIDs alive when the time was up) and gone_at
-    (when none of them was seen running, seconds since the epoch; None when nothing was awaited or some
-    still run).
+    while this step starts up, and nothing of it is signalled before its bound has passed; then what is
+    still there gets SIGKILL at once (it had its SIGTERM and its term_timeout, as a stop that waits
+    gives it). Processes are followed by PID and start time, so a PID reused meanwhile is not waited
+    on. The report: pids (those asked for), waited_s, still_running (the PIDs alive when the time was
+    up) and gone_at (when none of them was running any more, seconds since the epoch; None when nothing
+    was awaited or some survived SIGKILL).
     """
     wanted = set(int(pid) for pid in pids)
+    if not wanted:
+        return Awaited(nothing_awaited())
     started = clock()
-    records = [record for record in source.list() if record.pid in wanted and not record.is_zombie] if wanted else []
+    records = [record for record in source.list() if record.pid in wanted and not record.is_zombie]
     alive = records
     if records:
         # A source says how often it is cheap to ask (/proc: often; a pct exec each time: less).
         alive = poll_until(lambda: source.alive(records), lambda now: not now, timeout, first_interval=0.02,
                            max_interval=getattr(source, 'poll_max_interval', 0.5), clock=clock, sleep=sleep)
-    return {'pids': sorted(wanted), 'waited_s': round(clock() - started, 3),
-            'still_running': sorted(record.pid for record in alive),
-            # Host clock, for the report's stop phase (from the stop's stopped_at).
-            'gone_at': time.time() if wanted and not alive else None}
+    report = {'pids': sorted(wanted), 'waited_s': round(clock() - started, 3),
+              'still_running': sorted(record.pid for record in alive), 'gone_at': None}
+    outcome = terminate(source, alive, 0, kill_timeout, clock=clock, sleep=sleep) if alive else None
+    if outcome is None or not outcome.remaining:
+        # Host clock, for the report's stop phase (from the stop's stopped_at).
+        report['gone_at'] = time.time()
+    return Awaited(report, outcome.killed if outcome else (), outcome.remaining if outcome else ())

@@ -190,7 +190,8 @@ class Server(object):
     """One server: how it is managed, where its files are and where it answers."""
 
     def __init__(self, manager, service_name, launch_file, pidfile, log_file, base_url,
-                 term_timeout=30.0, runner=subprocess_runner, command_timeout=60.0, proc_root='/proc'):
+                 term_timeout=30.0, runner=subprocess_runner, command_timeout=60.0, proc_root='/proc',
+                 cgroup_root='/sys/fs/cgroup'):
         if manager not in ('systemd', 'detached'):
             raise ValueError('manager must be systemd or detached, not %r' % (manager,))
         self.manager = manager
@@ -203,6 +204,7 @@ class Server(object):
         self.runner = runner
         self.command_timeout = command_timeout
         self.processes = LocalProcesses(proc_root)
+        self.cgroup_root = cgroup_root
         self.commands = []
 
     @classmethod
@@ -274,8 +276,8 @@ class Server(object):
         systemd itself gives the drain TimeoutStopSec, then SIGKILLs the unit) and the processes being
         stopped are returned under ``stopping``, for the next step to wait on (gpu_release's or
         pct_exec_kill's await_exit). The drain then overlaps that step's start-up instead of adding to
-        the outage. A detached server's leftovers are ended by whoever waits on them, or by the next
-        start of this server (leftovers()).
+        the outage. Whoever waits on ``stopping`` SIGKILLs what is still there after term_timeout, as
+        the waiting stop does (gpu_release's and pct_exec_kill's await_exit).
         """
         started = time.time()
         pid = self.main_pid()
@@ -283,12 +285,13 @@ class Server(object):
             if pid is None:
                 return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': []}
             # KillMode=mixed and TimeoutStopSec in the unit give SGLang its drain, then SIGKILL the rest.
+            stopping = [] if wait else self._unit_pids(pid)
             argv = ('stop', self.service_name) if wait else ('stop', '--no-block', self.service_name)
             rc, out, err = self._systemctl(*argv, timeout=self.term_timeout + self.command_timeout)
             if rc != 0:
                 raise ServerError('systemctl stop %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
             return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
-                    'stopping': [] if wait else [pid]}
+                    'stopping': stopping}
         members = self.session_members()
         if not members:
             self._remove_pidfile()
@@ -306,22 +309,33 @@ class Server(object):
         return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
                 'stopping': []}
 
-    def leftovers(self):
-        """Live processes of a detached server whose main process is gone (none for systemd, which ends its unit)."""
-        if self.manager == 'systemd' or self.main_pid() is not None:
-            return []
-        return self.session_members()
+    def _unit_pids(self, main_pid):
+        """Every process of the unit (its cgroup), so that the next step waits for the children too; else the main PID."""
+        rc, out, dummy = self._systemctl('show', '--property=ControlGroup', '--value', self.service_name)
+        group = out.strip() if rc == 0 else ''
+        # Only the unit's own group: an empty answer would name the root group, every process of the host.
+        if not group.endswith('/%s.service' % self.service_name):
+            return [main_pid]
+        # cgroup v2 (one hierarchy), then v1's systemd hierarchy (hybrid hosts, containers on them).
+        for root in (self.cgroup_root, os.path.join(self.cgroup_root, 'systemd')):
+            try:
+                with open(root + group + '/cgroup.procs') as handle:
+                    pids = sorted(set(int(line) for line in handle if line.strip()))
+            except (IOError, OSError, ValueError):
+                continue
+            if main_pid in pids:
+                return pids
+        return [main_pid]
 
     def _end_leftovers(self, timeout):
         """SIGTERM what is left of the session, SIGKILL it after timeout; ServerError when any survives."""
         rest = self.session_members()
         if not rest:
-            return []
+            return
         outcome = terminate(self.processes, rest, timeout)
         if outcome.remaining:
             raise ServerError('processes of the server survived SIGKILL: %s'
                               % ', '.join('%d (%s)' % (r.pid, r.cmdline) for r in outcome.remaining))
-        return outcome.killed
 
     def _remove_pidfile(self):
         try:
@@ -344,10 +358,7 @@ class Server(object):
             rc, out, err = self._systemctl('start', self.service_name)
             if rc != 0:
                 raise ServerError('systemctl start %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
-            return {'changed': True, 'started_at': started, 'pid': self.main_pid(), 'leftovers': []}, self._systemd_death
-        # A session whose main process is gone (a crash, or a stop that did not wait and whose leftovers
-        # nobody ended) must not hold the port or the GPUs the new server needs.
-        leftovers = self._end_leftovers(self.term_timeout) if self.leftovers() else []
+            return {'changed': True, 'started_at': started, 'pid': self.main_pid()}, self._systemd_death
         argv, env = load_launch(self.launch_file)
         log = open(self.log_file, 'ab')
         try:
@@ -370,7 +381,7 @@ class Server(object):
             if status is None:
                 return None
             return 'the server exited with status %s; see %s' % (status, self.log_file)
-        return {'changed': True, 'started_at': started, 'pid': child.pid, 'leftovers': leftovers}, death
+        return {'changed': True, 'started_at': started, 'pid': child.pid}, death
 
     def _systemd_death(self):
         dummy, out, dummy = self._systemctl('show', '--property=ActiveState,Result', self.service_name)

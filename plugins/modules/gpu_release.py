@@ -127,27 +127,29 @@ EXAMPLES = r'''
 
 RETURN = r'''
 awaited:
-  description: The wait for O(await_exit) before anything was signalled.
+  description: The wait for O(await_exit), before anything else was signalled.
   returned: always
   type: dict
   contains:
     pids:
-      description: The PIDs asked for.
+      description: The PIDs asked for (none in check mode, which does not wait).
       type: list
       elements: int
     waited_s:
       description: Seconds waited (0 when nothing was awaited).
       type: float
     still_running:
-      description: The PIDs still running when O(term_timeout) had passed (then handled like any other process found).
+      description: The PIDs still running when O(term_timeout) had passed (then sent SIGKILL).
       type: list
       elements: int
     gone_at:
-      description: When they were seen gone (seconds since the epoch, host clock); null when nothing was awaited or some still ran.
+      description: When none of them ran any more (seconds since the epoch, host clock); null when nothing was awaited or some survived SIGKILL.
       type: float
   sample: {pids: [4711, 4712], waited_s: 0.31, still_running: [], gone_at: 1796083109.74}
 killed:
-  description: Holders that were signalled (in check mode, would be), with the last signal sent.
+  description:
+    - Holders that were signalled (in check mode, would be), with the last signal sent.
+    - First, the processes of O(await_exit) that were still running after O(term_timeout) and got SIGKILL.
   returned: always
   type: list
   elements: dict
@@ -218,7 +220,7 @@ devices:
   type: list
   elements: str
 elapsed:
-  description: Seconds from the first signal until every GPU was at or under O(max_used_mib).
+  description: Seconds from the first signal to a holder until every GPU was at or under O(max_used_mib) (the wait for O(await_exit) not included).
   returned: always
   type: float
 compute_apps:
@@ -427,9 +429,17 @@ def main():
     expected = [gpu['index'] for gpu in result['gpus_before'] if gpu['index'] is not None]
 
     local = LocalProcesses()
+    ended_early = []
     if params['await_exit'] and not module.check_mode:
         # gpus_before is read first: it shows what the stopping server still held.
-        result['awaited'] = await_exit(local, params['await_exit'], params['term_timeout'])
+        awaited = await_exit(local, params['await_exit'], params['term_timeout'], params['kill_timeout'])
+        result['awaited'] = awaited.report
+        result['killed'] = ended_early = awaited.killed
+        result['changed'] = bool(ended_early)
+        if awaited.remaining:
+            module.fail_json(msg='%d process(es) of the stopping server survived SIGKILL: %s; nothing else was signalled'
+                                 % (len(awaited.remaining), '; '.join(r.describe() for r in awaited.remaining)),
+                             **result)
     targets, result['excluded'] = classify_holders(local.holders(result['devices']), excludes,
                                                    protected_pids())
 
@@ -441,8 +451,8 @@ def main():
 
     started = time.monotonic()
     outcome = Termination(local, params['term_timeout'], params['kill_timeout']).run(targets)
-    result['killed'] = outcome.killed
-    result['changed'] = bool(outcome.killed)
+    result['killed'] = ended_early + outcome.killed
+    result['changed'] = bool(result['killed'])
     if outcome.remaining:
         result['elapsed'] = round(time.monotonic() - started, 3)
         module.fail_json(msg='%d GPU holder(s) survived SIGKILL: %s' % (

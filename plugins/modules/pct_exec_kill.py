@@ -103,27 +103,29 @@ EXAMPLES = r'''
 
 RETURN = r'''
 awaited:
-  description: The wait for O(await_exit) before anything was signalled.
+  description: The wait for O(await_exit), before anything else was signalled.
   returned: always
   type: dict
   contains:
     pids:
-      description: The PIDs asked for.
+      description: The PIDs asked for (none in check mode, which does not wait).
       type: list
       elements: int
     waited_s:
       description: Seconds waited (0 when nothing was awaited).
       type: float
     still_running:
-      description: The PIDs still running when O(term_timeout) had passed (then handled like any other process found).
+      description: The PIDs still running when O(term_timeout) had passed (then sent SIGKILL).
       type: list
       elements: int
     gone_at:
-      description: When they were seen gone (seconds since the epoch, host clock); null when nothing was awaited or some still ran.
+      description: When none of them ran any more (seconds since the epoch, host clock); null when nothing was awaited or some survived SIGKILL.
       type: float
   sample: {pids: [4711, 4712], waited_s: 0.31, still_running: [], gone_at: 1796083109.74}
 killed:
-  description: Processes that matched and were signalled (in check mode, would be), with the last signal sent.
+  description:
+    - Processes that matched and were signalled (in check mode, would be), with the last signal sent.
+    - First, the processes of O(await_exit) that were still running after O(term_timeout) and got SIGKILL.
   returned: always
   type: list
   elements: dict
@@ -164,7 +166,9 @@ vmid:
   returned: always
   type: int
 elapsed:
-  description: Seconds from the first signal until no matching process was left (0 when none was found).
+  description:
+    - Seconds from the first signal until no matching process was left (0 when none was signalled); on a
+      failure, until the failure.
   returned: always
   type: float
 '''
@@ -258,27 +262,38 @@ def main():
 
     termination = Termination(container, params['term_timeout'], params['kill_timeout'],
                               rescan=lambda listing: select(listing, patterns, protected_pids=container.PROTECTED))
+    ended_early = []
+    started = time.monotonic()
     try:
         if params['await_exit'] and not module.check_mode:
-            result['awaited'] = await_exit(container, params['await_exit'], params['term_timeout'])
+            awaited = await_exit(container, params['await_exit'], params['term_timeout'], params['kill_timeout'])
+            result['awaited'] = awaited.report
+            ended_early = awaited.killed
+            if awaited.remaining:
+                raise ProcessSourceError('%d process(es) of the stopping server survived SIGKILL: %s' % (
+                    len(awaited.remaining), '; '.join(record.describe() for record in awaited.remaining)))
         targets = matching(container.list())
         if module.check_mode:
             result['killed'] = planned_kills(targets, params['term_timeout'])
             result['changed'] = bool(targets)
             module.exit_json(**result)
-        started = time.monotonic()
+        if not ended_early:
+            started = time.monotonic()
         outcome = termination.run(targets) if targets else None
-        result['elapsed'] = round(time.monotonic() - started, 3) if targets else 0.0
     except (ProcessSourceError, CommandError) as exc:
-        result['killed'] = termination.killed
+        result['killed'] = ended_early + termination.killed
         result['changed'] = bool(result['killed'])
+        result['elapsed'] = round(time.monotonic() - started, 3) if result['killed'] else 0.0
         module.fail_json(msg='%s; %s' % (exc, signalled_summary(result['killed'])), **result)
 
+    result['elapsed'] = round(time.monotonic() - started, 3) if outcome or ended_early else 0.0
     if outcome is None:
+        result['killed'] = ended_early
+        result['changed'] = bool(ended_early)
         module.exit_json(**result)
-    result['killed'] = outcome.killed
+    result['killed'] = ended_early + outcome.killed
     result['remaining'] = [remaining_entry(record) for record in outcome.remaining]
-    result['changed'] = bool(outcome.killed)
+    result['changed'] = bool(result['killed'])
     if outcome.remaining:
         signalled = set(entry['pid'] for entry in outcome.killed)
         module.fail_json(

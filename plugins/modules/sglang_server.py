@@ -22,8 +22,6 @@ description:
     processes being stopped; the next step waits for them on the host (the O(gpuops.sglang.gpu_release#module:await_exit)
     and O(gpuops.sglang.pct_exec_kill#module:await_exit) options), so the server's drain overlaps that step's start-up
     instead of adding to the outage.
-  - Before a detached server starts, what is left of its previous session (its main process gone) is ended,
-    SIGTERM then SIGKILL after O(term_timeout), and returned in RV(leftovers).
   - O(state=started) and O(state=restarted) start it (a systemd unit is enabled too, so the server comes back
     after a reboot) and poll C(/health) from the host itself every
     O(health_interval) seconds (one task, not one round trip per attempt) until it answers 200, the server
@@ -106,9 +104,10 @@ options:
   wait:
     description:
       - With O(state=stopped), whether to wait until the server has exited. V(false) sends SIGTERM (systemd
-        queues the stop job, C(systemctl stop --no-block)) and returns; the drain bound stays the same
-        (O(term_timeout); systemd's C(TimeoutStopSec)), enforced by whoever waits on RV(stopping) for a
-        detached server and by systemd for a unit.
+        queues the stop job, C(systemctl stop --no-block)) and returns. The drain bound stays the same;
+        whoever waits on RV(stopping) (the C(await_exit) of M(gpuops.sglang.gpu_release) or
+        M(gpuops.sglang.pct_exec_kill)) sends SIGKILL to what is left after its O(term_timeout), and systemd
+        does after C(TimeoutStopSec). Give that step the same term_timeout.
       - Ignored by the other states, which always wait.
     type: bool
     default: true
@@ -194,28 +193,13 @@ stop_elapsed:
   type: float
 stopping:
   description:
-    - PIDs of the server's processes that were told to stop and may still be draining (O(wait=false));
-      empty when the module waited or nothing was stopped. Hand them to the next step's C(await_exit).
+    - PIDs of the server's processes that were told to stop and may still be draining (O(wait=false)); the
+      detached server's session, or the systemd unit's control group (its main PID where the group cannot be
+      read). Empty when the module waited or nothing was stopped. Hand them to the next step's C(await_exit).
   returned: always
   type: list
   elements: int
   sample: [4711, 4712, 4713]
-leftovers:
-  description: Processes of a detached server's previous session ended before the start, with the last signal sent.
-  returned: always
-  type: list
-  elements: dict
-  contains:
-    pid:
-      description: PID of the process.
-      type: int
-    cmdline:
-      description: Full command line.
-      type: str
-    signal:
-      description: Last signal sent, V(TERM) or V(KILL).
-      type: str
-  sample: [{"pid": 4712, "cmdline": "sglang::detokenizer", "signal": "TERM"}]
 drain:
   description:
     - The wait for requests in flight before the stop (O(drain_timeout)); null when there was none.
@@ -292,7 +276,7 @@ def main():
     )
     params = module.params
     result = dict(changed=False, running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
-                  stop_elapsed=None, stopping=[], leftovers=[], drain=None, readiness=None,
+                  stop_elapsed=None, stopping=[], drain=None, readiness=None,
                   started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
     if params['health_interval'] <= 0 or min(params['health_timeout'], params['term_timeout'],
                                              params['drain_timeout'], params['ready_checks']) < 0:
@@ -363,8 +347,7 @@ def main():
                        % (params['service_name'], health['why']))
         else:
             started, died = server.start(daemon_reload=params['daemon_reload'])
-            result.update(changed=True, started_at=started['started_at'], running=True, pid=started['pid'],
-                          leftovers=started['leftovers'])
+            result.update(changed=True, started_at=started['started_at'], running=True, pid=started['pid'])
             health = server.wait_healthy(params['health_timeout'], params['health_interval'], died=died)
             result.update(healthy=health['healthy'], healthy_at=health['healthy_at'],
                           health_attempts=health['attempts'], pid=server.main_pid())

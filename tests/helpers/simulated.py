@@ -45,6 +45,24 @@ def write_wrapper(path, env_name, env_value, script):
     return path
 
 
+def gate_opened_by_first_call(folder, tool, gate, delay=0.5):
+    """A wrapper of `tool` whose first call removes `gate` `delay` seconds later, in the background.
+
+    A drain held by the gate (gpu_holder's --on-term gate=PATH) then lasts until the module under test
+    has started calling the tool, and a little more: the module sees it still draining, whatever the
+    machine's load made of the module's start-up.
+    """
+    path = os.path.join(str(folder), 'gate-opening-' + os.path.basename(tool))
+    with open(path, 'w') as handle:
+        handle.write('#!/bin/sh\n'
+                     'if [ -e "%(gate)s" ] && mkdir "%(gate)s.opening" 2>/dev/null; then\n'
+                     '  (sleep %(delay)s; rm -f "%(gate)s") </dev/null >/dev/null 2>&1 &\n'
+                     'fi\n'
+                     'exec "%(tool)s" "$@"\n' % {'gate': gate, 'delay': delay, 'tool': tool})
+    os.chmod(path, 0o755)
+    return path
+
+
 def is_running(proc):
     if proc.poll() is not None:
         return False

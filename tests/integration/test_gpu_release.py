@@ -6,7 +6,7 @@ import pytest
 
 from helpers import faults
 from helpers.ansible_run import run_task
-from helpers.simulated import SimulatedGpuHost, is_running
+from helpers.simulated import SimulatedGpuHost, gate_opened_by_first_call, is_running
 
 KEYS = {'changed', 'killed', 'excluded', 'gpus_before', 'gpus', 'devices', 'compute_apps', 'elapsed', 'cmd',
         'awaited'}
@@ -71,21 +71,29 @@ def test_release_term_then_kill_spares_daemons_and_bystanders_and_is_idempotent(
     assert is_running(procs['daemon'])
 
 
-def test_await_exit_lets_a_draining_server_exit_by_itself_and_ends_what_outstays_term_timeout(tmp_path, gpu_host):
-    # An earlier step sent SIGTERM and did not wait (sglang_server wait=false): the draining holder must
-    # not be signalled again; one that ignores SIGTERM is released like any holder once term_timeout passed.
-    draining = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 20610)], on_term='drain=0.3')
+def test_await_exit_lets_a_draining_server_exit_by_itself_and_kills_what_outstays_term_timeout(tmp_path, gpu_host):
+    # An earlier step sent SIGTERM and did not wait (sglang_server wait=false). The draining holder must not
+    # be signalled again: its drain lasts until 0.5 s after the module's first nvidia-smi call (gpus_before,
+    # just before the wait), so the module finds it still draining. One that ignores SIGTERM gets SIGKILL
+    # once term_timeout passed, and no second SIGTERM.
+    gate = str(tmp_path / 'drain-gate')
+    open(gate, 'w').close()
+    draining = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 20610)], on_term='gate=' + gate)
     wedged = gpu_host.start('sglang::scheduler_TP1', hold=[(1, 20610)], on_term='ignore')
     for proc in (draining, wedged):
         os.kill(proc.pid, signal.SIGTERM)
+    nvidia_smi = gate_opened_by_first_call(tmp_path, gpu_host.nvidia_smi, gate)
     result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(
-        gpu_host, term_timeout=2, await_exit=[wedged.inner_pid, draining.inner_pid]), name='release')
+        gpu_host, term_timeout=2, nvidia_smi=nvidia_smi, await_exit=[wedged.inner_pid, draining.inner_pid]),
+        name='release')
     assert not result.failed, result['msg']
     assert result['awaited']['pids'] == sorted([draining.inner_pid, wedged.inner_pid])
-    assert result['awaited']['still_running'] == [wedged.inner_pid] and result['awaited']['gone_at'] is None
-    assert result['awaited']['waited_s'] >= 2.0
+    assert result['awaited']['still_running'] == [wedged.inner_pid] and result['awaited']['waited_s'] >= 2.0
+    assert result['awaited']['gone_at'] is not None
     assert [(entry['pid'], entry['signal']) for entry in result['killed']] == [(wedged.inner_pid, 'KILL')]
-    assert draining.wait(timeout=5) == 0  # it finished its drain: exit status 0, no SIGKILL
+    assert draining.wait(timeout=5) == 0  # it finished its drain: exit status 0, no signal from the module
+    assert wedged.wait(timeout=5) == -signal.SIGKILL
+    assert [gpu['memory_used_mib'] for gpu in result['gpus_before']] == [20610, 20610]
     assert gpu_host.gpus() == [0, 0]
 
 

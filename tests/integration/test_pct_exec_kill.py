@@ -6,7 +6,7 @@ import pytest
 
 from helpers import faults
 from helpers.ansible_run import run_task
-from helpers.simulated import SimulatedContainer, SimulatedGpuHost, is_running, wait_for
+from helpers.simulated import SimulatedContainer, SimulatedGpuHost, gate_opened_by_first_call, is_running, wait_for
 
 KEYS = {'changed', 'killed', 'remaining', 'cmd', 'vmid', 'awaited', 'elapsed'}
 LAUNCHER = 'python3 -m sglang.launch_server --model-path /models/m --speculative-algorithm EAGLE3 --port 30000'
@@ -45,15 +45,19 @@ def test_check_mode_lists_only_container_sglang_processes(tmp_path, lab):
 
 def test_await_exit_lets_the_draining_launcher_exit_by_itself_before_the_rest_is_stopped(tmp_path, lab):
     host, container = lab
-    launcher = host.start(LAUNCHER, on_term='drain=0.3', prefix=container.nsenter)
+    # Its drain lasts until 0.5 s after the module's first pct call (pct status, just before the wait).
+    gate = str(tmp_path / 'drain-gate')
+    open(gate, 'w').close()
+    launcher = host.start(LAUNCHER, on_term='gate=' + gate, prefix=container.nsenter)
     detokenizer = host.start('sglang::detokenizer', prefix=container.nsenter)
     # The stop that did not wait (sglang_server wait=false, systemd's stop job): SIGTERM to the launcher only.
     subprocess.run(container.nsenter + ['kill', '-TERM', str(launcher.inner_pid)], check=True)
-    args = {'vmid': 101, 'pct': container.pct, 'term_timeout': 5, 'await_exit': [launcher.inner_pid]}
+    pct = gate_opened_by_first_call(tmp_path, container.pct, gate)
+    args = {'vmid': 101, 'pct': pct, 'term_timeout': 5, 'await_exit': [launcher.inner_pid]}
     result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', args, name='kill')
     assert not result.failed, result['msg']
     assert result['awaited']['pids'] == [launcher.inner_pid] and result['awaited']['still_running'] == []
-    assert result['awaited']['gone_at'] is not None
+    assert result['awaited']['waited_s'] > 0 and result['awaited']['gone_at'] is not None
     # The launcher finished its drain unsignalled; what it left behind was stopped as usual.
     assert [(entry['pid'], entry['signal']) for entry in result['killed']] == [(detokenizer.inner_pid, 'TERM')]
     assert launcher.wait(timeout=5) == 0

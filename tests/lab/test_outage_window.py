@@ -3,8 +3,10 @@ and "new server verified", the previous server serves afterwards (checked from o
 the launch configuration and site-packages are byte-identical to before the run, and the report says
 what happened.
 
-Faults are injected at a known point: the stand-in server's drain gate holds the stop (as requests in
-flight would) until the test has broken something, so nothing here depends on timing.
+Faults are injected at a known point: the stand-in server's drain gate holds its drain (as requests in
+flight would) until the test has broken something, and the step after the stop waits for that drain
+(await_exit) before it signals anything; the fault lands before that step acts, or while it waits, and
+that step fails either way, so nothing here depends on timing.
 """
 import contextlib
 import json
@@ -52,7 +54,7 @@ def fired(host):
 
 @contextlib.contextmanager
 def stop_held(hosts):
-    """Hold each server's drain until the with-block ends; the block starts once every stop has begun."""
+    """Hold each server's drain until the with-block ends (the step after the stop waits for it)."""
     for host in hosts:
         host.exec_('touch', GATE)
     try:

@@ -189,7 +189,7 @@ def drained_elsewhere(dead_at, never=()):
     """Processes an earlier step told to stop (its SIGTERM is not seen here); each dies at its time."""
     clock = FakeClock()
     pids = sorted(set(dead_at) | set(never))
-    source = FakeSource(clock, [record(pid) for pid in pids], dict((pid, None) for pid in pids))
+    source = FakeSource(clock, [record(pid) for pid in pids], dict((pid, ('KILL', 0.0)) for pid in pids))
     source.dead_at.update(dead_at)
     # /proc's interval (LocalProcesses): an exit is seen within 0.05 s
     source.poll_max_interval = 0.05
@@ -199,23 +199,33 @@ def drained_elsewhere(dead_at, never=()):
 def test_await_exit_waits_out_a_drain_begun_elsewhere_and_signals_nothing():
     source, clock = drained_elsewhere({10: 0.3, 11: 0.35})
     awaited = processes.await_exit(source, [11, 10, 99], 5, clock=clock, sleep=clock.sleep)
-    assert source.sent == []
-    assert awaited['pids'] == [10, 11, 99] and awaited['still_running'] == []
+    assert source.sent == [] and awaited.killed == [] and awaited.remaining == []
+    assert awaited.report['pids'] == [10, 11, 99] and awaited.report['still_running'] == []
     # seen gone within one poll of the last exit, not after the whole bound
-    assert 0.35 <= awaited['waited_s'] <= 0.41
-    assert awaited['gone_at'] is not None
+    assert 0.35 <= awaited.report['waited_s'] <= 0.41
+    assert awaited.report['gone_at'] is not None
 
 
-def test_await_exit_stops_waiting_at_its_bound_and_names_what_still_runs():
+def test_await_exit_kills_what_outstays_its_bound_at_once():
+    # It had its SIGTERM and its term_timeout: SIGKILL now, no second SIGTERM and no second wait.
     source, clock = drained_elsewhere({10: 0.2}, never=[11])
     awaited = processes.await_exit(source, [10, 11], 2, clock=clock, sleep=clock.sleep)
-    assert source.sent == []
-    assert awaited['still_running'] == [11] and awaited['gone_at'] is None
-    assert awaited['waited_s'] == pytest.approx(2.0, abs=0.01)
+    assert source.sent == [(11, 'KILL')]
+    assert awaited.report['still_running'] == [11] and awaited.report['waited_s'] == pytest.approx(2.0, abs=0.01)
+    assert [entry['signal'] for entry in awaited.killed] == ['KILL'] and awaited.remaining == []
+    assert awaited.report['gone_at'] is not None and clock.now < 2.2
+
+
+def test_await_exit_reports_what_survives_sigkill():
+    clock = FakeClock()
+    source = FakeSource(clock, [record(11)], {11: None})
+    awaited = processes.await_exit(source, [11], 1, kill_timeout=1, clock=clock, sleep=clock.sleep)
+    assert [r.pid for r in awaited.remaining] == [11] and awaited.report['gone_at'] is None
 
 
 def test_await_exit_of_processes_already_gone_or_of_nothing_returns_at_once():
     source, clock = drained_elsewhere({10: 0.0})
     gone = processes.await_exit(source, [10], 5, clock=clock, sleep=clock.sleep)
-    assert gone['still_running'] == [] and gone['waited_s'] == 0.0 and gone['gone_at'] is not None
-    assert processes.await_exit(source, [], 5, clock=clock, sleep=clock.sleep) == processes.nothing_awaited()
+    assert gone.report['still_running'] == [] and gone.report['waited_s'] == 0.0
+    assert gone.report['gone_at'] is not None and source.sent == []
+    assert processes.await_exit(source, [], 5, clock=clock, sleep=clock.sleep).report == processes.nothing_awaited()

@@ -2,23 +2,35 @@
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server
 
 
-class Systemctl(object):
-    """Answers `systemctl show --property=MainPID --value` with main_pid; every other call succeeds."""
+GROUP = '/system.slice/sglang.service'
 
-    def __init__(self, main_pid):
+
+class Systemctl(object):
+    """Answers `systemctl show` for MainPID and ControlGroup as systemd does; every other call succeeds."""
+
+    def __init__(self, main_pid, group=GROUP):
         self.main_pid = main_pid
+        self.group = group
         self.calls = []
 
     def __call__(self, argv, timeout):
         self.calls.append(list(argv))
         if argv[1] == 'show':
-            return 0, '%d\n' % self.main_pid, ''
+            return 0, '%s\n' % (self.group if argv[2] == '--property=ControlGroup' else self.main_pid), ''
         return 0, '', ''
 
 
 def unit(tmp_path, systemctl):
     return Server('systemd', 'sglang', str(tmp_path / 'launch.json'), str(tmp_path / 'sglang.pid'),
-                  str(tmp_path / 'server.log'), 'http://127.0.0.1:30000', runner=systemctl)
+                  str(tmp_path / 'server.log'), 'http://127.0.0.1:30000', runner=systemctl,
+                  cgroup_root=str(tmp_path / 'cgroup'))
+
+
+def unit_group(tmp_path, hierarchy, pids):
+    """The unit's cgroup.procs under a fake cgroup root: '' is v2's one hierarchy, 'systemd' v1's."""
+    folder = tmp_path / 'cgroup' / hierarchy / GROUP.lstrip('/')
+    folder.mkdir(parents=True)
+    (folder / 'cgroup.procs').write_text(''.join('%d\n' % pid for pid in pids))
 
 
 def test_a_stop_that_waits_blocks_in_systemctl_and_leaves_nothing_stopping(tmp_path):
@@ -34,7 +46,24 @@ def test_a_stop_that_does_not_wait_queues_the_job_and_names_the_main_process(tmp
     # systemd keeps the drain bound (TimeoutStopSec) and SIGKILLs the unit after it
     assert ['systemctl', 'stop', '--no-block', 'sglang'] in systemctl.calls
     assert ['systemctl', 'stop', 'sglang'] not in systemctl.calls
+    # no readable control group here: the main PID alone
     assert stopped['changed'] is True and stopped['stopping'] == [4711]
+
+
+def test_a_stop_that_does_not_wait_names_every_process_of_the_unit(tmp_path):
+    for hierarchy in ('', 'systemd'):
+        unit_group(tmp_path / hierarchy, hierarchy, [4713, 4711, 4712])
+        server = Server('systemd', 'sglang', 'l', 'p', 'g', 'http://127.0.0.1:30000', runner=Systemctl(4711),
+                        cgroup_root=str(tmp_path / hierarchy / 'cgroup'))
+        assert server.stop(wait=False)['stopping'] == [4711, 4712, 4713], hierarchy
+
+
+def test_a_control_group_that_is_not_the_units_own_is_never_read(tmp_path):
+    # An empty or foreign answer would name the root group: every process of the host.
+    unit_group(tmp_path, '', [4711, 1, 999])
+    (tmp_path / 'cgroup' / 'cgroup.procs').write_text('1\n4711\n999\n')
+    for group in ('', '/', '/system.slice/other.service'):
+        assert unit(tmp_path, Systemctl(4711, group=group)).stop(wait=False)['stopping'] == [4711]
 
 
 def test_no_running_unit_is_not_stopped(tmp_path):
@@ -50,6 +79,6 @@ def test_the_start_enables_the_unit_without_reloading_systemd(tmp_path):
     # a reload costs about 0.1 s inside the outage; the link only matters at boot
     assert ['systemctl', 'enable', '--no-reload', 'sglang'] in systemctl.calls
     assert ['systemctl', 'daemon-reload'] not in systemctl.calls
-    assert started['pid'] == 4711 and started['leftovers'] == []
+    assert started['pid'] == 4711
     unit(tmp_path, systemctl).start(daemon_reload=True)
     assert ['systemctl', 'daemon-reload'] in systemctl.calls
