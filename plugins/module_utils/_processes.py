@@ -252,6 +252,13 @@ class Awaited(object):
         self.killed = list(killed)
         self.remaining = list(remaining)
 
+    def failure(self):
+        """Why the awaiting step must fail (a process of the server survived SIGKILL), or None."""
+        if not self.remaining:
+            return None
+        return '%d process(es) of the stopping server survived SIGKILL: %s' % (
+            len(self.remaining), '; '.join(record.describe() for record in self.remaining))
+
 
 def await_exit(source, pids, timeout, kill_timeout=10.0, clock=time.monotonic, sleep=time.sleep):
     """Wait up to timeout for the processes with these PIDs, as listed now, to exit on their own; SIGKILL the rest.

@@ -303,8 +303,13 @@ class Server(object):
             self.processes.signal(main, 'TERM')
             return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
                     'stopping': sorted(record.pid for record in members)}
-        terminate(self.processes, main, self.term_timeout)
-        self._end_leftovers(timeout=0)
+        outcome = terminate(self.processes, main, self.term_timeout)
+        rest = self.session_members()
+        if rest:
+            outcome = terminate(self.processes, rest, 0)
+        if outcome.remaining:
+            raise ServerError('processes of the server survived SIGKILL: %s'
+                              % ', '.join('%d (%s)' % (r.pid, r.cmdline) for r in outcome.remaining))
         self._remove_pidfile()
         return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
                 'stopping': []}
@@ -326,16 +331,6 @@ class Server(object):
             if main_pid in pids:
                 return pids
         return [main_pid]
-
-    def _end_leftovers(self, timeout):
-        """SIGTERM what is left of the session, SIGKILL it after timeout; ServerError when any survives."""
-        rest = self.session_members()
-        if not rest:
-            return
-        outcome = terminate(self.processes, rest, timeout)
-        if outcome.remaining:
-            raise ServerError('processes of the server survived SIGKILL: %s'
-                              % ', '.join('%d (%s)' % (r.pid, r.cmdline) for r in outcome.remaining))
 
     def _remove_pidfile(self):
         try:

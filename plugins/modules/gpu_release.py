@@ -436,10 +436,8 @@ def main():
         result['awaited'] = awaited.report
         result['killed'] = ended_early = awaited.killed
         result['changed'] = bool(ended_early)
-        if awaited.remaining:
-            module.fail_json(msg='%d process(es) of the stopping server survived SIGKILL: %s; nothing else was signalled'
-                                 % (len(awaited.remaining), '; '.join(r.describe() for r in awaited.remaining)),
-                             **result)
+        if awaited.failure():
+            module.fail_json(msg='%s; nothing else was signalled' % awaited.failure(), **result)
     targets, result['excluded'] = classify_holders(local.holders(result['devices']), excludes,
                                                    protected_pids())
 

@@ -269,9 +269,8 @@ def main():
             awaited = await_exit(container, params['await_exit'], params['term_timeout'], params['kill_timeout'])
             result['awaited'] = awaited.report
             ended_early = awaited.killed
-            if awaited.remaining:
-                raise ProcessSourceError('%d process(es) of the stopping server survived SIGKILL: %s' % (
-                    len(awaited.remaining), '; '.join(record.describe() for record in awaited.remaining)))
+            if awaited.failure():
+                raise ProcessSourceError(awaited.failure())
         targets = matching(container.list())
         if module.check_mode:
             result['killed'] = planned_kills(targets, params['term_timeout'])
