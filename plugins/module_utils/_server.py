@@ -30,8 +30,8 @@ import subprocess
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import terminate
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_proc_record
 
 try:  # Python 3
     from http.client import HTTPConnection, HTTPException
@@ -266,6 +266,19 @@ class Server(object):
         if leader is not None and any(record.pid == leader for record in self.session_members()):
             return leader
         return None
+
+    def own_pids(self, pid):
+        """The processes a stop of the server running as `pid` ends: its unit's control group, or its session."""
+        if pid is None:
+            return []
+        if self.manager == 'systemd':
+            return self._unit_pids(pid)
+        return sorted(record.pid for record in self.session_members())
+
+    def strays(self, patterns, pid):
+        """Live processes matching any compiled pattern that are not the server's own (nor this process and its ancestors)."""
+        spared = protected_pids(self.processes.proc_root) | set(self.own_pids(pid))
+        return select(self.processes.list(), patterns, spared)
 
     # --- stop and start ---------------------------------------------------
 

@@ -111,6 +111,18 @@ options:
       - Ignored by the other states, which always wait.
     type: bool
     default: true
+  stray_patterns:
+    description:
+      - With O(state=stopped), regular expressions (Python C(re), searched in the full command line) for the
+        processes that belong to SGLang on this host. Those that match and are not the server's own (its
+        session, or its unit's control group) are returned in RV(strays); they are never signalled here.
+      - Read before the stop, while the server still serves, so that the step that would end them (for a
+        container, M(gpuops.sglang.pct_exec_kill)) runs inside the outage only when there are any. The
+        server's own processes are the next step's C(await_exit).
+      - Empty (the default) reads nothing.
+    type: list
+    elements: str
+    default: []
   drain_timeout:
     description:
       - Before the stop, wait up to this many seconds until the server holds no request in flight, read from
@@ -200,6 +212,21 @@ stopping:
   type: list
   elements: int
   sample: [4711, 4712, 4713]
+strays:
+  description:
+    - Processes matching O(stray_patterns) that are not the server's own, as seen before the stop (in check
+      mode, now); this module and its ancestors are never listed. Empty when O(stray_patterns) is empty.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: Its PID.
+      type: int
+    cmdline:
+      description: Its full command line.
+      type: str
+  sample: [{pid: 4802, cmdline: "sglang::scheduler_TP0"}]
 drain:
   description:
     - The wait for requests in flight before the stop (O(drain_timeout)); null when there was none.
@@ -242,6 +269,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import compile_patterns
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
     Server,
@@ -268,6 +296,7 @@ def main():
             daemon_reload=dict(type='bool', default=False),
             stop_marker=dict(type='path'),
             wait=dict(type='bool', default=True),
+            stray_patterns=dict(type='list', elements='str', default=[]),
             drain_timeout=dict(type='float', default=0),
             ready_checks=dict(type='int', default=0),
             generate_probe=dict(type='bool', default=False),
@@ -276,7 +305,7 @@ def main():
     )
     params = module.params
     result = dict(changed=False, running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
-                  stop_elapsed=None, stopping=[], drain=None, readiness=None,
+                  stop_elapsed=None, stopping=[], strays=[], drain=None, readiness=None,
                   started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
     if params['health_interval'] <= 0 or min(params['health_timeout'], params['term_timeout'],
                                              params['drain_timeout'], params['ready_checks']) < 0:
@@ -303,6 +332,10 @@ def main():
         state = params['state']
         result['running'] = pid is not None
         result['pid'] = pid
+        if params['stray_patterns'] and state == 'stopped':
+            # Read while the server still serves, not inside the outage.
+            patterns = compile_patterns(params['stray_patterns'], 'stray pattern')
+            result['strays'] = [dict(pid=record.pid, cmdline=record.cmdline) for record in server.strays(patterns, pid)]
         if module.check_mode:
             # Read-only: what runs, whether it is healthy and whether it reports the wanted settings.
             result['healthy'] = pid is not None and server.health() == 200

@@ -1,12 +1,14 @@
 """sglang_server's stop that does not wait (wait=false), against tiny_server.py run detached."""
 import os
 import signal
+import subprocess
+import sys
 
 from helpers.ansible_run import run_task
 from helpers.simulated import wait_for
 from helpers.tiny import alive, session_members
 
-SERVER_KEYS = {'changed', 'running', 'pid', 'healthy', 'stopped_at', 'stop_elapsed', 'stopping', 'drain',
+SERVER_KEYS = {'changed', 'running', 'pid', 'healthy', 'stopped_at', 'stop_elapsed', 'stopping', 'strays', 'drain',
                'readiness', 'started_at', 'healthy_at', 'mismatches', 'server_info', 'cmd'}
 
 
@@ -39,14 +41,57 @@ def test_a_stop_that_waits_lists_nothing_stopping(tmp_path, servers):
     assert not stopped.failed and stopped['stopping'] == [] and not alive(started['pid'])
 
 
-def test_a_stop_that_does_not_wait_lists_the_whole_session(tmp_path, servers):
+def started_with_child(tmp_path, servers):
+    """A tiny server started through the module, with a child in its session that ignores SIGTERM."""
     server = servers('a', '--leave-child')
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
     assert not started.failed, started['msg']
     wait_for(lambda: session_members(started['pid']), what='the child in its session')
-    child = session_members(started['pid'])
+    return server, started, session_members(started['pid'])
+
+
+def test_a_stop_that_does_not_wait_lists_the_whole_session(tmp_path, servers):
+    server, started, child = started_with_child(tmp_path, servers)
     stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped', wait=False), name='stop')
     # The child ignores SIGTERM and is left behind by its parent: the awaiting step must know it.
     assert stopped['stopping'] == sorted([started['pid']] + child)
     for pid in child:
         os.kill(pid, signal.SIGKILL)
+
+
+def test_a_stop_lists_the_strays_beside_the_server_and_leaves_them_running(tmp_path, servers):
+    server, started, child = started_with_child(tmp_path, servers)
+    # Outside the server's session, as an orphan of an earlier crash would be.
+    marker = 'stray-of-%s' % tmp_path.name
+    stray = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', marker], start_new_session=True)
+    try:
+        patterns = ['tiny_server --port %d' % server.port, 'SIG_IGN', marker]
+        checked = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                           server.args(state='stopped', stray_patterns=patterns), name='check', check=True)
+        stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                           server.args(state='stopped', wait=False, stray_patterns=patterns), name='stop')
+        assert not stopped.failed, stopped['msg']
+        for result in (checked, stopped):
+            listed = [entry['pid'] for entry in result['strays']]
+            # the server and the child of its session are its own, whatever they match
+            assert started['pid'] not in listed and not set(child) & set(listed)
+            assert [entry for entry in result['strays'] if marker in entry['cmdline']] == \
+                [{'pid': stray.pid, 'cmdline': '%s -c import time; time.sleep(120) %s' % (sys.executable, marker)}]
+        assert stray.poll() is None, 'a stray was signalled'
+        wait_for(lambda: not alive(started['pid']), what='the server to exit')
+    finally:
+        stray.kill()
+        stray.wait()
+        for pid in child:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_bad_stray_pattern_fails_before_anything_is_stopped(tmp_path, servers):
+    server = servers('a')
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
+    stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                       server.args(state='stopped', stray_patterns=['sglang::(']), name='stop')
+    assert stopped.failed and "invalid stray pattern 'sglang::('" in stopped['msg']
+    assert set(stopped) >= SERVER_KEYS
+    assert alive(started['pid'])

@@ -1,4 +1,6 @@
 """Server's systemd commands, through a runner that records them and answers as systemctl does."""
+import re
+
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server
 
 
@@ -82,3 +84,31 @@ def test_the_start_enables_the_unit_without_reloading_systemd(tmp_path):
     assert started['pid'] == 4711
     unit(tmp_path, systemctl).start(daemon_reload=True)
     assert ['systemctl', 'daemon-reload'] in systemctl.calls
+
+
+def fake_process(proc_root, pid, cmdline, ppid=1):
+    """One /proc/PID as the kernel writes it: stat (comm in parentheses, start time field 22) and cmdline."""
+    folder = proc_root / str(pid)
+    folder.mkdir(parents=True)
+    rest = ['S', str(ppid)] + ['0'] * 17 + [str(1000 + pid)]
+    (folder / 'stat').write_text('%d (%s) %s\n' % (pid, cmdline.split(' ')[0][:15], ' '.join(rest)))
+    (folder / 'cmdline').write_bytes(cmdline.replace(' ', '\0').encode() + b'\0')
+
+
+def test_strays_are_the_matching_processes_outside_the_units_group(tmp_path):
+    proc = tmp_path / 'proc'
+    fake_process(proc, 4711, 'sglang::tokenizer_manager')
+    fake_process(proc, 4712, 'sglang::scheduler_TP0', ppid=4711)
+    fake_process(proc, 4800, 'sglang::scheduler_TP1')   # orphaned by an earlier crash: not in the unit
+    fake_process(proc, 4900, 'python3 unrelated.py')
+    unit_group(tmp_path, '', [4711, 4712])
+    server = Server('systemd', 'sglang', 'l', 'p', 'g', 'http://127.0.0.1:30000', runner=Systemctl(4711),
+                    cgroup_root=str(tmp_path / 'cgroup'), proc_root=str(proc))
+    strays = server.strays([re.compile('sglang::')], 4711)
+    assert [(record.pid, record.cmdline) for record in strays] == [(4800, 'sglang::scheduler_TP1')]
+    # Without a readable group only the main PID is the server's own: its children count as strays,
+    # so the container's kill step runs rather than being skipped on a guess.
+    server.cgroup_root = str(tmp_path / 'nowhere')
+    assert [record.pid for record in server.strays([re.compile('sglang::')], 4711)] == [4712, 4800]
+    # Nothing runs as the server: every match is a stray.
+    assert [record.pid for record in server.strays([re.compile('sglang::')], None)] == [4711, 4712, 4800]
