@@ -277,13 +277,22 @@ class Server(object):
 
     def strays(self, patterns, pid):
         """Live processes matching any compiled pattern that are not the server's own (nor this process and its ancestors)."""
-        spared = protected_pids(self.processes.proc_root) | set(self.own_pids(pid))
+        return self._strays(patterns, self.own_pids(pid))
+
+    def _strays(self, patterns, own):
+        if not patterns:
+            return []
+        spared = protected_pids(self.processes.proc_root) | set(own)
         return select(self.processes.list(), patterns, spared)
 
     # --- stop and start ---------------------------------------------------
 
-    def stop(self, wait=True):
+    def stop(self, wait=True, stray_patterns=()):
         """Stop gracefully (SIGTERM, drain, SIGKILL after term_timeout). Returns a result dict.
+
+        With compiled ``stray_patterns``, ``strays`` lists the matching processes that are not the
+        server's own, read right before the SIGTERM from the same snapshot that names the server's own
+        (``stopping``), so that no process is in neither list.
 
         With wait=False the stop is only begun: SIGTERM is sent (systemd: the stop job is queued, and
         systemd itself gives the drain TimeoutStopSec, then SIGKILLs the unit) and the processes being
@@ -296,26 +305,30 @@ class Server(object):
         pid = self.main_pid()
         if self.manager == 'systemd':
             if pid is None:
-                return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': []}
+                return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': [],
+                        'strays': self._strays(stray_patterns, [])}
             # KillMode=mixed and TimeoutStopSec in the unit give SGLang its drain, then SIGKILL the rest.
-            stopping = [] if wait else self._unit_pids(pid)
+            own = self._unit_pids(pid) if stray_patterns or not wait else [pid]
+            strays = self._strays(stray_patterns, own)
+            stopping = [] if wait else own
             argv = ('stop', self.service_name) if wait else ('stop', '--no-block', self.service_name)
             rc, out, err = self._systemctl(*argv, timeout=self.term_timeout + self.command_timeout)
             if rc != 0:
                 raise ServerError('systemctl stop %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
             return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
-                    'stopping': stopping}
+                    'stopping': stopping, 'strays': strays}
         members = self.session_members()
+        strays = self._strays(stray_patterns, [record.pid for record in members])
         if not members:
             self._remove_pidfile()
-            return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': []}
+            return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': [], 'strays': strays}
         # SIGTERM to the main process only: SGLang drains, then stops its own children;
         # whatever of the session is left after term_timeout gets SIGKILL (systemd's KillMode=mixed).
         main = [record for record in members if record.pid == pid] or members[:1]
         if not wait:
             self.processes.signal(main, 'TERM')
             return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
-                    'stopping': sorted(record.pid for record in members)}
+                    'stopping': sorted(record.pid for record in members), 'strays': strays}
         outcome = terminate(self.processes, main, self.term_timeout)
         rest = self.session_members()
         if rest:
@@ -325,7 +338,7 @@ class Server(object):
                               % ', '.join('%d (%s)' % (r.pid, r.cmdline) for r in outcome.remaining))
         self._remove_pidfile()
         return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
-                'stopping': []}
+                'stopping': [], 'strays': strays}
 
     def _unit_pids(self, main_pid):
         """Every process of the unit (its cgroup), so that the next step waits for the children too; else the main PID."""

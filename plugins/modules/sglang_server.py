@@ -116,9 +116,12 @@ options:
       - With O(state=stopped), regular expressions (Python C(re), searched in the full command line) for the
         processes that belong to SGLang on this host. Those that match and are not the server's own (its
         session, or its unit's control group) are returned in RV(strays); they are never signalled here.
-      - Read before the stop, while the server still serves, so that the step that would end them (for a
-        container, M(gpuops.sglang.pct_exec_kill)) runs inside the outage only when there are any. The
-        server's own processes are the next step's C(await_exit).
+      - Read right before the SIGTERM (after O(drain_timeout)), from the same reading that names the
+        server's own processes (RV(stopping)), so that the step that would end them (for a container,
+        M(gpuops.sglang.pct_exec_kill)) runs inside the outage only when there are any. The server's own
+        processes are the next step's C(await_exit).
+      - Where a unit's control group cannot be read, only its main PID counts as the server's own, and its
+        children are then listed too (the kill step runs rather than being skipped on a guess).
       - Empty (the default) reads nothing.
     type: list
     elements: str
@@ -214,8 +217,9 @@ stopping:
   sample: [4711, 4712, 4713]
 strays:
   description:
-    - Processes matching O(stray_patterns) that are not the server's own, as seen before the stop (in check
-      mode, now); this module and its ancestors are never listed. Empty when O(stray_patterns) is empty.
+    - Processes matching O(stray_patterns) that are not the server's own, as seen right before the SIGTERM (in
+      check mode, now; every match when no server runs); this module and its ancestors are never listed. Empty
+      when O(stray_patterns) is empty.
   returned: always
   type: list
   elements: dict
@@ -278,6 +282,10 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
 )
 
 
+def stray_entries(records):
+    return [dict(pid=record.pid, cmdline=record.cmdline) for record in records]
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -332,12 +340,11 @@ def main():
         state = params['state']
         result['running'] = pid is not None
         result['pid'] = pid
-        if params['stray_patterns'] and state == 'stopped':
-            # Read while the server still serves, not inside the outage.
-            patterns = compile_patterns(params['stray_patterns'], 'stray pattern')
-            result['strays'] = [dict(pid=record.pid, cmdline=record.cmdline) for record in server.strays(patterns, pid)]
+        # Compiled first: a bad pattern fails the task before anything is stopped.
+        patterns = compile_patterns(params['stray_patterns'], 'stray pattern') if state == 'stopped' else []
         if module.check_mode:
             # Read-only: what runs, whether it is healthy and whether it reports the wanted settings.
+            result['strays'] = stray_entries(server.strays(patterns, pid))
             result['healthy'] = pid is not None and server.health() == 200
             if result['healthy'] and (params['expected_server_info'] or params['expected_environment']):
                 try:
@@ -357,7 +364,8 @@ def main():
                 if not result['drain']['idle']:
                     module.warn('stopping %s with requests possibly in flight: %s'
                                 % (params['service_name'], result['drain']['why']))
-            stopped = server.stop(wait=params['wait'] or state != 'stopped')
+            stopped = server.stop(wait=params['wait'] or state != 'stopped', stray_patterns=patterns)
+            result['strays'] = stray_entries(stopped['strays'])
             result['stopped_at'] = stopped['stopped_at']
             result['stop_elapsed'] = stopped.get('stop_elapsed')
             result['stopping'] = stopped['stopping']
@@ -366,6 +374,9 @@ def main():
                 with open(params['stop_marker'], 'w') as handle:
                     handle.write('%.3f\n' % stopped['stopped_at'])
             result.update(running=False, pid=None)
+        elif patterns:
+            # Nothing of the server runs: every match is a stray.
+            result['strays'] = stray_entries(server.strays(patterns, None))
         if state == 'stopped':
             finish()
 

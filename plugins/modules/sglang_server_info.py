@@ -124,7 +124,7 @@ EXAMPLES = r'''
     configs:
       - label: launch configuration
         path: /etc/sglang/launch.json
-        content: "{{ lookup('ansible.builtin.template', 'launch.json.j2') }}"
+        content: "{{ launch | to_nice_json(indent=2) ~ '\n' }}"
     guard_folder: /var/lib/gpuops-sglang/sglang
   register: server
 '''

@@ -10,6 +10,8 @@ import uvicorn
 from gpuops_dashboard.app import create_app
 from gpuops_dashboard.redeploy import REPO
 
+from helpers.lab_strays import orphan_in_container
+
 TOKEN = 'test-token'
 
 
@@ -70,3 +72,10 @@ def lab_serving():
 @pytest.fixture(scope='module')
 def dashboard(serve, lab_serving):
     return serve()
+
+
+@pytest.fixture
+def orphan_in_gpu1(lab_serving):
+    """An orphaned scheduler in gpu1's container: the window's pct_exec_kill runs only when there is one."""
+    with orphan_in_container() as title:
+        yield title

@@ -30,7 +30,7 @@ def page():
             browser.close()
 
 
-def test_page_starts_a_redeploy_shows_progress_live_and_draws_the_timeline(dashboard, page, tmp_path):
+def test_page_starts_a_redeploy_shows_progress_live_and_draws_the_timeline(dashboard, page, tmp_path, orphan_in_gpu1):
     page.goto(dashboard.url + '/')
     page.wait_for_selector('.host[data-host="gpu1"]')
     page.wait_for_selector('.host[data-host="gpu2"]')
@@ -60,6 +60,7 @@ def test_page_starts_a_redeploy_shows_progress_live_and_draws_the_timeline(dashb
         assert window in (['stop', 'gpu_release', 'start', 'confirm'],
                           ['stop', 'gpu_release', 'patch', 'start', 'confirm']), bars
         assert run.query_selector('g.host[data-host="%s"] circle.healthy' % host)
+    # The orphan beside gpu1's server made the container kill run.
     assert run.query_selector('g.host[data-host="gpu1"] rect.phase[data-phase="kill"]')
     page.wait_for_function("document.querySelectorAll('.host .dot.up').length == 2")
     shot = os.environ.get('DASHBOARD_SCREENSHOT') or str(tmp_path / 'dashboard.png')

@@ -13,9 +13,8 @@ import urllib.request
 from gpuops_dashboard.app import Dashboard
 
 from helpers.dashboard_http import get, post
+from helpers.lab_strays import PODMAN_ENV
 
-PODMAN_ENV = dict(os.environ, CONTAINERS_CONF=os.path.join(os.path.dirname(__file__), '..', '..', 'lab',
-                                                           'containers.conf'))
 GATE = '/run/lab-standin-drain-gate'
 # The lab's short window: 1 (drain) + 2*2 (router) + 2*2 + 5 + 10 = 24 s, the guard acts 25 s after the
 # window opened.
@@ -69,7 +68,7 @@ def podman_exec(container, *argv):
     subprocess.check_call(['podman', 'exec', container] + list(argv), env=PODMAN_ENV)
 
 
-def test_redeploy_streams_each_hosts_phases_and_ends_with_the_summary(dashboard):
+def test_redeploy_streams_each_hosts_phases_and_ends_with_the_summary(dashboard, orphan_in_gpu1):
     hosts = dict((host['name'], host) for host in get(dashboard.url + '/api/hosts')['hosts'])
     assert set(hosts) == {'gpu1', 'gpu2'} and all(host['healthy'] for host in hosts.values())
     assert hosts['gpu1']['settings']['speculative_algorithm'] == 'EAGLE3'
@@ -90,7 +89,9 @@ def test_redeploy_streams_each_hosts_phases_and_ends_with_the_summary(dashboard)
         window = [phase for phase in ('arm', 'stop', 'gpu_release', 'patch', 'start', 'confirm') if phase in seen]
         assert window in (['arm', 'stop', 'gpu_release', 'start', 'confirm'],
                           ['arm', 'stop', 'gpu_release', 'patch', 'start', 'confirm']), seen
-    assert any(data.get('phase') == 'kill' and data.get('host') == 'gpu1' for _, data in events)
+    # The orphan beside gpu1's server makes the container kill run, and it ends it.
+    assert any(data.get('phase') == 'kill' and data.get('host') == 'gpu1' and data.get('state') == 'ok'
+               for _, data in events)
 
     run = finished(dashboard, run_id)
     assert run['status'] == 'successful'
@@ -99,6 +100,7 @@ def test_redeploy_streams_each_hosts_phases_and_ends_with_the_summary(dashboard)
         assert (report['status'], report['healthy']) == ('redeployed', True)
         assert report['reason'].startswith('force_restart')
         assert report['downtime_s'] > 0 and report['phases_s']['start_to_healthy'] > 0
+    assert [line for line in run['hosts']['gpu1']['killed_in_container'] if line.startswith(orphan_in_gpu1 + ' ')]
     svg = urllib.request.urlopen('%s/api/redeploys/%s/timeline.svg' % (dashboard.url, run_id), timeout=30).read()
     assert b'data-phase="gpu_release"' in svg and b'class="healthy"' in svg
 

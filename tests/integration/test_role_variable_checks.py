@@ -44,3 +44,10 @@ def test_adaptive_mode_wants_the_draft_steps_among_the_tiers_candidates(tmp_path
                      'among the candidate steps of its tiers (0, 1, 2).']
     # The env mode never reads the tiers.
     assert problems(tmp_path, sglang_dynamic_spec_adaptive_config=TIERS_WITHOUT_3) == []
+
+
+@pytest.mark.parametrize('patterns', [[], ['sglang::', '']], ids=['none', 'an-empty-one'])
+def test_kill_patterns_that_would_match_nothing_or_everything_are_refused(tmp_path, patterns):
+    # None: the container kill could never run (the stop would see no strays); '': every process would match.
+    assert problems(tmp_path, sglang_kill_patterns=patterns) == [
+        'sglang_kill_patterns must list at least one pattern, and no empty one (an empty pattern matches every process).']

@@ -8,13 +8,13 @@ import urllib.request
 import pytest
 
 from helpers.ansible_run import REPO, run_playbook
+from helpers.lab_strays import PODMAN_ENV
 
 LAB = os.path.join(REPO, 'lab', 'lab')
 HOSTS = {'gpu1': ('lab-gpu1', '127.0.0.12'), 'gpu2': ('lab-gpu2', '127.0.0.13'), 'pve1': ('lab-pve1', '127.0.0.11')}
 # The fleet's further hosts (LAB_GPU_HOSTS=N): gpu3..gpu8 on 127.0.0.14..19, and the second Proxmox stand-in.
 FLEET_HOSTS = dict([('gpu%d' % k, ('lab-gpu%d' % k, '127.0.0.%d' % (11 + k))) for k in range(3, 9)]
                    + [('pve2', ('lab-pve2', '127.0.0.20'))])
-PODMAN_ENV = dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, 'lab', 'containers.conf'))
 SGLANG_PYTHON = '/opt/sglang/venv/bin/python'
 
 

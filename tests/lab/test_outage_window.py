@@ -20,6 +20,7 @@ import time
 import ansible_runner
 
 from helpers.ansible_run import ANSIBLE_ENV, REPO
+from helpers.lab_strays import orphan_in_container
 from helpers.simulated import wait_for
 
 CHANGE = {'sglang_max_running_requests': 96}
@@ -62,19 +63,6 @@ def stop_held(hosts):
     finally:
         for host in hosts:
             host.exec_('rm', '-f', GATE)
-
-
-@contextlib.contextmanager
-def stray_in_container(gpu1):
-    """An orphaned scheduler beside the server in gpu1's container (as a crashed SGLang leaves one): the
-    window's pct_exec_kill runs only when there is such a process, so the faults of that step need one."""
-    gpu1.exec_('sh', '-c', 'setsid -f /usr/bin/python3 /opt/lab/simulators/gpu_holder.py '
-                           '--title sglang::scheduler_TP7 >/dev/null 2>&1 </dev/null')
-    try:
-        yield
-    finally:
-        # [7]: the pattern does not match this shell's own command line
-        gpu1.exec_('sh', '-c', 'pkill -KILL -f "sglang::scheduler_TP[7]" || true')
 
 
 def wait_outage_started(hosts, timeout=60):
@@ -141,7 +129,7 @@ def test_container_kill_failure_rolls_back(lab, tmp_path):
     before = files_state(lab['gpu1'])
     pve = lab['pve1']
     try:
-        with stray_in_container(lab['gpu1']):
+        with orphan_in_container():
             run = fault_during_window(lab, tmp_path, 'gpu1', lambda: pve.exec_(
                 'sh', '-c', 'echo "lxc-attach: simulated failure" >/etc/pve-sim/fail-exec'))
     finally:
@@ -195,7 +183,7 @@ def test_server_reporting_other_settings_rolls_back(lab, redeploy):
 def test_unreachable_proxmox_node_rolls_back(lab, tmp_path):
     before = files_state(lab['gpu1'])
     try:
-        with stray_in_container(lab['gpu1']):
+        with orphan_in_container():
             run = fault_during_window(lab, tmp_path, 'gpu1', lambda: lab.podman('stop', '-t', '0', 'lab-pve1'))
     finally:
         lab.restart_container('lab-pve1')

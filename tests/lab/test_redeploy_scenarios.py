@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 
 from helpers.ansible_run import REPO
+from helpers.lab_strays import orphan_in_container, orphans
 from helpers.releases import sglang_version
 
 GPU_HOSTS = ('gpu1', 'gpu2')
@@ -53,7 +54,6 @@ def last_report(name):
 
 
 def test_the_container_kill_runs_in_the_window_only_for_strays_beside_the_server(lab, redeploy):
-    gpu1 = lab['gpu1']
     # Nothing of SGLang in the container but the server: its own processes are gpu_release's to await.
     plain = redeploy({'sglang_force_restart': True}, name='no-stray', limit='gpu1')
     assert plain.rc == 0, plain.stdout[-3000:]
@@ -62,18 +62,16 @@ def test_the_container_kill_runs_in_the_window_only_for_strays_beside_the_server
     assert written['phases_s']['kill_in_container'] is None and written['killed_in_container'] == []
     assert written['phases_s']['stop'] is not None, 'no step saw the old server gone'
     # An orphaned scheduler outside the unit (as a crashed SGLang leaves one): pct_exec_kill ends it.
-    gpu1.exec_('sh', '-c', 'setsid -f /usr/bin/python3 /opt/lab/simulators/gpu_holder.py '
-                           '--title sglang::scheduler_TP7 >/dev/null 2>&1 </dev/null')
-    stray = gpu1.exec_('pgrep', '-f', 'sglang::scheduler_TP7').split()
-    assert len(stray) == 1
-    swept = redeploy({'sglang_force_restart': True}, name='stray', limit='gpu1')
-    assert swept.rc == 0, swept.stdout[-3000:]
-    written = last_report('gpu1')
-    assert written['status'] == 'redeployed' and written['healthy'] is True
-    assert written['phases_s']['kill_in_container'] is not None
-    killed = written['killed_in_container']
-    assert len(killed) == 1 and killed[0].startswith('sglang::scheduler_TP7 ') and killed[0].endswith(' <- SIGTERM')
-    assert gpu1.exec_('sh', '-c', 'pgrep -f "sglang::scheduler_TP[7]" || true').split() == []
+    with orphan_in_container() as title:
+        assert len(orphans()) == 1
+        swept = redeploy({'sglang_force_restart': True}, name='stray', limit='gpu1')
+        assert swept.rc == 0, swept.stdout[-3000:]
+        written = last_report('gpu1')
+        assert written['status'] == 'redeployed' and written['healthy'] is True
+        assert written['phases_s']['kill_in_container'] is not None
+        killed = written['killed_in_container']
+        assert len(killed) == 1 and killed[0].startswith(title + ' ') and killed[0].endswith(' <- SIGTERM')
+        assert orphans() == []
 
 
 def test_changed_flags_restart_the_server_and_show_in_server_info(lab, redeploy):

@@ -71,7 +71,7 @@ def test_a_control_group_that_is_not_the_units_own_is_never_read(tmp_path):
 def test_no_running_unit_is_not_stopped(tmp_path):
     systemctl = Systemctl(0)
     stopped = unit(tmp_path, systemctl).stop(wait=False)
-    assert stopped == {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': []}
+    assert stopped == {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': [], 'strays': []}
     assert not [call for call in systemctl.calls if call[1] == 'stop']
 
 
@@ -95,20 +95,49 @@ def fake_process(proc_root, pid, cmdline, ppid=1):
     (folder / 'cmdline').write_bytes(cmdline.replace(' ', '\0').encode() + b'\0')
 
 
-def test_strays_are_the_matching_processes_outside_the_units_group(tmp_path):
+# Above any pid_max (2**22): never the PID of this test or of one of its ancestors.
+MAIN, CHILD, ORPHAN, OTHER = 5004711, 5004712, 5004800, 5004900
+
+
+def unit_with_orphan(tmp_path):
+    """A unit (main process and child in its group), an orphaned scheduler outside it, an unrelated process."""
     proc = tmp_path / 'proc'
-    fake_process(proc, 4711, 'sglang::tokenizer_manager')
-    fake_process(proc, 4712, 'sglang::scheduler_TP0', ppid=4711)
-    fake_process(proc, 4800, 'sglang::scheduler_TP1')   # orphaned by an earlier crash: not in the unit
-    fake_process(proc, 4900, 'python3 unrelated.py')
-    unit_group(tmp_path, '', [4711, 4712])
-    server = Server('systemd', 'sglang', 'l', 'p', 'g', 'http://127.0.0.1:30000', runner=Systemctl(4711),
+    fake_process(proc, MAIN, 'sglang::tokenizer_manager')
+    fake_process(proc, CHILD, 'sglang::scheduler_TP0', ppid=MAIN)
+    fake_process(proc, ORPHAN, 'sglang::scheduler_TP1')
+    fake_process(proc, OTHER, 'python3 unrelated.py')
+    unit_group(tmp_path, '', [MAIN, CHILD])
+    systemctl = Systemctl(MAIN)
+    server = Server('systemd', 'sglang', 'l', 'p', 'g', 'http://127.0.0.1:30000', runner=systemctl,
                     cgroup_root=str(tmp_path / 'cgroup'), proc_root=str(proc))
-    strays = server.strays([re.compile('sglang::')], 4711)
-    assert [(record.pid, record.cmdline) for record in strays] == [(4800, 'sglang::scheduler_TP1')]
+    return server, systemctl
+
+
+def test_strays_are_the_matching_processes_outside_the_units_group(tmp_path):
+    server, dummy = unit_with_orphan(tmp_path)
+    sglang = [re.compile('sglang::')]
+    assert [(record.pid, record.cmdline) for record in server.strays(sglang, MAIN)] == \
+        [(ORPHAN, 'sglang::scheduler_TP1')]
     # Without a readable group only the main PID is the server's own: its children count as strays,
     # so the container's kill step runs rather than being skipped on a guess.
     server.cgroup_root = str(tmp_path / 'nowhere')
-    assert [record.pid for record in server.strays([re.compile('sglang::')], 4711)] == [4712, 4800]
+    assert [record.pid for record in server.strays(sglang, MAIN)] == [CHILD, ORPHAN]
     # Nothing runs as the server: every match is a stray.
-    assert [record.pid for record in server.strays([re.compile('sglang::')], None)] == [4711, 4712, 4800]
+    assert [record.pid for record in server.strays(sglang, None)] == [MAIN, CHILD, ORPHAN]
+
+
+def test_a_stop_names_its_own_and_the_strays_from_one_reading_before_the_sigterm(tmp_path):
+    server, systemctl = unit_with_orphan(tmp_path)
+    stopped = server.stop(wait=False, stray_patterns=[re.compile('sglang::')])
+    # Every match is either being stopped (the next step awaits it) or a stray (the kill step ends it).
+    assert stopped['stopping'] == [MAIN, CHILD]
+    assert [record.pid for record in stopped['strays']] == [ORPHAN]
+    # The group was read once, before the stop job was queued.
+    shows = [call for call in systemctl.calls if call[:3] == ['systemctl', 'show', '--property=ControlGroup']]
+    assert len(shows) == 1
+    assert systemctl.calls.index(shows[0]) < systemctl.calls.index(['systemctl', 'stop', '--no-block', 'sglang'])
+    # A stop that waits reads the group only when asked for strays.
+    waiting_server, waiting_systemctl = unit_with_orphan(tmp_path / 'waited')
+    waited = waiting_server.stop(wait=True)
+    assert waited['stopping'] == [] and waited['strays'] == []
+    assert not [call for call in waiting_systemctl.calls if '--property=ControlGroup' in call]
