@@ -277,7 +277,8 @@ class Server(object):
 
     def strays(self, patterns, pid):
         """Live processes matching any compiled pattern that are not the server's own (nor this process and its ancestors)."""
-        return self._strays(patterns, self.own_pids(pid))
+        # No patterns, nothing to read: a check-mode call without them must not cost a systemctl call.
+        return self._strays(patterns, self.own_pids(pid)) if patterns else []
 
     def _strays(self, patterns, own):
         if not patterns:

@@ -141,3 +141,9 @@ def test_a_stop_names_its_own_and_the_strays_from_one_reading_before_the_sigterm
     waited = waiting_server.stop(wait=True)
     assert waited['stopping'] == [] and waited['strays'] == []
     assert not [call for call in waiting_systemctl.calls if '--property=ControlGroup' in call]
+
+
+def test_strays_without_patterns_read_nothing(tmp_path):
+    server, systemctl = unit_with_orphan(tmp_path)
+    assert server.strays([], MAIN) == []
+    assert systemctl.calls == []
