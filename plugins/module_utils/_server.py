@@ -487,6 +487,19 @@ class Server(object):
             result['why'] = 'POST /generate answered 200 without a generated text'
         return result
 
+    def compare_settings(self, expected, expected_environment=None):
+        """(the reported values of the expected keys, mismatches); ServerError when /server_info cannot be read."""
+        reported = self.server_info()
+        return (dict((key, reported.get(key)) for key in expected),
+                mismatches(reported, expected, expected_environment))
+
+    def settings_or_why(self, expected, expected_environment=None):
+        """compare_settings, or ({}, [why]) when the settings cannot be read (a read-only report goes on)."""
+        try:
+            return self.compare_settings(expected, expected_environment)
+        except ServerError as exc:
+            return {}, ['its settings could not be read: %s' % exc]
+
     def server_info(self):
         """What the server reports about its arguments: /server_info, or /get_server_info on older releases."""
         for path in ('/server_info', '/get_server_info'):
