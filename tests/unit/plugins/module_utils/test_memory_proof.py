@@ -23,17 +23,6 @@ class Smi(object):
         return answer if isinstance(answer, tuple) else (0, answer, '')
 
 
-class Clock(object):
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-
 def proof_over(smi, expected=None):
     return FreeMemoryProof(GpuReader(CommandRunner.over(smi, 30), '/usr/bin/nvidia-smi'), 0, expected)
 
