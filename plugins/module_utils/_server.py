@@ -37,6 +37,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_proc_record
 
+
 class ServerError(Exception):
     """The server could not be started or stopped; the message says why."""
 

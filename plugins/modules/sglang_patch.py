@@ -284,12 +284,12 @@ class PatchModule(object):
             site_packages, found = discover_site_packages(self.run, python, self.module.tmpdir)
             if found.rc != 0:
                 fail('%s cannot find the sglang package (rc %d)%s; is sglang installed for this '
-                          'interpreter? Set python or site_packages.'
-                          % (python, found.rc, ': ' + found.output if found.output else ''))
+                     'interpreter? Set python or site_packages.'
+                     % (python, found.rc, ': ' + found.output if found.output else ''))
             if site_packages is None:
                 fail('%s exited 0 but printed no site-packages path (output: %r); is it a Python 3 '
-                          'interpreter? Set python to the server\'s interpreter, or set site_packages.'
-                          % (python, found.output[-300:]))
+                     'interpreter? Set python to the server\'s interpreter, or set site_packages.'
+                     % (python, found.output[-300:]))
         if not os.path.isdir(os.path.join(site_packages, 'sglang')):
             fail('%s holds no sglang package' % site_packages)
         return os.path.realpath(site_packages)

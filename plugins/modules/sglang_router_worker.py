@@ -177,8 +177,8 @@ def manage(module, router, worker_url, begun, result):
         worker = entry_for(listed, worker_url)
         result['workers_total'] = len(listed) if listed is not None else result['workers_total']
         member = None if listed is None else worker is not None
-        msg = 'sglang_router_worker %s of %s at %s failed: %s' % (params['state'], worker_url, params['router_url'],
-                                                                to_native(exc))
+        msg = 'sglang_router_worker %s of %s at %s failed: %s' % (
+            params['state'], worker_url, params['router_url'], to_native(exc))
     result.update(member=member, healthy=worker.get('is_healthy') if worker else None,
                   worker_id=worker.get('id') if worker else None, elapsed=round(time.time() - begun, 3))
     if module._diff:
