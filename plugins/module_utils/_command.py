@@ -1,14 +1,23 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The one way the modules run a command: an argv list, the C locale, a deadline, recorded in ``cmd``.
+"""The one way this collection runs a command: an argv list, the C locale, a deadline, recorded in ``cmd``.
 
-Every command goes through ``module.run_command`` (so unit tests replace only
-that), prefixed with coreutils ``timeout``. ``run_command`` itself has no
-deadline, and a wedged driver (nvidia-smi) or a frozen container (pct exec) is
-exactly when these modules run. ``timeout`` puts the command in its own process
-group and signals the whole group, so helpers it started (nsenter, lxc-attach)
-die with it and release the output pipes ``run_command`` waits on.
+Base layer, standard library only (the host-side guard runs it without Ansible).
+
+Two back ends behind one ``CommandRunner``:
+
+- Ansible (``CommandRunner(module, timeout)``): every command goes through
+  ``module.run_command`` (so unit tests replace only that), prefixed with coreutils
+  ``timeout``. ``run_command`` itself has no deadline, and a wedged driver
+  (nvidia-smi) or a frozen container (pct exec) is exactly when these modules run.
+  ``timeout`` puts the command in its own process group and signals the whole group,
+  so helpers it started (nsenter, lxc-attach) die with it and release the output
+  pipes ``run_command`` waits on.
+- standard library (``CommandRunner.over(runner, timeout)``): any
+  ``runner(argv, timeout) -> (rc, stdout, stderr)``, by default ``subprocess_runner``,
+  for the guard's watcher, which has no AnsibleModule. A runner reports a missed
+  deadline as rc 124, as coreutils ``timeout`` does.
 
 No Ansible import here: the module object is passed in.
 """
@@ -17,6 +26,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+import subprocess
 import time
 
 C_LOCALE = {'LANG': 'C', 'LC_ALL': 'C'}
@@ -60,6 +71,24 @@ def format_argv(argv):
     return ' '.join(argv)
 
 
+def subprocess_runner(argv, timeout):
+    """The standard-library back end: (rc, stdout, stderr) of argv, rc 124 when it missed its deadline."""
+    env = dict(os.environ, **C_LOCALE)
+    try:
+        # The guard's watcher runs without an AnsibleModule, so without run_command.
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # pylint: disable=ansible-bad-function
+                                env=env, universal_newlines=True)
+    except OSError as exc:
+        return 127, '', str(exc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return 124, out, (err or '') + '\n%s did not finish within %ss' % (argv[0], timeout)
+    return proc.returncode, out, err
+
+
 class CommandRunner(object):
     """Runs argv lists through ``module.run_command`` under a deadline and records each in ``cmd``.
 
@@ -67,7 +96,7 @@ class CommandRunner(object):
     ``timeout`` prefix that bounds it.
     """
 
-    def __init__(self, module, timeout, clock=time.monotonic):
+    def __init__(self, module, timeout, clock=time.monotonic, runner=None):
         if timeout <= 0:
             raise CommandError('command_timeout must be greater than 0, got %r' % timeout)
         self.module = module
@@ -75,6 +104,12 @@ class CommandRunner(object):
         self.clock = clock
         self.cmd = []
         self._timeout_bin = None
+        self._runner = runner
+
+    @classmethod
+    def over(cls, runner=subprocess_runner, timeout=60.0, clock=time.monotonic):
+        """The standard-library back end: commands go to ``runner(argv, timeout)``, not to an AnsibleModule."""
+        return cls(None, timeout, clock=clock, runner=runner)
 
     def _deadline_prefix(self, timeout):
         if self._timeout_bin is None:
@@ -88,6 +123,12 @@ class CommandRunner(object):
         """Run argv and return a CommandResult; never raises for a non-zero rc or a timeout."""
         argv = [str(arg) for arg in argv]
         timeout = self.timeout if timeout is None else timeout
+        if self._runner is not None:
+            if cwd is not None or data is not None:
+                raise CommandError('the standard-library runner takes no cwd or input: `%s`' % format_argv(argv))
+            self.cmd.append(argv)
+            rc, stdout, stderr = self._runner(argv, timeout)
+            return CommandResult(argv, rc, stdout or '', stderr or '', rc == 124, timeout)
         prefix = self._deadline_prefix(timeout)
         self.cmd.append(argv)
         started = self.clock()

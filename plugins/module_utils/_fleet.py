@@ -10,7 +10,7 @@ __metaclass__ = type
 import threading
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError, normalize_url
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import http_get
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import http_get
 
 
 def unavailable_peers(peers, router_url=None, api_key=None, timeout=2.0, skip=()):

@@ -28,7 +28,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -38,13 +37,20 @@ import subprocess
 import sys
 import time
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner, subprocess_runner
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import (
+    FileLock,
+    LockTimeout,
+    read_bytes,
+    read_json,
+    write_atomic,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
-    NvidiaSmiCommand,
+    FreeMemoryProof,
+    GpuReader,
     NvidiaSmiError,
     gpus_over,
-    parse_gpus,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     compile_patterns,
     select,
@@ -52,15 +58,12 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
-    Server,
-    ServerError,
-    subprocess_runner,
-)
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
 
 PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
 # What the watcher imports, installed into lib/ from the collection that armed the guard.
-RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py', '_router.py')
+RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py', '_router.py',
+                 '_command.py', '_http.py', '_files.py')
 ENTRY_POINT = '''# Installed by gpuops.sglang.sglang_guard: runs the guard without Ansible.
 import os
 import sys
@@ -75,63 +78,36 @@ class GuardError(Exception):
     """The guard could not be armed, confirmed or carried out; the message says why."""
 
 
-# --- small file helpers ------------------------------------------------------
-
-def _write_atomic(path, data, mode=0o600):
-    tmp = '%s.tmp.%d' % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-
+# --- the guard's files ---------------------------------------------------------
 
 def _read_json(path):
     try:
-        with open(path) as handle:
-            return json.load(handle)
-    except (IOError, OSError):
-        return None
+        return read_json(path)
     except ValueError:
         # A state file is only ever replaced by rename; an unreadable one was not written by us.
         raise GuardError('%s is not valid JSON; inspect it before running again' % path)
+
+
+def _write_json(path, document, mode=0o600):
+    write_atomic(path, json.dumps(document, indent=1, sort_keys=True).encode('utf-8'), mode)
 
 
 def _sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
-class Lock(object):
-    """flock on the guard folder's lock file, with a bounded wait."""
+class Lock(FileLock):
+    """The guard folder's lock file: one actor (arm, confirm, restore) at a time, with a bounded wait."""
 
     def __init__(self, folder, timeout):
-        self.path = os.path.join(folder, 'lock')
-        self.timeout = timeout
-        self.fd = None
+        super(Lock, self).__init__(os.path.join(folder, 'lock'), timeout, max_interval=0.5)
 
-    def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-
-        def try_lock():
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return True
-            except (IOError, OSError) as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                return False
-        if not poll_until(try_lock, bool, self.timeout, first_interval=0.05, max_interval=0.5):
-            os.close(self.fd)
+    def acquire(self):
+        try:
+            return super(Lock, self).acquire()
+        except LockTimeout:
             raise GuardError('another run or the guard itself holds %s (restoring?); gave up after %ss'
                              % (self.path, self.timeout))
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
-        return False
 
 
 # --- the guard ------------------------------------------------------------------
@@ -178,7 +154,7 @@ class Guard(object):
                         continue
             except (IOError, OSError):
                 pass
-            _write_atomic(path, data, 0o600)
+            write_atomic(path, data, 0o600)
             changed = True
         return changed
 
@@ -204,7 +180,7 @@ class Guard(object):
                 'watcher': 'systemd' if systemd else 'detached', 'unit': self.unit_name(server['service_name']),
             }
             # Written last: a crash before this line leaves no guard, only unused backups.
-            _write_atomic(self.state_path, json.dumps(state, indent=1, sort_keys=True).encode('utf-8'))
+            _write_json(self.state_path, state)
             try:
                 self._start_watcher(state, deadline_s)
             except GuardError:
@@ -224,9 +200,8 @@ class Guard(object):
         if os.path.islink(path):
             entry.update(kind='symlink', target=os.readlink(path))
             return entry
-        with open(path, 'rb') as handle:
-            data = handle.read()
-        _write_atomic(backup, data, 0o600)
+        data = read_bytes(path)
+        write_atomic(backup, data, 0o600)
         entry.update(kind='file', sha256=_sha256(data))
         return entry
 
@@ -293,7 +268,7 @@ class Guard(object):
             if state is None or (run_id is not None and state.get('run_id') != run_id):
                 return None
             report = self._restore(state, reason, acted_by)
-            _write_atomic(self.fired_path, json.dumps(report, indent=1, sort_keys=True).encode('utf-8'), 0o644)
+            _write_json(self.fired_path, report, 0o644)
             # Removed last: a restore cut short is finished by the next one.
             self._drop(state)
             return report
@@ -302,54 +277,11 @@ class Guard(object):
         started = time.time()
         settings = state['settings']
         server = Server.from_dict(state['server'], runner=self.runner)
-        steps, problems = [], []
-        timings, failed = {}, {}
-
-        def step(name, action):
-            t0 = time.time()
-            try:
-                outcome = action()
-                steps.append(name)
-                return outcome
-            except (ServerError, GuardError, NvidiaSmiError, RouterError, OSError, ValueError) as exc:
-                problems.append('%s: %s' % (name, exc))
-                failed[name] = str(exc)
-                return None
-            finally:
-                timings[name] = round(time.time() - t0, 3)
-
-        if settings.get('router'):
-            # The run may have put the new server back already (or never taken the old one out):
-            # no request may be routed to a server that is about to stop.
-            step('take the server out of the router', lambda: self._take_out(settings['router']))
-        step('stop the server that runs now', server.stop)
-        step('stop what is left of SGLang', lambda: self._kill_leftovers(settings))
-        restored = step('restore the pre-run files', lambda: self._restore_files(state['files']))
-        if server.manager == 'systemd':
-            step('reload systemd', lambda: self._run(['systemctl', 'daemon-reload']))
-        step('wait for the GPUs', lambda: self._wait_gpus(settings))
-        previous = any(entry['existed'] for entry in state['files']
-                       if entry['path'] == state['server']['launch_file'])
-        health = {'healthy': False, 'healthy_at': None, 'why': None}
-        if not previous:
-            problems.append('there was no previous server to start (no launch configuration before the run)')
-        else:
-            launched = step('start the previous server', lambda: server.start(daemon_reload=False))
-            if launched is not None:
-                health = server.wait_healthy(float(settings.get('health_timeout', 900)),
-                                             float(settings.get('health_interval', 0.25)), died=launched[1])
-                timings['wait for health'] = round(time.time() - (launched[0]['started_at']), 3)
-                if not health['healthy']:
-                    problems.append('the previous server is not healthy: %s' % health['why'])
+        steps = RestoreSteps()
+        restored = self._put_back(steps, state, server)
+        health = self._start_previous(steps, state, server)
         healthy = bool(health['healthy'])
-        readmitted, router_problem = None, None
-        if settings.get('router'):
-            # The previous server's key is in the restored launch configuration (it may differ from the run's).
-            readmitted = bool(healthy and step('put the server back into the router',
-                                               lambda: self._readmit(settings['router'], server.api_key())))
-            if not readmitted:
-                router_problem = failed.get('put the server back into the router') or \
-                    'the restored server is not healthy, so it was not put back'
+        readmitted, router_problem = self._readmit_restored(steps, settings, server, healthy)
         stopped_at = _read_stop_marker(settings.get('stop_marker'))
         return {
             'run_id': state['run_id'], 'host': state['host'], 'acted_by': acted_by,
@@ -357,13 +289,58 @@ class Guard(object):
             'healthy': healthy,
             'reason': reason,
             'restored_files': restored or [],
-            'steps': steps, 'problems': problems, 'timings': timings,
+            'steps': steps.done, 'problems': steps.problems, 'timings': steps.timings,
             'started_at': started, 'finished_at': time.time(), 'healthy_at': health.get('healthy_at'),
             'downtime_s': round(health['healthy_at'] - stopped_at, 2) if healthy and stopped_at else None,
             'router_readmitted': readmitted,
             'router_problem': router_problem,
             'hostname': socket.gethostname(),
         }
+
+    def _put_back(self, steps, state, server):
+        """Everything of the run out of the way, the pre-run files back; returns the files restored."""
+        settings = state['settings']
+        if settings.get('router'):
+            # The run may have put the new server back already (or never taken the old one out):
+            # no request may be routed to a server that is about to stop.
+            steps.run('take the server out of the router', lambda: self._take_out(settings['router']))
+        steps.run('stop the server that runs now', server.stop)
+        steps.run('stop what is left of SGLang', lambda: self._kill_leftovers(settings))
+        restored = steps.run('restore the pre-run files', lambda: self._restore_files(state['files']))
+        if server.manager == 'systemd':
+            steps.run('reload systemd', lambda: self._run(['systemctl', 'daemon-reload']))
+        steps.run('wait for the GPUs', lambda: self._wait_gpus(settings))
+        return restored
+
+    @staticmethod
+    def _start_previous(steps, state, server):
+        """Start the server the restored files describe and wait for its /health; the wait's result."""
+        settings = state['settings']
+        previous = any(entry['existed'] for entry in state['files']
+                       if entry['path'] == state['server']['launch_file'])
+        health = {'healthy': False, 'healthy_at': None, 'why': None}
+        if not previous:
+            steps.problems.append('there was no previous server to start (no launch configuration before the run)')
+            return health
+        launched = steps.run('start the previous server', lambda: server.start(daemon_reload=False))
+        if launched is not None:
+            health = server.wait_healthy(float(settings.get('health_timeout', 900)),
+                                         float(settings.get('health_interval', 0.25)), died=launched[1])
+            steps.timings['wait for health'] = round(time.time() - (launched[0]['started_at']), 3)
+            if not health['healthy']:
+                steps.problems.append('the previous server is not healthy: %s' % health['why'])
+        return health
+
+    def _readmit_restored(self, steps, settings, server, healthy):
+        """(put back into the router, why not); (None, None) without a router."""
+        if not settings.get('router'):
+            return None, None
+        name = 'put the server back into the router'
+        # The previous server's key is in the restored launch configuration (it may differ from the run's).
+        readmitted = bool(healthy and steps.run(name, lambda: self._readmit(settings['router'], server.api_key())))
+        if readmitted:
+            return True, None
+        return False, steps.failed.get(name) or 'the restored server is not healthy, so it was not put back'
 
     @staticmethod
     def _router(router_settings):
@@ -398,61 +375,78 @@ class Guard(object):
                     os.unlink(path)
                     restored.append(path)
                 continue
-            tmp = '%s.gpuops-restore.%d' % (path, os.getpid())
             if entry['kind'] == 'symlink':
                 if os.path.islink(path) and os.readlink(path) == entry['target']:
                     continue
+                tmp = '%s.gpuops-restore.%d' % (path, os.getpid())
                 os.symlink(entry['target'], tmp)
-            else:
-                with open(entry['backup'], 'rb') as handle:
-                    data = handle.read()
-                if _sha256(data) != entry['sha256']:
-                    raise GuardError('the backup of %s is damaged (sha256 differs); left it as it is' % path)
-                try:
-                    with open(path, 'rb') as handle:
-                        if handle.read() == data and not os.path.islink(path):
-                            continue
-                except (IOError, OSError):
-                    pass
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, entry['mode'])
-                try:
-                    os.write(fd, data)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.chmod(tmp, entry['mode'])
-                try:
-                    os.chown(tmp, entry['uid'], entry['gid'])
-                except OSError:
-                    pass
-            os.rename(tmp, path)
+                os.rename(tmp, path)
+            elif not _restore_file(entry):
+                continue
             restored.append(path)
         return restored
 
     def _wait_gpus(self, settings):
+        """The one "memory is free" proof (_nvidia), missing GPUs included; GuardError naming what is not."""
         nvidia_smi = settings.get('nvidia_smi')
         if not nvidia_smi:
             return None
-        argv = NvidiaSmiCommand(nvidia_smi).query_gpus()
-        limit = int(settings.get('max_used_mib', 0))
-        readings = {}
-
-        def read():
-            rc, out, err = self._run(argv, 30)
-            if rc != 0:
-                readings['error'] = (err or out).strip()
-                return None
-            readings['gpus'] = parse_gpus(out)
-            return readings['gpus']
-        gpus = poll_until(read, lambda g: g is not None and not gpus_over(g, limit),
-                          float(settings.get('gpu_timeout', 60)), first_interval=0.05, max_interval=0.5)
-        if gpus is None:
-            raise GuardError('nvidia-smi failed: %s' % readings.get('error'))
-        busy = gpus_over(gpus, limit)
+        reader = GpuReader(CommandRunner.over(self._run, 30), nvidia_smi)
+        proof = FreeMemoryProof(reader, int(settings.get('max_used_mib', 0)))
+        gpus = proof.wait(float(settings.get('gpu_timeout', 60)), max_interval=0.5)
+        if proof.free():
+            return gpus
+        if proof.timed_out is not None or not gpus:
+            raise GuardError('nvidia-smi failed: %s' % (proof.timed_out or proof.last_error))
+        problems = []
+        busy = gpus_over(gpus, proof.max_used_mib)
         if busy:
-            raise GuardError('GPU memory still in use: %s' % ', '.join(
-                'GPU %s %s MiB' % (gpu['index'], gpu['memory_used_mib']) for gpu in busy))
-        return gpus
+            problems.append('GPU memory still in use: %s' % ', '.join(
+                'GPU %s unreadable (%s)' % ('?' if gpu['index'] is None else gpu['index'], gpu['error']) if gpu['error'] is not None
+                else 'GPU %s %s MiB' % (gpu['index'], gpu['memory_used_mib']) for gpu in busy))
+        if proof.missing():
+            problems.append('GPU(s) %s not listed by nvidia-smi any more (they were at the first reading)'
+                            % ', '.join(str(index) for index in proof.missing()))
+        raise GuardError('; '.join(problems))
+
+
+class RestoreSteps(object):
+    """The restore's steps: each one timed, a failure noted and the next step run anyway."""
+
+    ERRORS = (ServerError, GuardError, NvidiaSmiError, CommandError, RouterError, OSError, ValueError)
+
+    def __init__(self):
+        self.done, self.problems = [], []
+        self.timings, self.failed = {}, {}
+
+    def run(self, name, action):
+        """action()'s outcome; None when it raised one of ERRORS (then named in problems and failed)."""
+        begun = time.time()
+        try:
+            outcome = action()
+            self.done.append(name)
+            return outcome
+        except self.ERRORS as exc:
+            self.problems.append('%s: %s' % (name, exc))
+            self.failed[name] = str(exc)
+            return None
+        finally:
+            self.timings[name] = round(time.time() - begun, 3)
+
+
+def _restore_file(entry):
+    """Put a regular file's pre-run bytes, mode and owner back; False when they are there already."""
+    path = entry['path']
+    data = read_bytes(entry['backup'])
+    if _sha256(data) != entry['sha256']:
+        raise GuardError('the backup of %s is damaged (sha256 differs); left it as it is' % path)
+    try:
+        if read_bytes(path) == data and not os.path.islink(path):
+            return False
+    except (IOError, OSError):
+        pass
+    write_atomic(path, data, entry['mode'], '.gpuops-restore', (entry['uid'], entry['gid']))
+    return True
 
 
 def _read_stop_marker(path):

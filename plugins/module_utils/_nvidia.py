@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""nvidia-smi: argv builders and parsers into GPU records.
+"""nvidia-smi: argv builders, parsers into GPU records, and the one proof that GPU memory is free.
 
-Pure standard library: a host-side helper imports this without Ansible.
+Readers layer. Pure standard library: the host-side guard imports this without Ansible.
 
 Parsing is pure (text in, records out) and tested on output captured from a
 real H200. ``nvidia-smi | grep 0MiB`` cannot tell a free GPU from a busy one
@@ -18,6 +18,9 @@ __metaclass__ = type
 import glob
 import os
 import stat
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError
+from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 
 GPU_FIELDS = ('index', 'uuid', 'memory.used', 'memory.total')
 APP_FIELDS = ('pid', 'process_name', 'used_memory')
@@ -205,3 +208,92 @@ def format_gpu_table(gpus, max_used_mib, expected_indices=()):
     for index in missing_gpus(gpus, expected_indices):
         lines.append('%-4d %8s/%-8s %s  <-- missing: listed before the release, not now' % (index, '?', '?', '?'))
     return '\n'.join(lines)
+
+
+class GpuReader(object):
+    """nvidia-smi through the one command runner (either back end): every call bounded by its deadline."""
+
+    def __init__(self, runner, nvidia_smi_path, timeout=None):
+        self.runner = runner
+        self.command = NvidiaSmiCommand(nvidia_smi_path)
+        self.timeout = timeout
+
+    def gpus(self):
+        """GPU records; NvidiaSmiError when nvidia-smi fails and names no GPU; CommandError on a timeout."""
+        result = self.runner.run(self.command.query_gpus(), timeout=self.timeout)
+        if result.timed_out:
+            raise CommandError(result.describe(), result)
+        try:
+            gpus = parse_gpus(result.stdout)
+        except NvidiaSmiError:
+            if result.rc != 0:
+                # nvidia-smi prints its driver errors ("couldn't communicate with the NVIDIA driver") on stdout.
+                raise NvidiaSmiError(result.describe())
+            raise
+        if result.rc != 0:
+            # Some GPUs listed, but nvidia-smi still failed: keep the readings, and say so.
+            gpus.append({'index': None, 'uuid': None, 'memory_used_mib': None, 'memory_total_mib': None,
+                         'error': result.describe()})
+        return gpus
+
+    def compute_apps(self):
+        result = self.runner.run(self.command.query_compute_apps(), timeout=self.timeout)
+        if result.timed_out or result.rc != 0:
+            return [{'error': result.describe()}]
+        try:
+            return parse_compute_apps(result.stdout)
+        except NvidiaSmiError as exc:
+            return [{'error': str(exc)}]
+
+
+class FreeMemoryProof(object):
+    """Polls nvidia-smi until every expected GPU is read and at or under the threshold.
+
+    gpu_release and the guard both prove "the memory is free" with this. ``expected_indices``: the GPUs
+    seen before the release; None (the guard, which has no reading from before the stop) takes those of
+    the first reading, so that a GPU that drops off the bus while the memory drains is never taken as free.
+    A failed or unreadable reading is polled again (a driver may answer [N/A] for a moment); a hung
+    nvidia-smi ends the polling at once, since the next call would hang as well.
+    """
+
+    def __init__(self, reader, max_used_mib, expected_indices=None):
+        self.reader = reader
+        self.max_used_mib = max_used_mib
+        self.expected = expected_indices
+        self.timed_out = None
+        self.last_error = None
+        self.gpus = []
+
+    def read(self):
+        try:
+            gpus = self.reader.gpus()
+            self.last_error = None
+        except CommandError as exc:
+            self.timed_out = exc
+            gpus = []
+        except NvidiaSmiError as exc:
+            self.last_error = str(exc)
+            gpus = []
+        if self.expected is None and gpus:
+            self.expected = [gpu['index'] for gpu in gpus if gpu['index'] is not None]
+        self.gpus = gpus
+        return gpus
+
+    def free(self, gpus=None):
+        return proven_free(self.gpus if gpus is None else gpus, self.max_used_mib, self.expected or ())
+
+    def done(self, gpus):
+        return self.timed_out is not None or self.free(gpus)
+
+    def wait(self, timeout, max_interval=0.25):
+        """The last reading: free, or what it was when timeout passed (or nvidia-smi hung)."""
+        # One nvidia-smi query costs about 22 ms on an H200: a release is seen within 0.25 s of the driver's.
+        return poll_until(self.read, self.done, timeout, first_interval=0.05, max_interval=max_interval)
+
+    def busy(self):
+        """Readable GPUs of the last reading over the threshold."""
+        sick = unreadable(self.gpus)
+        return [gpu for gpu in gpus_over(self.gpus, self.max_used_mib) if gpu not in sick]
+
+    def missing(self):
+        return missing_gpus(self.gpus, self.expected or ())

@@ -20,8 +20,6 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ast
-import errno
-import fcntl
 import glob
 import hashlib
 import json
@@ -31,7 +29,17 @@ import shutil
 import tempfile
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
+# LockTimeout is what PackageLock raises: callers catch it from here.
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import (  # pylint: disable=unused-import
+    FileLock,
+    LockTimeout,
+    fsync_dir,
+    mode_and_owner,
+    read_bytes,
+    unlink_quietly,
+    write_atomic,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_beside as write_file_beside
 
 
 class DiffError(Exception):
@@ -290,11 +298,6 @@ def discover_site_packages(run, python, cwd):
     return parse_site_packages(found.stdout), found
 
 
-def read_bytes(path):
-    with open(path, 'rb') as handle:
-        return handle.read()
-
-
 TEMP_SUFFIX = '.sglang_patch.tmp'
 ORIG_SUFFIX = '.sglang_patch.orig'
 JOURNAL_NAME = '.sglang_patch.journal'
@@ -302,59 +305,19 @@ LOCK_HINT = ('another sglang_patch run is changing this package (or a process ho
              'see `fuser -v %s`)')
 
 
-def _fsync_dir(directory):
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_beside(target, data, suffix, mode_from=None):
     """A new file in target's folder holding data, with target's mode and owner; returns its path."""
-    stat = os.stat(mode_from or target)
-    directory, name = os.path.split(target)
-    handle, temp = tempfile.mkstemp(prefix='.' + name + '.', suffix=suffix, dir=directory)
-    try:
-        with os.fdopen(handle, 'wb') as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, stat.st_mode & 0o7777)
-        if os.geteuid() == 0:
-            os.chown(temp, stat.st_uid, stat.st_gid)
-    except Exception:
-        os.unlink(temp)
-        raise
-    return temp
-
-
-def _unlink_quietly(path):
-    try:
-        os.unlink(path)
-        return True
-    except OSError as exc:
-        if exc.errno != errno.ENOENT:
-            raise
-        return False
+    mode, owner = mode_and_owner(mode_from or target)
+    return write_file_beside(target, data, suffix, mode, owner)
 
 
 def replace_file(path, data, suffix, mode):
-    """Put data at path atomically: a temp file beside it (suffix), mode set, then renamed over it."""
-    temp = write_beside(path, data, suffix, mode_from=os.path.dirname(path) or '.')
-    try:
-        os.chmod(temp, mode)
-        os.rename(temp, path)
-    except Exception:
-        _unlink_quietly(temp)
-        raise
+    """Put data at path atomically with mode, owned as its folder is (when root)."""
+    dummy, owner = mode_and_owner(os.path.dirname(path) or '.')
+    write_atomic(path, data, mode, suffix, owner)
 
 
-class LockTimeout(Exception):
-    pass
-
-
-class PackageLock(object):
+class PackageLock(FileLock):
     """An exclusive flock on the package folder, waited for at most ``timeout`` seconds.
 
     flock on the folder itself needs no lock file, and the kernel drops it when
@@ -362,34 +325,8 @@ class PackageLock(object):
     """
 
     def __init__(self, package_dir, timeout, clock=time.monotonic, sleep=time.sleep):
+        super(PackageLock, self).__init__(package_dir, timeout, LOCK_HINT % package_dir, clock, sleep)
         self.package_dir = package_dir
-        self.timeout = timeout
-        self.clock = clock
-        self.sleep = sleep
-        self.fd = None
-
-    def _try(self):
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except (IOError, OSError) as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                raise
-            return False
-
-    def acquire(self):
-        self.fd = os.open(self.package_dir, os.O_RDONLY)
-        if not poll_until(self._try, bool, self.timeout, first_interval=0.05, max_interval=1.0,
-                          clock=self.clock, sleep=self.sleep):
-            self.release()
-            raise LockTimeout('waited %gs for the lock on %s: %s' % (
-                self.timeout, self.package_dir, LOCK_HINT % self.package_dir))
-        return self
-
-    def release(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
 
 class Journal(object):
@@ -411,7 +348,7 @@ class Journal(object):
     def write(self, state, entries):
         replace_file(self.path, json.dumps({'state': state, 'pid': os.getpid(), 'entries': entries},
                                            sort_keys=True).encode('utf-8'), TEMP_SUFFIX, 0o600)
-        _fsync_dir(os.path.dirname(self.path))
+        fsync_dir(os.path.dirname(self.path))
 
     def read(self):
         try:
@@ -427,8 +364,8 @@ class Journal(object):
                             'names with a fresh sglang install, then remove it' % (self.path, exc))
 
     def remove(self):
-        _unlink_quietly(self.path)
-        _fsync_dir(os.path.dirname(self.path))
+        unlink_quietly(self.path)
+        fsync_dir(os.path.dirname(self.path))
 
     def plan(self):
         """(state, {target: file holding what the target must contain}) without changing anything."""
@@ -450,9 +387,9 @@ class Journal(object):
             if state == 'committing' and os.path.exists(entry['orig']):
                 os.rename(entry['orig'], entry['target'])
                 done.append('restored %s from the copy an interrupted commit kept' % entry['target'])
-            elif _unlink_quietly(entry['orig']):
+            elif unlink_quietly(entry['orig']):
                 done.append('removed %s left by a finished commit' % entry['orig'])
-            if _unlink_quietly(entry['new']):
+            if unlink_quietly(entry['new']):
                 done.append('removed %s left by an interrupted commit' % entry['new'])
         self.remove()
         done.append('removed the journal %s (the interrupted commit was %s)'
@@ -572,7 +509,7 @@ class PatchTransaction(object):
         for entry in entries:
             for key in ('new', 'orig'):
                 if entry.get(key):
-                    _unlink_quietly(entry[key])
+                    unlink_quietly(entry[key])
 
     def cleanup(self):
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -596,7 +533,7 @@ def write_stamp(path, patch_sha256, strip, python, site_packages, targets, real_
 
 
 def remove_stamp(path):
-    return _unlink_quietly(path)
+    return unlink_quietly(path)
 
 
 def read_stamp(path, patch_sha256, python, strip=1):

@@ -20,7 +20,7 @@ __metaclass__ = type
 import json
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import bearer, http_request
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import bearer, http_request
 
 
 class RouterError(Exception):

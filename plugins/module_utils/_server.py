@@ -3,10 +3,11 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Start, stop, wait for and verify one SGLang server, as systemd unit or detached process.
 
-Pure standard library (plus this collection's own policy files), because two callers
-share it: the sglang_server module, and the host-side guard (_guard.py), which runs on
-the gpu host without Ansible when the controller is gone. External commands run through
-a ``runner(argv, timeout) -> (rc, stdout, stderr)`` the caller supplies.
+Domain layer. Pure standard library (plus this collection's base and reader files), because
+two callers share it: the sglang_server module, and the host-side guard (_guard.py), which
+runs on the gpu host without Ansible when the controller is gone. External commands run
+through a ``runner(argv, timeout) -> (rc, stdout, stderr)`` the caller supplies
+(``CommandRunner.as_runner()``, or _command.subprocess_runner in the guard).
 
 launch.json: {"python": ..., "module": ..., "args": [...], "environment": {...}}. The
 server runs as ``PYTHON -m MODULE ARGS``, so its command line is what SGLang's own
@@ -29,39 +30,16 @@ import os
 import subprocess
 import time
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import subprocess_runner
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_proc_record
 
-try:  # Python 3
-    from http.client import HTTPConnection, HTTPException
-    from urllib.parse import urlsplit
-except ImportError:  # pragma: no cover - Python 2 targets are not supported
-    HTTPConnection = HTTPException = urlsplit = None
-
-C_LOCALE = {'LANG': 'C', 'LC_ALL': 'C'}
-
 
 class ServerError(Exception):
     """The server could not be started or stopped; the message says why."""
-
-
-def subprocess_runner(argv, timeout):
-    """A runner for callers without AnsibleModule (the host-side guard)."""
-    env = dict(os.environ, **C_LOCALE)
-    try:
-        # The guard's watcher runs without an AnsibleModule, so without run_command.
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,  # pylint: disable=ansible-bad-function
-                                env=env, universal_newlines=True)
-    except OSError as exc:
-        return 127, '', str(exc)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        return 124, out, (err or '') + '\n%s did not finish within %ss' % (argv[0], timeout)
-    return proc.returncode, out, err
 
 
 def _launch_spec(path):
@@ -80,35 +58,6 @@ def load_launch(path):
     env = dict(os.environ)
     env.update(dict((key, str(value)) for key, value in spec.get('environment', {}).items()))
     return argv, env
-
-
-def http_request(method, url, timeout, body=None, headers=None):
-    """(status, body bytes) of one request; status -1 when nothing answered.
-
-    http.client rather than urllib: the probe goes straight to the server's own address and never
-    through an http_proxy the environment may name (and it runs without Ansible in the guard).
-    A dict body is sent as JSON.
-    """
-    parts = urlsplit(url)
-    headers = dict(headers or {})
-    if isinstance(body, dict):
-        body = json.dumps(body).encode('utf-8')
-        headers.setdefault('Content-Type', 'application/json')
-    try:
-        connection = HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-        try:
-            connection.request(method, (parts.path or '/') + ('?' + parts.query if parts.query else ''),
-                               body=body, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
-    except (HTTPException, OSError, ValueError) as exc:
-        return -1, str(exc).encode('utf-8', 'replace')
-
-
-def http_get(url, timeout):
-    return http_request('GET', url, timeout)
 
 
 def read_config_keys(path):
@@ -163,14 +112,9 @@ def _option_values(args, name):
             yield args[index + 1]
 
 
-def bearer(api_key):
-    """The request headers that carry an API key (none without one), as SGLang and its router read them."""
-    return {'Authorization': 'Bearer %s' % api_key} if api_key else {}
-
-
 def answered(path, status):
     """How a failed request answered, in words an operator can act on."""
-    if status == -1:
+    if status == NO_ANSWER:
         return '%s answered nothing' % path
     if status == 401:
         return ('%s answered 401: the server wants an API key and refused the one in its launch configuration'
@@ -393,10 +337,8 @@ class Server(object):
             raise ServerError('could not run %s: %s' % (argv[0], exc))
         finally:
             log.close()
-        tmp = self.pidfile + '.tmp'
-        with open(tmp, 'w') as handle:
-            handle.write(str(child.pid))
-        os.rename(tmp, self.pidfile)
+        # Not fsynced: a pid file outlives neither the server nor a reboot, and this is inside the outage.
+        write_atomic(self.pidfile, str(child.pid).encode('ascii'), 0o644, durable=False)
 
         def death():
             status = child.poll()
@@ -440,7 +382,7 @@ class Server(object):
         why = None
         if not healthy:
             why = state['why'] or ('/health did not answer 200 within %ss (last: %s)'
-                                   % (timeout, 'no answer' if status == -1 else status))
+                                   % (timeout, 'no answer' if status == NO_ANSWER else status))
         return {'healthy': healthy, 'healthy_at': time.time() if healthy else None,
                 'attempts': state['attempts'], 'last_status': status, 'why': why}
 
@@ -523,7 +465,7 @@ class Server(object):
         if not ready:
             why = '%s answered 200 only %d time(s) in a row of %d wanted within %ss (last: %s)' % (
                 state['path'], state['streak'], consecutive, timeout,
-                'no answer' if state['last'] == -1 else state['last'])
+                'no answer' if state['last'] == NO_ANSWER else state['last'])
         return {'ready': ready, 'path': state['path'], 'attempts': state['attempts'], 'why': why}
 
     def generate_once(self, timeout):
@@ -545,6 +487,19 @@ class Server(object):
         if not result['ok']:
             result['why'] = 'POST /generate answered 200 without a generated text'
         return result
+
+    def compare_settings(self, expected, expected_environment=None):
+        """(the reported values of the expected keys, mismatches); ServerError when /server_info cannot be read."""
+        reported = self.server_info()
+        return (dict((key, reported.get(key)) for key in expected),
+                mismatches(reported, expected, expected_environment))
+
+    def settings_or_why(self, expected, expected_environment=None):
+        """compare_settings, or ({}, [why]) when the settings cannot be read (a read-only report goes on)."""
+        try:
+            return self.compare_settings(expected, expected_environment)
+        except ServerError as exc:
+            return {}, ['its settings could not be read: %s' % exc]
 
     def server_info(self):
         """What the server reports about its arguments: /server_info, or /get_server_info on older releases."""

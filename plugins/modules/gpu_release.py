@@ -246,28 +246,28 @@ cmd:
   elements: str
 '''
 
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
+    fail,
+    new_result,
+    require_not_negative,
+    require_positive,
+    run_module,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
     NVIDIA_DAEMON_EXCLUDES,
     NVIDIA_DEVICE_GLOBS,
     DeviceError,
-    NvidiaSmiCommand,
+    FreeMemoryProof,
+    GpuReader,
     NvidiaSmiError,
     expand_devices,
-    format_gpu_table,
-    gpus_over,
-    missing_gpus,
-    parse_compute_apps,
-    parse_gpus,
-    proven_free,
     unreadable,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     Termination,
     await_exit,
@@ -276,219 +276,123 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     planned_kills,
     signalled_summary,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import (
-    LocalProcesses,
-    protected_pids,
-    read_proc_record,
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids
+from ansible_collections.gpuops.sglang.plugins.module_utils._release import classify_holders, not_free_message
+
+ARGUMENT_SPEC = dict(
+    devices=dict(type='list', elements='str', default=NVIDIA_DEVICE_GLOBS),
+    exclude=dict(type='list', elements='str', default=[]),
+    builtin_exclude=dict(type='list', elements='str', default=NVIDIA_DAEMON_EXCLUDES),
+    term_timeout=dict(type='float', default=10.0),
+    kill_timeout=dict(type='float', default=10.0),
+    max_used_mib=dict(type='int', default=0),
+    timeout=dict(type='float', default=60.0),
+    command_timeout=dict(type='float', default=30.0),
+    nvidia_smi=dict(type='path'),
+    await_exit=dict(type='list', elements='int', default=[]),
 )
 
 
-class GpuReader(object):
-    """nvidia-smi through the one command runner: every call bounded by command_timeout."""
-
-    def __init__(self, runner, nvidia_smi_path):
-        self.runner = runner
-        self.command = NvidiaSmiCommand(nvidia_smi_path)
-
-    def gpus(self):
-        """GPU records; NvidiaSmiError when nvidia-smi fails and names no GPU; CommandError on a timeout."""
-        result = self.runner.run(self.command.query_gpus())
-        if result.timed_out:
-            raise CommandError(result.describe(), result)
-        try:
-            gpus = parse_gpus(result.stdout)
-        except NvidiaSmiError as exc:
-            if result.rc != 0:
-                # nvidia-smi prints its driver errors ("couldn't communicate with the NVIDIA driver") on stdout.
-                raise NvidiaSmiError(result.describe())
-            raise
-        if result.rc != 0:
-            # Some GPUs listed, but nvidia-smi still failed: keep the readings, and say so.
-            gpus.append({'index': None, 'uuid': None, 'memory_used_mib': None, 'memory_total_mib': None,
-                         'error': result.describe()})
-        return gpus
-
-    def compute_apps(self):
-        result = self.runner.run(self.command.query_compute_apps())
-        if result.timed_out or result.rc != 0:
-            return [{'error': result.describe()}]
-        try:
-            return parse_compute_apps(result.stdout)
-        except NvidiaSmiError as exc:
-            return [{'error': str(exc)}]
-
-
-def excluded_by(record, excludes):
-    names = [record.name, os.path.basename(record.cmdline.split(' ', 1)[0])]
-    return any(pattern.search(name) for pattern in excludes for name in names)
-
-
-def classify_holders(holders, excludes, guarded):
-    """Split holders into those to stop and those left alone (with why)."""
-    targets, left_alone = [], []
-    for pid in sorted(holders):
-        record = read_proc_record(pid)
-        if record is None or record.is_zombie:
-            continue
-        if pid in guarded:
-            reason = 'self/ancestor'
-        elif excluded_by(record, excludes):
-            reason = 'exclude'
-        else:
-            targets.append(record)
-            continue
-        left_alone.append({'pid': pid, 'cmdline': record.cmdline, 'devices': holders[pid], 'reason': reason})
-    return targets, left_alone
-
-
-class FreeMemoryProof(object):
-    """Polls nvidia-smi until every GPU seen before is read and at or under the threshold.
-
-    A failed or unreadable reading is polled again (a driver may answer [N/A]
-    for a moment); a hung nvidia-smi ends the polling at once, since the next
-    call would hang as well.
-    """
-
-    def __init__(self, reader, max_used_mib, expected_indices):
-        self.reader = reader
-        self.max_used_mib = max_used_mib
-        self.expected = expected_indices
-        self.timed_out = None
-        self.last_error = None
-
-    def read(self):
-        try:
-            gpus = self.reader.gpus()
-            self.last_error = None
-            return gpus
-        except CommandError as exc:
-            self.timed_out = exc
-        except NvidiaSmiError as exc:
-            self.last_error = str(exc)
-        return []
-
-    def done(self, gpus):
-        return self.timed_out is not None or proven_free(gpus, self.max_used_mib, self.expected)
-
-    def wait(self, timeout):
-        # One nvidia-smi query costs about 22 ms on an H200: a release is seen within 0.25 s of the driver's.
-        return poll_until(self.read, self.done, timeout, first_interval=0.05, max_interval=0.25)
-
-
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            devices=dict(type='list', elements='str', default=NVIDIA_DEVICE_GLOBS),
-            exclude=dict(type='list', elements='str', default=[]),
-            builtin_exclude=dict(type='list', elements='str', default=NVIDIA_DAEMON_EXCLUDES),
-            term_timeout=dict(type='float', default=10.0),
-            kill_timeout=dict(type='float', default=10.0),
-            max_used_mib=dict(type='int', default=0),
-            timeout=dict(type='float', default=60.0),
-            command_timeout=dict(type='float', default=30.0),
-            nvidia_smi=dict(type='path'),
-            await_exit=dict(type='list', elements='int', default=[]),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    result = dict(changed=False, killed=[], excluded=[], gpus_before=[], gpus=[], devices=[],
-                  compute_apps=[], elapsed=0.0, cmd=[], awaited=nothing_awaited())
-
-    for name in ('term_timeout', 'kill_timeout', 'timeout', 'max_used_mib'):
-        if params[name] < 0:
-            module.fail_json(msg='%s must not be negative' % name, **result)
-    if params['command_timeout'] <= 0:
-        module.fail_json(msg='command_timeout must be greater than 0', **result)
+def validated_excludes(params):
+    """The compiled exclude patterns, once every option is known to be usable."""
+    require_not_negative(params, ('term_timeout', 'kill_timeout', 'timeout', 'max_used_mib'))
+    require_positive(params, 'command_timeout')
     try:
-        excludes = compile_patterns(params['builtin_exclude'] + params['exclude'], 'exclude pattern')
+        return compile_patterns(params['builtin_exclude'] + params['exclude'], 'exclude pattern')
     except ValueError as exc:
-        module.fail_json(msg=str(exc), **result)
-    try:
-        result['devices'] = expand_devices(params['devices'])
-    except DeviceError as exc:
-        module.fail_json(msg='%s; nothing was signalled' % exc, **result)
+        fail(str(exc))
 
-    nvidia_smi = params['nvidia_smi'] or module.get_bin_path('nvidia-smi', required=False)
+
+def gpu_reader(module):
+    nvidia_smi = module.params['nvidia_smi'] or module.get_bin_path('nvidia-smi', required=False)
     if not nvidia_smi:
-        module.fail_json(msg='nvidia-smi was not found on PATH; install the NVIDIA driver utilities '
-                             'or set the nvidia_smi option', **result)
-    runner = CommandRunner(module, params['command_timeout'])
-    reader = GpuReader(runner, nvidia_smi)
-    result['cmd'] = reader.command.query_gpus()
+        fail('nvidia-smi was not found on PATH; install the NVIDIA driver utilities or set the nvidia_smi option')
+    return GpuReader(CommandRunner(module, module.params['command_timeout']), nvidia_smi)
 
+
+def read_before(module, reader, result):
+    """gpus_before; the indices the proof afterwards must read again."""
     try:
         result['gpus_before'] = reader.gpus()
     except (CommandError, NvidiaSmiError) as exc:
-        module.fail_json(msg='cannot read the GPUs before releasing them, nothing was signalled: %s' % exc,
-                         **result)
+        fail('cannot read the GPUs before releasing them, nothing was signalled: %s' % exc)
     for gpu in unreadable(result['gpus_before']):
         # Informational before the kill: the proof afterwards must read every GPU anyway.
         module.warn('before the release, GPU %s could not be read: %s' % (
             gpu['index'] if gpu['index'] is not None else '?', gpu['error']))
-    expected = [gpu['index'] for gpu in result['gpus_before'] if gpu['index'] is not None]
+    return [gpu['index'] for gpu in result['gpus_before'] if gpu['index'] is not None]
 
-    local = LocalProcesses()
-    ended_early = []
-    if params['await_exit'] and not module.check_mode:
-        # gpus_before is read first: it shows what the stopping server still held.
-        awaited = await_exit(local, params['await_exit'], params['term_timeout'], params['kill_timeout'])
-        result['awaited'] = awaited.report
-        result['killed'] = ended_early = awaited.killed
-        result['changed'] = bool(ended_early)
-        if awaited.failure():
-            module.fail_json(msg='%s; nothing else was signalled' % awaited.failure(), **result)
-    targets, result['excluded'] = classify_holders(local.holders(result['devices']), excludes,
-                                                   protected_pids())
 
-    if module.check_mode:
-        result['killed'] = planned_kills(targets, params['term_timeout'])
-        result['changed'] = bool(targets)
-        result['gpus'] = result['gpus_before']
-        module.exit_json(**result)
+def await_stopping(module, local, result):
+    """Wait for the stopping server's processes (await_exit); the ones that needed SIGKILL."""
+    params = module.params
+    if not params['await_exit'] or module.check_mode:
+        return []
+    # gpus_before is read first: it shows what the stopping server still held.
+    awaited = await_exit(local, params['await_exit'], params['term_timeout'], params['kill_timeout'])
+    result['awaited'] = awaited.report
+    result['killed'] = awaited.killed
+    result['changed'] = bool(awaited.killed)
+    if awaited.failure():
+        fail('%s; nothing else was signalled' % awaited.failure())
+    return awaited.killed
 
+
+def end_holders(module, local, targets, ended_early, result):
+    """SIGTERM, then SIGKILL for the survivors; returns when the kill began (monotonic clock)."""
+    params = module.params
     started = time.monotonic()
     outcome = Termination(local, params['term_timeout'], params['kill_timeout']).run(targets)
     result['killed'] = ended_early + outcome.killed
     result['changed'] = bool(result['killed'])
     if outcome.remaining:
         result['elapsed'] = round(time.monotonic() - started, 3)
-        module.fail_json(msg='%d GPU holder(s) survived SIGKILL: %s' % (
-            len(outcome.remaining), '; '.join(record.describe() for record in outcome.remaining)), **result)
+        fail('%d GPU holder(s) survived SIGKILL: %s' % (
+            len(outcome.remaining), '; '.join(record.describe() for record in outcome.remaining)))
+    return started
 
+
+def prove_free(module, reader, local, expected, started, result):
+    params = module.params
     proof = FreeMemoryProof(reader, params['max_used_mib'], expected)
     result['gpus'] = proof.wait(params['timeout'])
     result['elapsed'] = round(time.monotonic() - started, 3)
     if proof.timed_out is not None:
-        module.fail_json(msg='cannot prove the GPU memory free: %s; %s. A hung nvidia-smi usually means a wedged '
-                             'driver: see dmesg (Xid errors) on this host.'
-                             % (proof.timed_out, signalled_summary(result['killed'])), **result)
-    if proven_free(result['gpus'], params['max_used_mib'], expected):
-        module.exit_json(**result)
+        fail('cannot prove the GPU memory free: %s; %s. A hung nvidia-smi usually means a wedged '
+             'driver: see dmesg (Xid errors) on this host.' % (proof.timed_out, signalled_summary(result['killed'])))
+    if proof.free():
+        return
+    result['compute_apps'] = reader.compute_apps()
+    fail(not_free_message(proof, params['timeout'], result['killed'], result['compute_apps'],
+                          sorted(local.holders(result['devices']))))
 
-    result['compute_apps'] = apps = reader.compute_apps()
-    still_holding = sorted(local.holders(result['devices']))
-    sick = unreadable(result['gpus'])
-    busy = [gpu for gpu in gpus_over(result['gpus'], params['max_used_mib']) if gpu not in sick]
-    problems = []
-    if busy:
-        problems.append('did not drain to <= %d MiB on GPU(s) %s' % (
-            params['max_used_mib'], ', '.join(str(gpu['index']) for gpu in busy)))
-    if sick or proof.last_error:
-        problems.append('could not be read on GPU(s) %s' % ', '.join(
-            [str(gpu['index']) if gpu['index'] is not None else '?' for gpu in sick] or ['all']))
-    missing = missing_gpus(result['gpus'], expected)
-    if missing:
-        problems.append('is not listed any more for GPU(s) %s' % ', '.join(str(index) for index in missing))
-    module.fail_json(
-        msg='GPU memory %s within %.1fs; %s.\n%s\n%s'
-            'compute apps: %s; processes holding the devices now: %s. With no process left, memory that stays '
-            'used or a GPU that cannot be read is a driver-level problem: reset the GPU or reboot.'
-            % (' and '.join(problems), params['timeout'], signalled_summary(result['killed']),
-               format_gpu_table(result['gpus'], params['max_used_mib'], expected),
-               'last nvidia-smi error: %s\n' % proof.last_error if proof.last_error else '',
-               apps or 'none', still_holding or 'none'),
-        **result)
+
+def release(module, result):
+    params = module.params
+    excludes = validated_excludes(params)
+    try:
+        result['devices'] = expand_devices(params['devices'])
+    except DeviceError as exc:
+        fail('%s; nothing was signalled' % exc)
+    reader = gpu_reader(module)
+    result['cmd'] = reader.command.query_gpus()
+    expected = read_before(module, reader, result)
+    local = LocalProcesses()
+    ended_early = await_stopping(module, local, result)
+    targets, result['excluded'] = classify_holders(local.holders(result['devices']), excludes, protected_pids())
+    if module.check_mode:
+        result.update(killed=planned_kills(targets, params['term_timeout']), changed=bool(targets),
+                      gpus=result['gpus_before'])
+        return
+    started = end_holders(module, local, targets, ended_early, result)
+    prove_free(module, reader, local, expected, started, result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = new_result(killed=[], excluded=[], gpus_before=[], gpus=[], devices=[], compute_apps=[], elapsed=0.0,
+                        cmd=[], awaited=nothing_awaited())
+    run_module(module, result, lambda: release(module, result))
 
 
 if __name__ == '__main__':

@@ -178,6 +178,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, require_positive, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._pct import (
     ContainerProcesses,
     PctCommand,
@@ -195,71 +196,73 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     select,
 )
 
+ARGUMENT_SPEC = dict(
+    vmid=dict(type='int', required=True),
+    patterns=dict(type='list', elements='str', default=DEFAULT_SGLANG_PATTERNS),
+    term_timeout=dict(type='float', default=10.0),
+    kill_timeout=dict(type='float', default=10.0),
+    command_timeout=dict(type='float', default=30.0),
+    pct=dict(type='path'),
+    await_exit=dict(type='list', elements='int', default=[]),
+)
+
 
 def remaining_entry(record):
     return {'pid': record.pid, 'cmdline': record.cmdline, 'state': record.state}
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            vmid=dict(type='int', required=True),
-            patterns=dict(type='list', elements='str', default=DEFAULT_SGLANG_PATTERNS),
-            term_timeout=dict(type='float', default=10.0),
-            kill_timeout=dict(type='float', default=10.0),
-            command_timeout=dict(type='float', default=30.0),
-            pct=dict(type='path'),
-            await_exit=dict(type='list', elements='int', default=[]),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    result = dict(changed=False, killed=[], remaining=[], cmd=[], vmid=params['vmid'], awaited=nothing_awaited(),
-                  elapsed=0.0)
-
+def validated_patterns(params):
     if not params['patterns']:
-        module.fail_json(msg='patterns is empty: give at least one regular expression for the command lines '
-                             'to stop (the default matches SGLang)', **result)
+        fail('patterns is empty: give at least one regular expression for the command lines '
+             'to stop (the default matches SGLang)')
     if any(not pattern.strip() for pattern in params['patterns']):
-        module.fail_json(msg='an empty pattern matches every process in the container; refusing it', **result)
+        fail('an empty pattern matches every process in the container; refusing it')
     try:
         patterns = compile_patterns(params['patterns'])
     except ValueError as exc:
-        module.fail_json(msg=str(exc), **result)
+        fail(str(exc))
     if params['term_timeout'] < 0 or params['kill_timeout'] < 0:
-        module.fail_json(msg='term_timeout and kill_timeout must not be negative', **result)
-    if params['command_timeout'] <= 0:
-        module.fail_json(msg='command_timeout must be greater than 0', **result)
+        fail('term_timeout and kill_timeout must not be negative')
+    require_positive(params, 'command_timeout')
+    return patterns
 
+
+def running_container(module, result):
+    """The container's processes through pct exec, once pct says the container runs."""
+    params = module.params
     pct_path = params['pct'] or module.get_bin_path('pct', required=False)
     if not pct_path:
-        module.fail_json(msg='pct was not found on PATH; is this a Proxmox VE node? '
-                             'Set the pct option to its path.', **result)
+        fail('pct was not found on PATH; is this a Proxmox VE node? Set the pct option to its path.')
     runner = CommandRunner(module, params['command_timeout'])
     result['cmd'] = runner.cmd
     pct = PctCommand(pct_path, params['vmid'])
-    container = ContainerProcesses(runner, pct)
-
     try:
         status_run = runner.run(pct.status())
     except CommandError as exc:
-        module.fail_json(msg='%s; nothing was signalled' % exc, **result)
+        fail('%s; nothing was signalled' % exc)
     if status_run.timed_out:
-        module.fail_json(msg='%s; nothing was signalled' % status_run.describe(), **result)
+        fail('%s; nothing was signalled' % status_run.describe())
     status = parse_status(status_run.stdout) if status_run.rc == 0 else None
     if status != 'running':
         state = ('is %s' % status) if status else 'does not exist or cannot be queried (rc %d: %s)' % (
             status_run.rc, status_run.output or 'no output')
-        module.fail_json(msg='container %d %s; nothing was killed' % (params['vmid'], state), **result)
+        fail('container %d %s; nothing was killed' % (params['vmid'], state))
+    return ContainerProcesses(runner, pct)
 
-    def matching(listing):
-        for record in listing:
-            if record.pid in container.PROTECTED and any(pattern.search(record.cmdline) for pattern in patterns):
-                module.warn('pid %d in container %d (%s) matches the patterns but is the container\'s init; '
-                            'it is never signalled (stop the container instead)'
-                            % (record.pid, params['vmid'], record.cmdline))
-        return select(listing, patterns, protected_pids=container.PROTECTED)
 
+def matching(module, container, patterns, listing):
+    """The processes to stop; a match that is the container's init is only warned about."""
+    for record in listing:
+        if record.pid in container.PROTECTED and any(pattern.search(record.cmdline) for pattern in patterns):
+            module.warn('pid %d in container %d (%s) matches the patterns but is the container\'s init; '
+                        'it is never signalled (stop the container instead)'
+                        % (record.pid, module.params['vmid'], record.cmdline))
+    return select(listing, patterns, protected_pids=container.PROTECTED)
+
+
+def kill(module, container, patterns, result):
+    """(what await_exit ended, the termination's outcome or None when nothing matched, when it began)."""
+    params = module.params
     termination = Termination(container, params['term_timeout'], params['kill_timeout'],
                               rescan=lambda listing: select(listing, patterns, protected_pids=container.PROTECTED))
     ended_early = []
@@ -271,40 +274,51 @@ def main():
             ended_early = awaited.killed
             if awaited.failure():
                 raise ProcessSourceError(awaited.failure())
-        targets = matching(container.list())
+        targets = matching(module, container, patterns, container.list())
         if module.check_mode:
-            result['killed'] = planned_kills(targets, params['term_timeout'])
-            result['changed'] = bool(targets)
-            module.exit_json(**result)
+            result.update(killed=planned_kills(targets, params['term_timeout']), changed=bool(targets))
+            return ended_early, None, started
         if not ended_early:
             started = time.monotonic()
-        outcome = termination.run(targets) if targets else None
+        return ended_early, (termination.run(targets) if targets else None), started
     except (ProcessSourceError, CommandError) as exc:
         result['killed'] = ended_early + termination.killed
         result['changed'] = bool(result['killed'])
         result['elapsed'] = round(time.monotonic() - started, 3) if result['killed'] else 0.0
-        module.fail_json(msg='%s; %s' % (exc, signalled_summary(result['killed'])), **result)
+        fail('%s; %s' % (exc, signalled_summary(result['killed'])))
 
+
+def survivors_message(module, outcome):
+    signalled = set(entry['pid'] for entry in outcome.killed)
+    return ('%d matching process(es) in container %d still there after SIGKILL and %.1fs: %s. %s; '
+            'a process in state D waits on the kernel (often a hung GPU or NFS), check dmesg on the node; '
+            'one that was never signalled keeps appearing (a respawn): stop what starts it.'
+            % (len(outcome.remaining), module.params['vmid'], module.params['kill_timeout'],
+               '; '.join('%s%s' % (record.describe(), '' if record.pid in signalled else ' [never signalled]')
+                         for record in outcome.remaining),
+               signalled_summary(outcome.killed)))
+
+
+def stop_matching(module, result):
+    patterns = validated_patterns(module.params)
+    container = running_container(module, result)
+    ended_early, outcome, started = kill(module, container, patterns, result)
+    if module.check_mode:
+        return
     result['elapsed'] = round(time.monotonic() - started, 3) if outcome or ended_early else 0.0
-    if outcome is None:
-        result['killed'] = ended_early
-        result['changed'] = bool(ended_early)
-        module.exit_json(**result)
-    result['killed'] = ended_early + outcome.killed
-    result['remaining'] = [remaining_entry(record) for record in outcome.remaining]
+    result['killed'] = ended_early + (outcome.killed if outcome else [])
     result['changed'] = bool(result['killed'])
-    if outcome.remaining:
-        signalled = set(entry['pid'] for entry in outcome.killed)
-        module.fail_json(
-            msg='%d matching process(es) in container %d still there after SIGKILL and %.1fs: %s. %s; '
-                'a process in state D waits on the kernel (often a hung GPU or NFS), check dmesg on the node; '
-                'one that was never signalled keeps appearing (a respawn): stop what starts it.'
-                % (len(outcome.remaining), params['vmid'], params['kill_timeout'],
-                   '; '.join('%s%s' % (record.describe(), '' if record.pid in signalled else ' [never signalled]')
-                             for record in outcome.remaining),
-                   signalled_summary(outcome.killed)),
-            **result)
-    module.exit_json(**result)
+    if outcome is not None:
+        result['remaining'] = [remaining_entry(record) for record in outcome.remaining]
+        if outcome.remaining:
+            fail(survivors_message(module, outcome))
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    result = new_result(killed=[], remaining=[], cmd=[], vmid=module.params['vmid'], awaited=nothing_awaited(),
+                        elapsed=0.0)
+    run_module(module, result, lambda: stop_matching(module, result))
 
 
 if __name__ == '__main__':

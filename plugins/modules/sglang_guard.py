@@ -250,111 +250,111 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
-
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import PACKAGE, Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 
 SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'base_url')
+ARGUMENT_SPEC = dict(
+    state=dict(type='str', default='query', choices=['armed', 'confirmed', 'restored', 'query']),
+    folder=dict(type='path', required=True),
+    run_id=dict(type='str'),
+    deadline=dict(type='float', default=1800),
+    files=dict(type='list', elements='path', default=[]),
+    server=dict(type='dict', default={}),
+    host=dict(type='str', default=''),
+    kill_patterns=dict(type='list', elements='str', default=[]),
+    health_timeout=dict(type='float', default=900),
+    gpu_max_used_mib=dict(type='int', default=0),
+    gpu_timeout=dict(type='float', default=60),
+    stop_marker=dict(type='path'),
+    router=dict(type='dict', options=dict(
+        url=dict(type='str', required=True),
+        worker_url=dict(type='str', required=True),
+        api_key=dict(type='str', no_log=True),
+        timeout=dict(type='float', default=30),
+    )),
+    reason=dict(type='str', default='restore requested'),
+    lock_timeout=dict(type='float', default=60),
+)
+
+
+def arm(module, guard, current, result):
+    params = module.params
+    missing = [key for key in SERVER_KEYS if not params['server'].get(key)]
+    if missing:
+        fail('server lacks %s' % ', '.join(missing))
+    if params['deadline'] <= 0:
+        fail('deadline must be above 0 seconds')
+    if current is not None:
+        fail('a guard armed by run %s is still pending on this host; restore it first (state=restored)'
+             % current.get('run_id'))
+    result['changed'] = True
+    if module.check_mode:
+        return
+    guard.install_runtime(lambda name: pkgutil.get_data(PACKAGE, name))
+    settings = dict(kill_patterns=params['kill_patterns'], health_timeout=params['health_timeout'],
+                    term_timeout=params['server'].get('term_timeout', 30),
+                    nvidia_smi=module.get_bin_path('nvidia-smi'), max_used_mib=params['gpu_max_used_mib'],
+                    gpu_timeout=params['gpu_timeout'], stop_marker=params['stop_marker'],
+                    router=params['router'])
+    guard.arm(params['run_id'], params['deadline'], params['files'], dict(params['server']),
+              params['host'], sys.executable, settings, systemd=os.path.isdir('/run/systemd/system'))
+
+
+def confirm(module, guard, current, result):
+    if module.check_mode:
+        result['changed'] = current is not None and current.get('run_id') == module.params['run_id']
+        return
+    confirmed, fired = guard.confirm(module.params['run_id'])
+    if not confirmed:
+        result['fired'] = fired
+        fail('the guard acted before the run confirmed the new server (%s): %s; the host now %s'
+             % (fired.get('acted_by'), fired.get('reason'),
+                'serves the previous server' if fired.get('healthy') else 'serves nothing'))
+    result['changed'] = True
+
+
+def restore(module, guard, current, result):
+    params = module.params
+    if current is None:
+        return
+    result['changed'] = True
+    if module.check_mode:
+        return
+    report = guard.restore(params['reason'], 'controller' if params['run_id'] else 'takeover', run_id=params['run_id'])
+    result['fired'] = report
+    if report is not None and not report['healthy']:
+        fail('the rollback did not bring the previous server back: %s' % '; '.join(report['problems']))
+
+
+def report_guard(guard, folder, result):
+    """The keys every run returns: whether a guard is armed now, by which run, and what the last one did."""
+    present = os.path.isdir(folder)
+    state = guard.state() if present else None
+    result.update(armed=state is not None, armed_by=state.get('run_id') if state else None,
+                  deadline_at=state.get('deadline') if state else None,
+                  last_fired=guard.last_fired() if present else None, cmd=guard.commands)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            state=dict(type='str', default='query', choices=['armed', 'confirmed', 'restored', 'query']),
-            folder=dict(type='path', required=True),
-            run_id=dict(type='str'),
-            deadline=dict(type='float', default=1800),
-            files=dict(type='list', elements='path', default=[]),
-            server=dict(type='dict', default={}),
-            host=dict(type='str', default=''),
-            kill_patterns=dict(type='list', elements='str', default=[]),
-            health_timeout=dict(type='float', default=900),
-            gpu_max_used_mib=dict(type='int', default=0),
-            gpu_timeout=dict(type='float', default=60),
-            stop_marker=dict(type='path'),
-            router=dict(type='dict', options=dict(
-                url=dict(type='str', required=True),
-                worker_url=dict(type='str', required=True),
-                api_key=dict(type='str', no_log=True),
-                timeout=dict(type='float', default=30),
-            )),
-            reason=dict(type='str', default='restore requested'),
-            lock_timeout=dict(type='float', default=60),
-        ),
-        required_if=[('state', 'armed', ['run_id', 'server']), ('state', 'confirmed', ['run_id'])],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
+                           required_if=[('state', 'armed', ['run_id', 'server']), ('state', 'confirmed', ['run_id'])])
     params = module.params
-
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
-    commands = CommandRunner(module, 60)
-    runner = commands.as_runner()
+    guard = Guard(params['folder'], runner=CommandRunner(module, 60).as_runner(), lock_timeout=params['lock_timeout'])
+    result = new_result(armed=False, armed_by=None, deadline_at=None, fired=None, last_fired=None, cmd=[])
+    actions = dict(armed=arm, confirmed=confirm, restored=restore, query=lambda *args: None)
 
-    guard = Guard(params['folder'], runner=runner, lock_timeout=params['lock_timeout'])
-    result = dict(changed=False, armed=False, armed_by=None, deadline_at=None, fired=None, last_fired=None, cmd=[])
-
-    def finish(failed_msg=None):
-        state = guard.state() if os.path.isdir(params['folder']) else None
-        result.update(armed=state is not None, armed_by=state.get('run_id') if state else None,
-                      deadline_at=state.get('deadline') if state else None, last_fired=guard.last_fired()
-                      if os.path.isdir(params['folder']) else None, cmd=guard.commands)
-        if failed_msg:
-            module.fail_json(msg=failed_msg, **result)
-        module.exit_json(**result)
-
-    try:
-        state = params['state']
+    def body():
         current = guard.state() if os.path.isdir(params['folder']) else None
-        if state == 'query':
-            finish()
-        if state == 'armed':
-            missing = [key for key in SERVER_KEYS if not params['server'].get(key)]
-            if missing:
-                finish('server lacks %s' % ', '.join(missing))
-            if params['deadline'] <= 0:
-                finish('deadline must be above 0 seconds')
-            if current is not None:
-                finish('a guard armed by run %s is still pending on this host; restore it first (state=restored)'
-                       % current.get('run_id'))
-            result['changed'] = True
-            if module.check_mode:
-                finish()
-            guard.install_runtime(lambda name: pkgutil.get_data(PACKAGE, name))
-            settings = dict(kill_patterns=params['kill_patterns'], health_timeout=params['health_timeout'],
-                            term_timeout=params['server'].get('term_timeout', 30),
-                            nvidia_smi=module.get_bin_path('nvidia-smi'), max_used_mib=params['gpu_max_used_mib'],
-                            gpu_timeout=params['gpu_timeout'], stop_marker=params['stop_marker'],
-                            router=params['router'])
-            guard.arm(params['run_id'], params['deadline'], params['files'], dict(params['server']),
-                      params['host'], sys.executable, settings, systemd=os.path.isdir('/run/systemd/system'))
-            finish()
-        if state == 'confirmed':
-            if module.check_mode:
-                result['changed'] = current is not None and current.get('run_id') == params['run_id']
-                finish()
-            confirmed, fired = guard.confirm(params['run_id'])
-            if not confirmed:
-                result['fired'] = fired
-                finish('the guard acted before the run confirmed the new server (%s): %s; the host now %s'
-                       % (fired.get('acted_by'), fired.get('reason'),
-                          'serves the previous server' if fired.get('healthy') else 'serves nothing'))
-            result['changed'] = True
-            finish()
-        # restored
-        if current is None:
-            finish()
-        result['changed'] = True
-        if module.check_mode:
-            finish()
-        report = guard.restore(params['reason'], 'controller' if params['run_id'] else 'takeover',
-                               run_id=params['run_id'])
-        result['fired'] = report
-        if report is not None and not report['healthy']:
-            finish('the rollback did not bring the previous server back: %s' % '; '.join(report['problems']))
-        finish()
-    except GuardError as exc:
-        finish(to_native(exc))
-    except (CommandError, OSError, IOError, ValueError, KeyError) as exc:
-        finish('sglang_guard %s failed: %s' % (params['state'], to_native(exc)))
+        actions[params['state']](module, guard, current, result)
+
+    def describe(exc):
+        if isinstance(exc, GuardError):
+            return to_native(exc)
+        return 'sglang_guard %s failed: %s' % (params['state'], to_native(exc))
+    run_module(module, result, body, errors=(GuardError, CommandError, OSError, IOError, ValueError, KeyError),
+               describe=describe, finish=lambda result: report_guard(guard, params['folder'], result))
 
 
 if __name__ == '__main__':

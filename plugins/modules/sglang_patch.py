@@ -184,6 +184,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
+    fail,
+    new_result,
+    require_not_negative,
+    require_positive,
+    run_module,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     DiffError,
     Journal,
@@ -206,35 +213,47 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
 )
 
 
+ARGUMENT_SPEC = dict(
+    src=dict(type='path'),
+    content=dict(type='str'),
+    python=dict(type='str', default='python3'),
+    site_packages=dict(type='path'),
+    strip=dict(type='int', default=1),
+    state=dict(type='str', choices=['present', 'absent'], default='present'),
+    backup=dict(type='bool', default=False),
+    patch=dict(type='path'),
+    lock_timeout=dict(type='float', default=60.0),
+    command_timeout=dict(type='float', default=60.0),
+    stamp=dict(type='path'),
+)
+
+
 class PatchModule(object):
+    """One run: find the package, lock it, repair an interrupted run, dry-run both ways, stage, commit."""
+
     def __init__(self, module):
         self.module = module
         self.params = module.params
-        self.result = dict(changed=False, site_packages=None, sglang_version=None, files=[],
-                           patch_sha256=None, state=self.params['state'], applied=False,
-                           backup_files=[], recovered=[], cmd=[])
+        self.result = new_result(site_packages=None, sglang_version=None, files=[],
+                                 patch_sha256=None, state=self.params['state'], applied=False,
+                                 backup_files=[], recovered=[], cmd=[])
         self.transaction = None
         self.runner = None
         self.lock = None
+        self.data = self.python = self.site_packages = self.package_dir = None
+        self.targets = self.real_targets = []
 
-    def fail(self, msg):
+    def cleanup(self, result=None):
+        """Whatever the outcome: the staging folder goes, the package lock is given back."""
         if self.transaction is not None:
             self.transaction.cleanup()
         if self.lock is not None:
             self.lock.release()
-        self.module.fail_json(msg=msg, **self.result)
-
-    def exit(self):
-        if self.transaction is not None:
-            self.transaction.cleanup()
-        if self.lock is not None:
-            self.lock.release()
-        self.module.exit_json(**self.result)
 
     def run(self, argv, cwd=None):
         result = self.runner.run(argv, cwd=cwd)
         if result.timed_out:
-            self.fail('%s; nothing was changed in site-packages' % result.describe())
+            fail('%s; nothing was changed in site-packages' % result.describe())
         return result
 
     def read_diff(self):
@@ -245,17 +264,17 @@ class PatchModule(object):
             with open(self.params['src'], 'rb') as handle:
                 return restore_final_newline(handle.read())
         except (IOError, OSError) as exc:
-            self.fail('cannot read the diff %s: %s' % (self.params['src'], to_native(exc)))
+            fail('cannot read the diff %s: %s' % (self.params['src'], to_native(exc)))
 
     def python_path(self):
         python = self.params['python']
         if os.path.isabs(python):
             if not os.access(python, os.X_OK):
-                self.fail('python %s does not exist or is not executable' % python)
+                fail('python %s does not exist or is not executable' % python)
             return python
         found = self.module.get_bin_path(python, required=False)
         if not found:
-            self.fail('python %r was not found on PATH; set python to the server interpreter' % python)
+            fail('python %r was not found on PATH; set python to the server interpreter' % python)
         return found
 
     def find_site_packages(self, python):
@@ -264,15 +283,15 @@ class PatchModule(object):
         else:
             site_packages, found = discover_site_packages(self.run, python, self.module.tmpdir)
             if found.rc != 0:
-                self.fail('%s cannot find the sglang package (rc %d)%s; is sglang installed for this '
-                          'interpreter? Set python or site_packages.'
-                          % (python, found.rc, ': ' + found.output if found.output else ''))
+                fail('%s cannot find the sglang package (rc %d)%s; is sglang installed for this '
+                     'interpreter? Set python or site_packages.'
+                     % (python, found.rc, ': ' + found.output if found.output else ''))
             if site_packages is None:
-                self.fail('%s exited 0 but printed no site-packages path (output: %r); is it a Python 3 '
-                          'interpreter? Set python to the server\'s interpreter, or set site_packages.'
-                          % (python, found.output[-300:]))
+                fail('%s exited 0 but printed no site-packages path (output: %r); is it a Python 3 '
+                     'interpreter? Set python to the server\'s interpreter, or set site_packages.'
+                     % (python, found.output[-300:]))
         if not os.path.isdir(os.path.join(site_packages, 'sglang')):
-            self.fail('%s holds no sglang package' % site_packages)
+            fail('%s holds no sglang package' % site_packages)
         return os.path.realpath(site_packages)
 
     def dry_run(self, patch, diff_file, reverse):
@@ -330,89 +349,78 @@ class PatchModule(object):
             self.module.warn('the patch stamp %s could not be written (the next run dry-runs the patch '
                              'again): %s' % (path, to_native(exc)))
 
-    def main(self):
+    def locate(self):
+        """The diff, its targets and the sglang package they are confined to; nothing is changed yet."""
         params = self.params
-        if params['strip'] < 0:
-            self.fail('strip must not be negative')
-        if params['lock_timeout'] < 0:
-            self.fail('lock_timeout must not be negative')
-        if params['command_timeout'] <= 0:
-            self.fail('command_timeout must be greater than 0')
+        require_not_negative(params, ('strip', 'lock_timeout'))
+        require_positive(params, 'command_timeout')
         self.runner = CommandRunner(self.module, params['command_timeout'])
         self.result['cmd'] = self.runner.cmd
-        data = self.read_diff()
-        self.result['patch_sha256'] = sha256_bytes(data)
+        self.data = self.read_diff()
+        self.result['patch_sha256'] = sha256_bytes(self.data)
         try:
-            targets = parse_targets(diff_text(data), params['strip'])
+            self.targets = parse_targets(diff_text(self.data), params['strip'])
         except DiffError as exc:
-            self.fail('refusing the diff, nothing was changed: %s' % exc)
-        self.result['files'] = targets
-
-        python = self.python_path()
+            fail('refusing the diff, nothing was changed: %s' % exc)
+        self.result['files'] = self.targets
+        self.python = self.python_path()
         try:
-            site_packages = self.find_site_packages(python)
+            self.site_packages = self.find_site_packages(self.python)
         except CommandError as exc:
-            self.fail('%s; nothing was changed' % exc)
-        self.result['site_packages'] = site_packages
-        self.result['sglang_version'] = read_dist_version(site_packages)
+            fail('%s; nothing was changed' % exc)
+        self.result['site_packages'] = self.site_packages
+        self.result['sglang_version'] = read_dist_version(self.site_packages)
         try:
-            real_targets = confine(site_packages, targets)
+            self.real_targets = confine(self.site_packages, self.targets)
         except DiffError as exc:
-            self.fail('refusing the diff, nothing was changed: %s' % exc)
+            fail('refusing the diff, nothing was changed: %s' % exc)
+        self.package_dir = os.path.join(self.site_packages, 'sglang')
 
-        package_dir = os.path.join(site_packages, 'sglang')
+    def lock_and_recover(self):
+        """Hold the package lock, repair an interrupted earlier run; the staging sources recover planned."""
         try:
-            self.lock = PackageLock(package_dir, params['lock_timeout']).acquire()
+            self.lock = PackageLock(self.package_dir, self.params['lock_timeout']).acquire()
         except LockTimeout as exc:
-            self.fail('%s; nothing was changed' % exc)
+            fail('%s; nothing was changed' % exc)
         try:
-            sources = self.recover(package_dir, real_targets)
+            return self.recover(self.package_dir, self.real_targets)
         except DiffError as exc:
-            self.fail(str(exc))
+            fail(str(exc))
         except (IOError, OSError) as exc:
-            self.fail('repairing an interrupted earlier commit failed: %s' % to_native(exc))
+            fail('repairing an interrupted earlier commit failed: %s' % to_native(exc))
 
-        patch = PatchCommand(params['patch'] or self.module.get_bin_path('patch', required=True))
-        diff_file = os.path.join(self.module.tmpdir, 'change.diff')
-        with open(diff_file, 'wb') as handle:
-            handle.write(data)
-
-        self.transaction = PatchTransaction(site_packages, targets, self.module.tmpdir, real_targets=real_targets,
-                                            sources=sources, journal=Journal(package_dir))
-        want_applied = params['state'] == 'present'
+    def needs_change(self, patch, diff_file, want_applied):
+        """False when the diff is already as wanted (applied or not): dry runs in both directions."""
         forward_ok, forward_out = self.dry_run(patch, diff_file, reverse=not want_applied)
-        if not forward_ok:
-            backward_ok, backward_out = self.dry_run(patch, diff_file, reverse=want_applied)
-            if backward_ok:
-                self.result['applied'] = want_applied
-                self.record_stamp(site_packages, targets, real_targets)
-                self.exit()
-            self.fail('the diff applies neither forwards nor backwards to sglang %s in %s (wrong version, '
-                      'or partly applied); nothing was changed.\nforward: %s\nbackward: %s'
-                      % (self.result['sglang_version'], site_packages, forward_out, backward_out))
+        if forward_ok:
+            return True
+        backward_ok, backward_out = self.dry_run(patch, diff_file, reverse=want_applied)
+        if backward_ok:
+            return False
+        fail('the diff applies neither forwards nor backwards to sglang %s in %s (wrong version, '
+             'or partly applied); nothing was changed.\nforward: %s\nbackward: %s'
+             % (self.result['sglang_version'], self.site_packages, forward_out, backward_out))
 
-        argv = patch.apply(self.transaction.staging_tree(), diff_file, params['strip'], reverse=not want_applied)
+    def stage(self, patch, diff_file, want_applied):
+        """Patch and byte-compile the staging copies; the files that change."""
+        argv = patch.apply(self.transaction.staging_tree(), diff_file, self.params['strip'], reverse=not want_applied)
         applied = self.run(argv)
         if applied.rc != 0:
-            self.fail('patch failed on the staging copy after a clean dry run (rc %d), nothing was changed: %s'
-                      % (applied.rc, applied.output))
+            fail('patch failed on the staging copy after a clean dry run (rc %d), nothing was changed: %s'
+                 % (applied.rc, applied.output))
         changed_files = self.transaction.changed_files()
-        rc, compile_out = self.byte_compile(python, [self.transaction.staged_path(rel) for rel in changed_files],
+        rc, compile_out = self.byte_compile(self.python, [self.transaction.staged_path(rel) for rel in changed_files],
                                             self.transaction.staging)
         if rc != 0:
-            encoding = '' if is_utf8(data) else (' (the diff is not UTF-8: Python reads source files as UTF-8 '
-                                                 'unless they declare another encoding)')
-            self.fail('the patched files do not compile with %s%s, nothing was changed: %s'
-                      % (python, encoding, compile_out))
+            encoding = '' if is_utf8(self.data) else (' (the diff is not UTF-8: Python reads source files as UTF-8 '
+                                                      'unless they declare another encoding)')
+            fail('the patched files do not compile with %s%s, nothing was changed: %s'
+                 % (self.python, encoding, compile_out))
+        return changed_files
 
-        self.result['changed'] = self.result['changed'] or bool(changed_files)
-        self.result['applied'] = want_applied
-        if self.module._diff:
-            self.result['diff'] = [self.transaction.diff(rel) for rel in changed_files]
-        if self.module.check_mode:
-            self.exit()
-
-        if params['backup']:
+    def commit(self, changed_files, want_applied):
+        """Into site-packages, all or nothing: the originals come back when writing or compiling fails."""
+        if self.params['backup']:
             self.result['backup_files'] = [self.module.backup_local(self.transaction.target_path(rel))
                                            for rel in changed_files]
         try:
@@ -420,38 +428,45 @@ class PatchModule(object):
         except (IOError, OSError) as exc:
             self.result['changed'] = bool(self.result['recovered'])
             self.result['applied'] = not want_applied
-            self.fail('writing the patched files failed, the originals were restored: %s' % to_native(exc))
-        rc, compile_out = self.byte_compile(python, [self.transaction.target_path(rel) for rel in changed_files],
-                                            site_packages)
+            fail('writing the patched files failed, the originals were restored: %s' % to_native(exc))
+        rc, compile_out = self.byte_compile(self.python, [self.transaction.target_path(rel) for rel in changed_files],
+                                            self.site_packages)
         if rc != 0:
             self.transaction.restore(changed_files)
             self.result['changed'] = bool(self.result['recovered'])
             self.result['applied'] = not want_applied
-            self.fail('byte-compiling in place failed, the originals were restored: %s' % compile_out)
-        self.record_stamp(site_packages, targets, real_targets)
-        self.exit()
+            fail('byte-compiling in place failed, the originals were restored: %s' % compile_out)
+
+    def main(self):
+        self.locate()
+        sources = self.lock_and_recover()
+        patch = PatchCommand(self.params['patch'] or self.module.get_bin_path('patch', required=True))
+        diff_file = os.path.join(self.module.tmpdir, 'change.diff')
+        with open(diff_file, 'wb') as handle:
+            handle.write(self.data)
+        self.transaction = PatchTransaction(self.site_packages, self.targets, self.module.tmpdir,
+                                            real_targets=self.real_targets, sources=sources,
+                                            journal=Journal(self.package_dir))
+        want_applied = self.params['state'] == 'present'
+        if self.needs_change(patch, diff_file, want_applied):
+            changed_files = self.stage(patch, diff_file, want_applied)
+            self.result['changed'] = self.result['changed'] or bool(changed_files)
+            self.result['applied'] = want_applied
+            if self.module._diff:
+                self.result['diff'] = [self.transaction.diff(rel) for rel in changed_files]
+            if self.module.check_mode:
+                return
+            self.commit(changed_files, want_applied)
+        else:
+            self.result['applied'] = want_applied
+        self.record_stamp(self.site_packages, self.targets, self.real_targets)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            src=dict(type='path'),
-            content=dict(type='str'),
-            python=dict(type='str', default='python3'),
-            site_packages=dict(type='path'),
-            strip=dict(type='int', default=1),
-            state=dict(type='str', choices=['present', 'absent'], default='present'),
-            backup=dict(type='bool', default=False),
-            patch=dict(type='path'),
-            lock_timeout=dict(type='float', default=60.0),
-            command_timeout=dict(type='float', default=60.0),
-            stamp=dict(type='path'),
-        ),
-        mutually_exclusive=[('src', 'content')],
-        required_one_of=[('src', 'content')],
-        supports_check_mode=True,
-    )
-    PatchModule(module).main()
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, mutually_exclusive=[('src', 'content')],
+                           required_one_of=[('src', 'content')], supports_check_mode=True)
+    run = PatchModule(module)
+    run_module(module, run.result, run.main, finish=run.cleanup)
 
 
 if __name__ == '__main__':

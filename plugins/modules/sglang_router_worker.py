@@ -128,67 +128,73 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError, entry_for, normalize_url
 
+ARGUMENT_SPEC = dict(
+    router_url=dict(type='str', required=True),
+    worker_url=dict(type='str', required=True),
+    state=dict(type='str', default='present', choices=['present', 'absent', 'query']),
+    timeout=dict(type='float', default=30),
+    request_timeout=dict(type='float', default=5),
+    api_key=dict(type='str', no_log=True),
+    worker_api_key=dict(type='str', no_log=True),
+)
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            router_url=dict(type='str', required=True),
-            worker_url=dict(type='str', required=True),
-            state=dict(type='str', default='present', choices=['present', 'absent', 'query']),
-            timeout=dict(type='float', default=30),
-            request_timeout=dict(type='float', default=5),
-            api_key=dict(type='str', no_log=True),
-            worker_api_key=dict(type='str', no_log=True),
-        ),
-        supports_check_mode=True,
-    )
+
+def converge(module, router, worker_url, result):
+    """(the worker's entry at the end or None, whether it is a member); the router changed unless check mode."""
     params = module.params
-    begun = time.time()
-    router = Router(params['router_url'], params['request_timeout'], params['api_key'])
-    worker_url = normalize_url(params['worker_url'])
-    result = dict(changed=False, member_before=None, member=None, healthy=None, worker_id=None, workers_total=0,
-                  elapsed=0.0, requests=router.requests)
+    workers = router.workers()
+    result['workers_total'] = len(workers)
+    worker = entry_for(workers, worker_url)
+    result['member_before'] = worker is not None
+    wanted = {'present': True, 'absent': False, 'query': result['member_before']}[params['state']]
+    result['changed'] = wanted != result['member_before']
+    # Listed but unhealthy is not yet "present": wait for the router's own health check below.
+    listed_unhealthy = params['state'] == 'present' and worker is not None and worker.get('is_healthy') is False
+    if (not result['changed'] and not listed_unhealthy) or module.check_mode:
+        return worker, wanted
+    if wanted:
+        worker = router.admit(worker_url, params['timeout'], listed=result['member_before'],
+                              worker_api_key=params['worker_api_key'])
+    else:
+        router.take_out(worker_url, params['timeout'], worker=worker)
+        worker = None
+    result['workers_total'] = len(router.last_workers)
+    return worker, wanted
 
-    def finish(worker, member, msg=None):
-        result.update(member=member, healthy=worker.get('is_healthy') if worker else None,
-                      worker_id=worker.get('id') if worker else None, elapsed=round(time.time() - begun, 3))
-        if module._diff:
-            result['diff'] = {'before': {'member': result['member_before']}, 'after': {'member': member}}
-        if msg:
-            module.fail_json(msg=msg, **result)
-        module.exit_json(**result)
 
+def manage(module, router, worker_url, begun, result):
+    params = module.params
+    msg = None
     try:
-        workers = router.workers()
-        result['workers_total'] = len(workers)
-        worker = entry_for(workers, worker_url)
-        result['member_before'] = worker is not None
-        wanted = {'present': True, 'absent': False, 'query': result['member_before']}[params['state']]
-        result['changed'] = wanted != result['member_before']
-        # Listed but unhealthy is not yet "present": wait for the router's own health check below.
-        listed_unhealthy = params['state'] == 'present' and worker is not None and worker.get('is_healthy') is False
-        if (not result['changed'] and not listed_unhealthy) or module.check_mode:
-            finish(worker, wanted)
-
-        if wanted:
-            worker = router.admit(worker_url, params['timeout'], listed=result['member_before'],
-                                  worker_api_key=params['worker_api_key'])
-        else:
-            router.take_out(worker_url, params['timeout'], worker=worker)
-            worker = None
-        result['workers_total'] = len(router.last_workers)
-        finish(worker, wanted)
+        worker, member = converge(module, router, worker_url, result)
     except RouterError as exc:
         # What the router did is unknown here: report the membership last read, not a guess (unknown,
         # None, when a change was asked and no listing was read after it).
         listed = router.last_workers
         worker = entry_for(listed, worker_url)
         result['workers_total'] = len(listed) if listed is not None else result['workers_total']
-        finish(worker, None if listed is None else worker is not None,
-               'sglang_router_worker %s of %s at %s failed: %s' % (params['state'], worker_url, params['router_url'],
-                                                                   to_native(exc)))
+        member = None if listed is None else worker is not None
+        msg = 'sglang_router_worker %s of %s at %s failed: %s' % (
+            params['state'], worker_url, params['router_url'], to_native(exc))
+    result.update(member=member, healthy=worker.get('is_healthy') if worker else None,
+                  worker_id=worker.get('id') if worker else None, elapsed=round(time.time() - begun, 3))
+    if module._diff:
+        result['diff'] = {'before': {'member': result['member_before']}, 'after': {'member': member}}
+    if msg:
+        fail(msg)
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    begun = time.time()
+    router = Router(params['router_url'], params['request_timeout'], params['api_key'])
+    result = new_result(member_before=None, member=None, healthy=None, worker_id=None, workers_total=0,
+                        elapsed=0.0, requests=router.requests)
+    run_module(module, result, lambda: manage(module, router, normalize_url(params['worker_url']), begun, result))
 
 
 if __name__ == '__main__':

@@ -273,156 +273,157 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import compile_patterns
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
-    Server,
-    ServerError,
-    mismatches,
+ARGUMENT_SPEC = dict(
+    state=dict(type='str', default='started', choices=['started', 'stopped', 'restarted']),
+    manager=dict(type='str', required=True, choices=['systemd', 'detached']),
+    service_name=dict(type='str', default='sglang'),
+    launch_file=dict(type='path', required=True),
+    pidfile=dict(type='path', required=True),
+    log_file=dict(type='path', required=True),
+    url=dict(type='str', required=True),
+    term_timeout=dict(type='float', default=30),
+    health_timeout=dict(type='float', default=900),
+    health_interval=dict(type='float', default=0.25),
+    expected_server_info=dict(type='dict', default={}),
+    expected_environment=dict(type='dict', default={}),
+    daemon_reload=dict(type='bool', default=False),
+    stop_marker=dict(type='path'),
+    wait=dict(type='bool', default=True),
+    stray_patterns=dict(type='list', elements='str', default=[]),
+    drain_timeout=dict(type='float', default=0),
+    ready_checks=dict(type='int', default=0),
+    generate_probe=dict(type='bool', default=False),
 )
+ERRORS = (ServerError, CommandError, OSError, ValueError, KeyError)
 
 
 def stray_entries(records):
     return [dict(pid=record.pid, cmdline=record.cmdline) for record in records]
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            state=dict(type='str', default='started', choices=['started', 'stopped', 'restarted']),
-            manager=dict(type='str', required=True, choices=['systemd', 'detached']),
-            service_name=dict(type='str', default='sglang'),
-            launch_file=dict(type='path', required=True),
-            pidfile=dict(type='path', required=True),
-            log_file=dict(type='path', required=True),
-            url=dict(type='str', required=True),
-            term_timeout=dict(type='float', default=30),
-            health_timeout=dict(type='float', default=900),
-            health_interval=dict(type='float', default=0.25),
-            expected_server_info=dict(type='dict', default={}),
-            expected_environment=dict(type='dict', default={}),
-            daemon_reload=dict(type='bool', default=False),
-            stop_marker=dict(type='path'),
-            wait=dict(type='bool', default=True),
-            stray_patterns=dict(type='list', elements='str', default=[]),
-            drain_timeout=dict(type='float', default=0),
-            ready_checks=dict(type='int', default=0),
-            generate_probe=dict(type='bool', default=False),
-        ),
-        supports_check_mode=True,
-    )
+def report_only(module, server, pid, patterns, result):
+    """Check mode, read-only: what runs, whether it is healthy and whether it reports the wanted settings."""
     params = module.params
-    result = dict(changed=False, running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
-                  stop_elapsed=None, stopping=[], strays=[], drain=None, readiness=None,
-                  started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
+    state = params['state']
+    result['strays'] = stray_entries(server.strays(patterns, pid))
+    result['healthy'] = pid is not None and server.health() == 200
+    if result['healthy'] and (params['expected_server_info'] or params['expected_environment']):
+        result['server_info'], result['mismatches'] = server.settings_or_why(params['expected_server_info'],
+                                                                             params['expected_environment'])
+    result['changed'] = (state == 'stopped' and pid is not None) or (state == 'started' and pid is None) \
+        or state == 'restarted' or bool(result['mismatches'])
+
+
+def stop(module, server, pid, patterns, result):
+    """Drain (drain_timeout), then stop the running server; its stop marker written."""
+    params = module.params
+    if params['drain_timeout'] > 0:
+        result['drain'] = server.wait_idle(params['drain_timeout'], params['health_interval'])
+        if not result['drain']['idle']:
+            module.warn('stopping %s with requests possibly in flight: %s'
+                        % (params['service_name'], result['drain']['why']))
+    stopped = server.stop(wait=params['wait'] or params['state'] != 'stopped', stray_patterns=patterns)
+    result['strays'] = stray_entries(stopped['strays'])
+    result['stopped_at'] = stopped['stopped_at']
+    result['stop_elapsed'] = stopped.get('stop_elapsed')
+    result['stopping'] = stopped['stopping']
+    result['changed'] = stopped['changed']
+    if params['stop_marker'] and stopped['stopped_at']:
+        with open(params['stop_marker'], 'w') as handle:
+            handle.write('%.3f\n' % stopped['stopped_at'])
+    result.update(running=False, pid=None)
+
+
+def bring_up(module, server, pid, result):
+    """Start the server (or wait for the one that runs) until /health answers 200."""
+    params = module.params
+    if params['state'] == 'started' and pid is not None:
+        # Running already (perhaps still loading): wait for it rather than start a second one.
+        health = server.wait_healthy(params['health_timeout'], params['health_interval'])
+        result.update(healthy=health['healthy'], health_attempts=health['attempts'])
+        if not health['healthy']:
+            fail('the running server %s is not healthy: %s' % (params['service_name'], health['why']))
+        return
+    started, died = server.start(daemon_reload=params['daemon_reload'])
+    result.update(changed=True, started_at=started['started_at'], running=True, pid=started['pid'])
+    health = server.wait_healthy(params['health_timeout'], params['health_interval'], died=died)
+    result.update(healthy=health['healthy'], healthy_at=health['healthy_at'],
+                  health_attempts=health['attempts'], pid=server.main_pid())
+    if not health['healthy']:
+        fail('the server %s did not become healthy: %s' % (params['service_name'], health['why']),
+             running=result['pid'] is not None)
+
+
+def verify_ready(module, server, begun, result):
+    """ready_checks and generate_probe, within what is left of health_timeout."""
+    params = module.params
+
+    # Only what is left of health_timeout: the window's budget (and the guard's deadline) counts on it.
+    def left():
+        return max(params['health_timeout'] - (time.time() - begun), 0.1)
+    readiness = server.wait_ready(params['ready_checks'], left(), params['health_interval']) \
+        if params['ready_checks'] else {'ready': True, 'path': None, 'attempts': 0, 'why': None}
+    if readiness['ready'] and params['generate_probe']:
+        readiness['generate'] = server.generate_once(left())
+        readiness['ready'] = readiness['generate']['ok']
+        readiness['why'] = readiness['generate']['why']
+    result['readiness'] = readiness
+    if not readiness['ready']:
+        fail('the server %s is healthy but not ready: %s' % (params['service_name'], readiness['why']))
+
+
+def manage(module, server, result):
+    params = module.params
+    state = params['state']
     if params['health_interval'] <= 0 or min(params['health_timeout'], params['term_timeout'],
                                              params['drain_timeout'], params['ready_checks']) < 0:
-        module.fail_json(msg='health_interval must be above 0; health_timeout, term_timeout, drain_timeout and '
-                             'ready_checks not negative', **result)
+        fail('health_interval must be above 0; health_timeout, term_timeout, drain_timeout and '
+             'ready_checks not negative')
+    pid = server.main_pid()
+    result.update(running=pid is not None, pid=pid)
+    # Compiled first: a bad pattern fails the task before anything is stopped.
+    patterns = compile_patterns(params['stray_patterns'], 'stray pattern') if state == 'stopped' else []
+    if module.check_mode:
+        return report_only(module, server, pid, patterns, result)
+    if state in ('stopped', 'restarted') and pid is not None:
+        stop(module, server, pid, patterns, result)
+    elif patterns:
+        # Nothing of the server runs: every match is a stray.
+        result['strays'] = stray_entries(server.strays(patterns, None))
+    if state == 'stopped':
+        return
+    # health_timeout bounds everything from here: the start, /health, the ready checks, the probe.
+    begun = time.time()
+    bring_up(module, server, pid, result)
+    if params['expected_server_info'] or params['expected_environment']:
+        result['server_info'], result['mismatches'] = server.compare_settings(params['expected_server_info'],
+                                                                              params['expected_environment'])
+        if result['mismatches']:
+            fail('the server %s reports other settings than wanted: %s'
+                 % (params['service_name'], '; '.join(result['mismatches'])))
+    if params['ready_checks'] or params['generate_probe']:
+        verify_ready(module, server, begun, result)
 
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    result = new_result(running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
+                        stop_elapsed=None, stopping=[], strays=[], drain=None, readiness=None,
+                        started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
-    commands = CommandRunner(module, 60)
-    runner = commands.as_runner()
-
     server = Server(params['manager'], params['service_name'], params['launch_file'], params['pidfile'],
-                    params['log_file'], params['url'], params['term_timeout'], runner=runner)
+                    params['log_file'], params['url'], params['term_timeout'],
+                    runner=CommandRunner(module, 60).as_runner())
 
-    def finish(**extra):
-        result.update(extra)
+    def finish(result):
         result['cmd'] = server.commands
-        if 'msg' in result and result.get('failed'):
-            result.pop('failed')
-            module.fail_json(**result)
-        module.exit_json(**result)
-
-    try:
-        pid = server.main_pid()
-        state = params['state']
-        result['running'] = pid is not None
-        result['pid'] = pid
-        # Compiled first: a bad pattern fails the task before anything is stopped.
-        patterns = compile_patterns(params['stray_patterns'], 'stray pattern') if state == 'stopped' else []
-        if module.check_mode:
-            # Read-only: what runs, whether it is healthy and whether it reports the wanted settings.
-            result['strays'] = stray_entries(server.strays(patterns, pid))
-            result['healthy'] = pid is not None and server.health() == 200
-            if result['healthy'] and (params['expected_server_info'] or params['expected_environment']):
-                try:
-                    reported = server.server_info()
-                    result['server_info'] = dict((key, reported.get(key)) for key in params['expected_server_info'])
-                    result['mismatches'] = mismatches(reported, params['expected_server_info'],
-                                                      params['expected_environment'])
-                except ServerError as exc:
-                    result['mismatches'] = ['its settings could not be read: %s' % to_native(exc)]
-            would = (state == 'stopped' and pid is not None) or (state == 'started' and pid is None) \
-                or state == 'restarted' or bool(result['mismatches'])
-            finish(changed=would)
-
-        if state in ('stopped', 'restarted') and pid is not None:
-            if params['drain_timeout'] > 0:
-                result['drain'] = server.wait_idle(params['drain_timeout'], params['health_interval'])
-                if not result['drain']['idle']:
-                    module.warn('stopping %s with requests possibly in flight: %s'
-                                % (params['service_name'], result['drain']['why']))
-            stopped = server.stop(wait=params['wait'] or state != 'stopped', stray_patterns=patterns)
-            result['strays'] = stray_entries(stopped['strays'])
-            result['stopped_at'] = stopped['stopped_at']
-            result['stop_elapsed'] = stopped.get('stop_elapsed')
-            result['stopping'] = stopped['stopping']
-            result['changed'] = stopped['changed']
-            if params['stop_marker'] and stopped['stopped_at']:
-                with open(params['stop_marker'], 'w') as handle:
-                    handle.write('%.3f\n' % stopped['stopped_at'])
-            result.update(running=False, pid=None)
-        elif patterns:
-            # Nothing of the server runs: every match is a stray.
-            result['strays'] = stray_entries(server.strays(patterns, None))
-        if state == 'stopped':
-            finish()
-
-        # health_timeout bounds everything from here: the start, /health, the ready checks, the probe.
-        begun = time.time()
-        if state == 'started' and pid is not None:
-            # Running already (perhaps still loading): wait for it rather than start a second one.
-            health = server.wait_healthy(params['health_timeout'], params['health_interval'])
-            result.update(healthy=health['healthy'], health_attempts=health['attempts'])
-            if not health['healthy']:
-                finish(failed=True, msg='the running server %s is not healthy: %s'
-                       % (params['service_name'], health['why']))
-        else:
-            started, died = server.start(daemon_reload=params['daemon_reload'])
-            result.update(changed=True, started_at=started['started_at'], running=True, pid=started['pid'])
-            health = server.wait_healthy(params['health_timeout'], params['health_interval'], died=died)
-            result.update(healthy=health['healthy'], healthy_at=health['healthy_at'],
-                          health_attempts=health['attempts'], pid=server.main_pid())
-            if not health['healthy']:
-                finish(failed=True, running=result['pid'] is not None,
-                       msg='the server %s did not become healthy: %s' % (params['service_name'], health['why']))
-        if params['expected_server_info'] or params['expected_environment']:
-            reported = server.server_info()
-            result['server_info'] = dict((key, reported.get(key)) for key in params['expected_server_info'])
-            result['mismatches'] = mismatches(reported, params['expected_server_info'],
-                                              params['expected_environment'])
-            if result['mismatches']:
-                finish(failed=True, msg='the server %s reports other settings than wanted: %s'
-                       % (params['service_name'], '; '.join(result['mismatches'])))
-        if params['ready_checks'] or params['generate_probe']:
-            # Only what is left of health_timeout: the window's budget (and the guard's deadline) counts on it.
-            def left():
-                return max(params['health_timeout'] - (time.time() - begun), 0.1)
-            readiness = server.wait_ready(params['ready_checks'], left(), params['health_interval']) \
-                if params['ready_checks'] else {'ready': True, 'path': None, 'attempts': 0, 'why': None}
-            if readiness['ready'] and params['generate_probe']:
-                readiness['generate'] = server.generate_once(left())
-                readiness['ready'] = readiness['generate']['ok']
-                readiness['why'] = readiness['generate']['why']
-            result['readiness'] = readiness
-            if not readiness['ready']:
-                finish(failed=True, msg='the server %s is healthy but not ready: %s'
-                       % (params['service_name'], readiness['why']))
-        finish()
-    except (ServerError, CommandError, OSError, ValueError, KeyError) as exc:
-        finish(failed=True, msg='sglang_server %s of %s failed: %s'
+    run_module(module, result, lambda: manage(module, server, result), errors=ERRORS, finish=finish,
+               describe=lambda exc: 'sglang_server %s of %s failed: %s'
                % (params['state'], params['service_name'], to_native(exc)))
 
 

@@ -215,7 +215,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import read_bytes
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils._module import new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     adaptive_tiers_supported,
     diff_bytes,
@@ -224,15 +226,47 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     read_stamp,
     sha256_bytes,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError, mismatches
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server
+
+ARGUMENT_SPEC = dict(
+    service_manager=dict(type='str', default='auto', choices=['auto', 'systemd', 'detached']),
+    service_name=dict(type='str', default='sglang'),
+    launch_file=dict(type='path', required=True),
+    pidfile=dict(type='path', required=True),
+    url=dict(type='str', required=True),
+    python=dict(type='path'),
+    expected_server_info=dict(type='dict', default={}),
+    expected_environment=dict(type='dict', default={}),
+    configs=dict(type='list', elements='dict', default=[], options=dict(
+        label=dict(type='str', required=True),
+        path=dict(type='path', required=True),
+        # The launch configuration carries the secret environment, the API keys file the keys.
+        content=dict(type='str', required=True, no_log=True),
+        systemd_only=dict(type='bool', default=False),
+    )),
+    guard_folder=dict(type='path'),
+    patch_content=dict(type='str'),
+    patch_stamp=dict(type='path'),
+    check_adaptive_tiers=dict(type='bool', default=False),
+)
 
 
 def _sha256_of_file(path):
     try:
-        with open(path, 'rb') as handle:
-            return hashlib.sha256(handle.read()).hexdigest()
+        return hashlib.sha256(read_bytes(path)).hexdigest()
     except (IOError, OSError):
         return None
+
+
+def configs_changed(configs, manager):
+    """Labels of the configuration files whose content on the host is not the wanted one."""
+    changed = []
+    for config in configs:
+        if config['systemd_only'] and manager != 'systemd':
+            continue
+        if _sha256_of_file(config['path']) != hashlib.sha256(to_bytes(config['content'])).hexdigest():
+            changed.append(config['label'])
+    return changed
 
 
 def patch_state(content, stamp_path, python):
@@ -261,78 +295,55 @@ def adaptive_tiers(commands, python, tmpdir, site_packages=None):
     return adaptive_tiers_supported(site_packages)
 
 
+def read_server(server, params, result):
+    result['pid'] = server.main_pid()
+    result['running'] = result['pid'] is not None
+    result['healthy'] = result['running'] and server.health() == 200
+    if result['healthy'] and (params['expected_server_info'] or params['expected_environment']):
+        result['mismatches'] = server.settings_or_why(params['expected_server_info'],
+                                                      params['expected_environment'])[1]
+
+
+def read_guard(folder, runner, result):
+    if folder and os.path.isdir(folder):
+        guard = Guard(folder, runner=runner)
+        state = guard.state()
+        result['guard_armed_by'] = state.get('run_id') if state else None
+        result['guard_last_fired'] = guard.last_fired()
+
+
+def read_state(module, commands, server, result):
+    params = module.params
+    if params['python']:
+        result['python_exists'] = os.path.exists(params['python'])
+    result['configs_changed'] = configs_changed(params['configs'], result['service_manager'])
+    read_server(server, params, result)
+    result['patch'] = patch_state(params['patch_content'], params['patch_stamp'], params['python'])
+    if params['check_adaptive_tiers']:
+        result['adaptive_tiers'] = adaptive_tiers(commands, params['python'], module.tmpdir,
+                                                  result['patch']['site_packages'])
+    read_guard(params['guard_folder'], server.runner, result)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            service_manager=dict(type='str', default='auto', choices=['auto', 'systemd', 'detached']),
-            service_name=dict(type='str', default='sglang'),
-            launch_file=dict(type='path', required=True),
-            pidfile=dict(type='path', required=True),
-            url=dict(type='str', required=True),
-            python=dict(type='path'),
-            expected_server_info=dict(type='dict', default={}),
-            expected_environment=dict(type='dict', default={}),
-            configs=dict(type='list', elements='dict', default=[], options=dict(
-                label=dict(type='str', required=True),
-                path=dict(type='path', required=True),
-                # The launch configuration carries the secret environment, the API keys file the keys.
-                content=dict(type='str', required=True, no_log=True),
-                systemd_only=dict(type='bool', default=False),
-            )),
-            guard_folder=dict(type='path'),
-            patch_content=dict(type='str'),
-            patch_stamp=dict(type='path'),
-            check_adaptive_tiers=dict(type='bool', default=False),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     commands = CommandRunner(module, 30)
-    runner = commands.as_runner()
-
     manager = params['service_manager']
     if manager == 'auto':
         manager = 'systemd' if os.path.isdir('/run/systemd/system') else 'detached'
-    result = dict(changed=False, service_manager=manager, python_exists=True, running=False, pid=None,
-                  healthy=False, mismatches=[], configs_changed=[], guard_armed_by=None, guard_last_fired=None,
-                  patch=patch_state(None, None, None), adaptive_tiers=None, cmd=[])
+    result = new_result(service_manager=manager, python_exists=True, running=False, pid=None,
+                        healthy=False, mismatches=[], configs_changed=[], guard_armed_by=None, guard_last_fired=None,
+                        patch=patch_state(None, None, None), adaptive_tiers=None, cmd=[])
     server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
-                    params['url'], runner=runner)
-    try:
-        if params['python']:
-            result['python_exists'] = os.path.exists(params['python'])
-        for config in params['configs']:
-            if config['systemd_only'] and manager != 'systemd':
-                continue
-            wanted = hashlib.sha256(to_bytes(config['content'])).hexdigest()
-            if _sha256_of_file(config['path']) != wanted:
-                result['configs_changed'].append(config['label'])
-        result['pid'] = server.main_pid()
-        result['running'] = result['pid'] is not None
-        result['healthy'] = result['running'] and server.health() == 200
-        if result['healthy'] and (params['expected_server_info'] or params['expected_environment']):
-            try:
-                reported = server.server_info()
-                result['mismatches'] = mismatches(reported, params['expected_server_info'],
-                                                  params['expected_environment'])
-            except ServerError as exc:
-                result['mismatches'] = ['its settings could not be read: %s' % to_native(exc)]
-        result['patch'] = patch_state(params['patch_content'], params['patch_stamp'], params['python'])
-        if params['check_adaptive_tiers']:
-            result['adaptive_tiers'] = adaptive_tiers(commands, params['python'], module.tmpdir,
-                                                      result['patch']['site_packages'])
-        if params['guard_folder'] and os.path.isdir(params['guard_folder']):
-            guard = Guard(params['guard_folder'], runner=runner)
-            state = guard.state()
-            result['guard_armed_by'] = state.get('run_id') if state else None
-            result['guard_last_fired'] = guard.last_fired()
-    except (CommandError, GuardError, OSError, ValueError) as exc:
+                    params['url'], runner=commands.as_runner())
+
+    def finish(result):
         result['cmd'] = commands.cmd
-        module.fail_json(msg='reading the state of %s failed: %s' % (params['service_name'], to_native(exc)),
-                         **result)
-    result['cmd'] = commands.cmd
-    module.exit_json(**result)
+    run_module(module, result, lambda: read_state(module, commands, server, result),
+               errors=(CommandError, GuardError, OSError, ValueError), finish=finish,
+               describe=lambda exc: 'reading the state of %s failed: %s' % (params['service_name'], to_native(exc)))
 
 
 if __name__ == '__main__':

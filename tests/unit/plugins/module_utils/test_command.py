@@ -84,3 +84,21 @@ def test_as_runner_gives_the_stdlib_helpers_rc_and_output_under_the_same_deadlin
     assert commands.as_runner()(['systemctl', 'show', 'sglang'], 7) == (3, 'out', 'err')
     assert calls == [['/usr/bin/timeout', '--kill-after=5', '7s', 'systemctl', 'show', 'sglang']]
     assert commands.cmd == [['systemctl', 'show', 'sglang']]
+
+
+def test_the_standard_library_back_end_runs_the_command_and_records_it():
+    runner = CommandRunner.over(timeout=10)
+    result = runner.run(['sh', '-c', 'echo "$LC_ALL"; exit 3'])
+    assert (result.rc, result.stdout.strip(), result.timed_out) == (3, 'C', False)
+    assert runner.cmd == [['sh', '-c', 'echo "$LC_ALL"; exit 3']]
+
+
+def test_the_standard_library_back_end_kills_a_command_at_its_deadline():
+    result = CommandRunner.over(timeout=10).run(['sleep', '30'], timeout=0.2)
+    assert result.timed_out and result.rc == 124
+    assert result.describe() == '`sleep 30` timed out after 0.2s and was killed'
+
+
+def test_the_standard_library_back_end_refuses_what_it_cannot_pass_on():
+    with pytest.raises(CommandError, match='takes no cwd or input'):
+        CommandRunner.over(lambda argv, timeout: (0, '', ''), 10).run(['patch'], cwd='/tmp')

@@ -1,4 +1,4 @@
-"""The policy, the /proc source, the nvidia-smi parsers and the guard's runtime import without Ansible.
+"""The base files, the policy, the /proc source, nvidia-smi and the guard's runtime import without Ansible.
 
 A host-side helper copies these files under ansible_collections/gpuops/sglang/plugins/module_utils/
 and runs them with a bare interpreter; -S keeps site-packages (and so Ansible) out of reach.
@@ -13,13 +13,17 @@ from helpers.ansible_run import REPO
 
 # With the guard's runtime: its watcher runs those files with a bare interpreter at the deadline, and an
 # Ansible import there would break the rollback itself.
-STDLIB_ONLY = sorted(set(['_polling.py', '_processes.py', '_procfs.py', '_nvidia.py', '_command.py']
-                         + list(RUNTIME_FILES)))
+STDLIB_ONLY = sorted(set(['_polling.py', '_processes.py', '_procfs.py', '_nvidia.py', '_command.py', '_http.py',
+                          '_files.py'] + list(RUNTIME_FILES)))
 PROBE = '''
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     DEFAULT_SGLANG_PATTERNS, ProcessRecord, compile_patterns, select, terminate)
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_proc_record
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import NvidiaSmiCommand, parse_gpus, proven_free
+from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
+    FreeMemoryProof, GpuReader, NvidiaSmiCommand, parse_gpus, proven_free)
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandRunner, subprocess_runner
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import FileLock, read_json, write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, http_get
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server
@@ -29,6 +33,13 @@ me = read_proc_record(os.getpid())
 assert me.pid == os.getpid() and os.getpid() in protected_pids()
 assert select([me], compile_patterns(['.']), protected_pids()) == []
 assert proven_free(parse_gpus('0, GPU-a, 0, 10\\n'), 0)
+# The standard-library back end runs a real command; the guard's files are written and locked with it.
+runner = CommandRunner.over(subprocess_runner, 10)
+assert runner.run([sys.executable, '-S', '-c', 'print(6 * 7)']).stdout.strip() == '42'
+with FileLock('lock', 1):
+    write_atomic('state.json', b'{"armed": true}')
+assert read_json('state.json') == {'armed': True}
+assert http_get('http://127.0.0.1:9/', 1)[0] == NO_ANSWER
 print('ok')
 '''
 
