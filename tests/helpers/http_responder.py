@@ -16,6 +16,8 @@ test can change what a path answers half-way. A delay waits on an event the fixt
 ends, so a slow route never outlives its test.
 """
 import json
+import os
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -158,7 +160,7 @@ class HttpResponder(object):
 
         self._server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={'poll_interval': 0.05},
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={'poll_interval': 0.01},
                                         daemon=True)
         self._thread.start()
         return self
@@ -209,3 +211,23 @@ def closed_port_url():
     responder.stop()
     return url
 
+
+
+def static_server_launch(launch_file, docroot, port, documents):
+    """Write a launch.json whose server is Python's own `http.server` on 127.0.0.1:port, serving `documents`.
+
+    documents: {URL path: JSON document}, each written as a file under docroot (so GET /health answers 200
+    once 'health' is among them, 404 otherwise). A real local HTTP server the detached manager starts and
+    stops like SGLang (`python -m MODULE ARGS`), which, unlike tests/integration/files/tiny_server.py,
+    exits the moment SIGTERM reaches it: a stop costs no drain. Returns the server's base URL.
+    """
+    for path, document in documents.items():
+        target = os.path.join(str(docroot), path.lstrip('/'))
+        if not os.path.isdir(os.path.dirname(target)):
+            os.makedirs(os.path.dirname(target))
+        with open(target, 'w') as handle:
+            json.dump(document, handle)
+    with open(str(launch_file), 'w') as handle:
+        json.dump({'python': sys.executable, 'module': 'http.server',
+                   'args': [port, '--bind', '127.0.0.1', '--directory', str(docroot)], 'environment': {}}, handle)
+    return 'http://127.0.0.1:%d' % port

@@ -1,4 +1,5 @@
-"""sglang_guard's main() in a temporary folder, around a real detached server (tests/integration/files/tiny_server.py).
+"""sglang_guard's main() in a temporary folder, around a real detached server (Python's http.server run from a
+launch.json, as the role runs SGLang).
 
 The guard's watcher is the detached process in its own session where the host runs no systemd (here), and
 a transient systemd timer elsewhere; the command responder answers systemctl and systemd-run with success, so
@@ -14,13 +15,12 @@ import sys
 
 import pytest
 
+from helpers.http_responder import static_server_launch
 from helpers.module_runner import ansiballz_package_data, run_module  # noqa: F401  (the fixtures)
 from helpers.module_runner import processes_naming
 from helpers.simulated import free_port, wait_for
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_server
 
-TINY_SERVER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))), 'integration', 'files')
 KEYS = {'changed', 'armed', 'armed_by', 'deadline_at', 'fired', 'last_fired', 'cmd'}
 FIRED_KEYS = {'run_id', 'host', 'hostname', 'acted_by', 'status', 'healthy', 'reason', 'restored_files', 'steps',
               'problems', 'timings', 'started_at', 'finished_at', 'healthy_at', 'downtime_s', 'router_readmitted',
@@ -41,7 +41,7 @@ def sha256(path):
 
 
 class Deployment(object):
-    """A launch.json, a 'site-packages' file and the tiny server they describe, in tmp_path."""
+    """A launch.json, a 'site-packages' file and the server they describe, in tmp_path."""
 
     def __init__(self, tmp_path):
         self.root = tmp_path
@@ -57,10 +57,10 @@ class Deployment(object):
         self.write_launch(64)
 
     def write_launch(self, max_running, python=sys.executable):
-        self.launch.write_text(json.dumps({
-            'python': python, 'module': 'tiny_server',
-            'args': ['--port', self.port, '--max-running-requests', max_running],
-            'environment': {'PYTHONPATH': TINY_SERVER_DIR}}))
+        static_server_launch(self.launch, self.root / 'site', self.port,
+                             {'/health': {}, '/server_info': {'max_running_requests': max_running}})
+        if python != sys.executable:
+            self.launch.write_text(self.launch.read_text().replace(json.dumps(sys.executable), json.dumps(python)))
 
     @property
     def server(self):
@@ -108,7 +108,7 @@ class Deployment(object):
         state = self.folder / 'state.json'
         if state.exists():
             state.unlink()
-        for pid in self.watchers() + processes_naming('--port %d' % self.port) + processes_naming(str(self.root)):
+        for pid in processes_naming(str(self.root)):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -146,37 +146,37 @@ def test_query_without_a_folder_reports_no_guard_and_creates_nothing(run_module,
     assert not deployment.folder.exists()
 
 
-def test_arming_keeps_the_files_and_starts_a_watcher(run_module, running):
-    armed = running.arm(run_module, 'run-1')
+def test_arming_keeps_the_files_and_starts_a_watcher(run_module, deployment):
+    armed = deployment.arm(run_module, 'run-1')
     assert set(armed) >= KEYS and armed['changed'] is True
     assert armed['armed'] is True and armed['armed_by'] == 'run-1' and armed['fired'] is None
     assert armed['deadline_at'] > 0
-    assert_watcher_started(running, armed)
-    query = running.guard(run_module, 'query')
+    assert_watcher_started(deployment, armed)
+    query = deployment.guard(run_module, 'query')
     assert not query['failed'] and query['changed'] is False
     assert (query['armed'], query['armed_by'], query['deadline_at']) == (True, 'run-1', armed['deadline_at'])
 
 
-def test_arming_in_check_mode_says_it_would_and_keeps_nothing(run_module, running):
-    before = running.snapshot()
-    checked = running.guard(run_module, 'armed', check_mode=True, run_id='run-1', deadline=600)
+def test_arming_in_check_mode_says_it_would_and_keeps_nothing(run_module, deployment):
+    before = deployment.snapshot()
+    checked = deployment.guard(run_module, 'armed', check_mode=True, run_id='run-1', deadline=600)
     assert not checked['failed'] and checked['changed'] is True and checked['armed'] is False
-    assert running.watchers() == [] and running.snapshot() == before
-    assert not (running.folder / 'state.json').exists()
+    assert deployment.watchers() == [] and deployment.snapshot() == before
+    assert not (deployment.folder / 'state.json').exists()
 
 
-def test_a_second_arm_while_armed_is_refused_and_keeps_the_first_runs_backups(run_module, running):
-    running.arm(run_module, 'a')
-    running.module_file.write_bytes(b'# changed by run a\n')
-    refused = running.guard(run_module, 'armed', run_id='b', deadline=600)
+def test_a_second_arm_while_armed_is_refused_and_keeps_the_first_runs_backups(run_module, deployment):
+    deployment.arm(run_module, 'a')
+    deployment.module_file.write_bytes(b'# changed by run a\n')
+    refused = deployment.guard(run_module, 'armed', run_id='b', deadline=600)
     assert refused['failed'] and set(refused) >= KEYS
     assert refused['msg'] == ('a guard armed by run a is still pending on this host; restore it first '
                               '(state=restored)')
     assert refused['armed_by'] == 'a' and refused['changed'] is False
     # The backups are still run a's: a restore puts back the bytes from before run a.
-    restored = running.guard(run_module, 'restored')
+    restored = deployment.guard(run_module, 'restored')
     assert not restored['failed'], restored['msg']
-    assert running.module_file.read_bytes() == b'# pre-run bytes \xe2\x9c\x93\n'
+    assert deployment.module_file.read_bytes() == b'# pre-run bytes \xe2\x9c\x93\n'
 
 
 @pytest.mark.parametrize('server, said', [
@@ -198,28 +198,28 @@ def test_an_arm_without_run_id_is_refused_by_the_argument_spec(run_module, deplo
     assert result['failed'] and 'run_id' in result['msg'] and not deployment.folder.exists()
 
 
-def test_confirming_drops_the_guard_and_the_watcher_leaves(run_module, running):
-    running.arm(run_module, 'run-2')
-    running.module_file.write_bytes(b'# the new, verified bytes\n')
-    checked = running.guard(run_module, 'confirmed', check_mode=True, run_id='run-2')
+def test_confirming_drops_the_guard_and_the_watcher_leaves(run_module, deployment):
+    deployment.arm(run_module, 'run-2')
+    deployment.module_file.write_bytes(b'# the new, verified bytes\n')
+    checked = deployment.guard(run_module, 'confirmed', check_mode=True, run_id='run-2')
     assert not checked['failed'] and checked['changed'] is True and checked['armed'] is True
-    confirmed = running.guard(run_module, 'confirmed', run_id='run-2')
+    confirmed = deployment.guard(run_module, 'confirmed', run_id='run-2')
     assert not confirmed['failed'], confirmed['msg']
     assert confirmed['changed'] is True and confirmed['armed'] is False and confirmed['fired'] is None
     assert set(confirmed) >= KEYS
-    assert running.module_file.read_bytes() == b'# the new, verified bytes\n'
-    assert not (running.folder / 'fired.json').exists()
+    assert deployment.module_file.read_bytes() == b'# the new, verified bytes\n'
+    assert not (deployment.folder / 'fired.json').exists()
     # Confirmed, there is nothing left to restore.
-    restore = running.guard(run_module, 'restored')
+    restore = deployment.guard(run_module, 'restored')
     assert not restore['failed'] and restore['changed'] is False and restore['fired'] is None
-    assert running.module_file.read_bytes() == b'# the new, verified bytes\n'
+    assert deployment.module_file.read_bytes() == b'# the new, verified bytes\n'
 
 
-def test_confirming_with_another_run_id_fails_and_leaves_the_guard_armed(run_module, running):
-    running.arm(run_module, 'run-3')
-    checked = running.guard(run_module, 'confirmed', check_mode=True, run_id='someone-else')
+def test_confirming_with_another_run_id_fails_and_leaves_the_guard_armed(run_module, deployment):
+    deployment.arm(run_module, 'run-3')
+    checked = deployment.guard(run_module, 'confirmed', check_mode=True, run_id='someone-else')
     assert not checked['failed'] and checked['changed'] is False
-    wrong = running.guard(run_module, 'confirmed', run_id='someone-else')
+    wrong = deployment.guard(run_module, 'confirmed', run_id='someone-else')
     assert wrong['failed'] and set(wrong) >= KEYS
     assert wrong['msg'] == 'no guard of run someone-else is armed (armed: run-3)'
     assert wrong['armed'] is True and wrong['armed_by'] == 'run-3' and wrong['changed'] is False
@@ -262,45 +262,45 @@ def test_a_restore_puts_back_every_file_byte_for_byte_and_the_previous_server(ru
     assert again['last_fired']['acted_by'] == 'takeover'
 
 
-def test_a_restore_by_the_arming_run_is_the_controllers_and_a_late_confirm_says_so(run_module, running):
-    running.arm(run_module, 'run-5')
-    restored = running.guard(run_module, 'restored', run_id='run-5', reason='the verification failed')
+def test_a_restore_by_the_arming_run_is_the_controllers_and_a_late_confirm_says_so(run_module, deployment):
+    deployment.arm(run_module, 'run-5')
+    restored = deployment.guard(run_module, 'restored', run_id='run-5', reason='the verification failed')
     assert not restored['failed'], restored['msg']
     assert restored['fired']['acted_by'] == 'controller'
-    late = running.guard(run_module, 'confirmed', run_id='run-5')
+    late = deployment.guard(run_module, 'confirmed', run_id='run-5')
     assert late['failed'] and set(late) >= KEYS
     assert late['msg'] == ('the guard acted before the run confirmed the new server (controller): the '
                            'verification failed; the host now serves the previous server')
     assert late['fired']['status'] == 'rolled_back' and late['armed'] is False
 
 
-def test_a_restore_naming_another_run_leaves_that_runs_guard_alone(run_module, running):
-    running.arm(run_module, 'run-6')
-    running.module_file.write_bytes(b'# run-6 bytes\n')
-    result = running.guard(run_module, 'restored', run_id='run-other')
+def test_a_restore_naming_another_run_leaves_that_runs_guard_alone(run_module, deployment):
+    deployment.arm(run_module, 'run-6')
+    deployment.module_file.write_bytes(b'# run-6 bytes\n')
+    result = deployment.guard(run_module, 'restored', run_id='run-other')
     assert not result['failed'] and result['fired'] is None
     assert result['armed'] is True and result['armed_by'] == 'run-6'
-    assert running.module_file.read_bytes() == b'# run-6 bytes\n'
+    assert deployment.module_file.read_bytes() == b'# run-6 bytes\n'
 
 
 @pytest.mark.xfail(strict=True, reason='BUG: sglang_guard state=restored with a run_id other than the armed '
                    "guard's restores nothing (Guard.restore returns None) yet reports changed=true, in check mode too")
 @pytest.mark.parametrize('check_mode', [True, False])
-def test_a_restore_naming_another_run_is_not_a_change(run_module, running, check_mode):
-    running.arm(run_module, 'run-6')
-    result = running.guard(run_module, 'restored', check_mode=check_mode, run_id='run-other')
+def test_a_restore_naming_another_run_is_not_a_change(run_module, deployment, check_mode):
+    deployment.arm(run_module, 'run-6')
+    result = deployment.guard(run_module, 'restored', check_mode=check_mode, run_id='run-other')
     assert not result['failed'] and result['changed'] is False
 
 
-def test_a_restore_stops_what_is_left_of_sglang_matching_the_kill_patterns(run_module, running):
-    marker = 'leftover-scheduler-of-%d' % running.port
+def test_a_restore_stops_what_is_left_of_sglang_matching_the_kill_patterns(run_module, deployment):
+    marker = 'leftover-scheduler-of-%d' % deployment.port
     leftover = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', marker],
                                 start_new_session=True)
-    bystander = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', 'bystander-%d' % running.port],
-                                 start_new_session=True)
+    bystander = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)',
+                                  'bystander-%d' % deployment.port], start_new_session=True)
     try:
-        running.arm(run_module, 'run-7', kill_patterns=[marker])
-        restored = running.guard(run_module, 'restored')
+        deployment.arm(run_module, 'run-7', kill_patterns=[marker])
+        restored = deployment.guard(run_module, 'restored')
         assert not restored['failed'], restored['msg']
         assert 'stop what is left of SGLang' in restored['fired']['steps']
         assert leftover.wait(timeout=10) == -signal.SIGTERM

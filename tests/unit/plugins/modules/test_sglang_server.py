@@ -2,12 +2,14 @@
 from a tiny launch.json, and the systemd manager through a scripted systemctl with a responder as the server."""
 import json
 import os
+import shutil
 import signal
 import sys
 
 import pytest
 
 from helpers.http_responder import http_responder  # noqa: F401  (the fixture)
+from helpers.http_responder import static_server_launch
 from helpers.module_runner import run_module  # noqa: F401  (the fixture)
 from helpers.module_runner import processes_naming
 from helpers.simulated import free_port, wait_for
@@ -25,16 +27,28 @@ def no_commands(argv):
     raise AssertionError('the detached manager ran a command: %r' % argv)
 
 
+LOADS_IDLE = {'aggregate': {'total_running_reqs': 0, 'total_waiting_reqs': 0, 'total_reqs': 0}}
+SITE = {'/health': {}, '/health_generate': {}, '/server_info': {'max_running_requests': 64}, '/v1/loads': LOADS_IDLE}
+
+
 class Tiny(object):
-    """tiny_server.py as a detached SGLang server: launch.json, pid file and log in tmp_path, a free port."""
+    """A detached SGLang server stand-in from a launch.json, with its pid file and log in tmp_path, on a free port.
+
+    By default Python's http.server serving SITE's documents (it exits at SIGTERM at once); write_launch()
+    makes it tests/integration/files/tiny_server.py instead, for a drain held open or a real generation.
+    """
 
     def __init__(self, tmp_path):
         self.root = tmp_path
         self.port = free_port()
-        self.url = 'http://127.0.0.1:%d' % self.port
         self.launch = tmp_path / 'launch.json'
         self.pidfile = tmp_path / 'tiny.pid'
-        self.write_launch()
+        self.url = self.serve(SITE)
+
+    def serve(self, documents, without=()):
+        shutil.rmtree(str(self.root / 'site'), ignore_errors=True)
+        documents = dict((path, document) for path, document in documents.items() if path not in without)
+        return static_server_launch(self.launch, self.root / 'site', self.port, documents)
 
     def write_launch(self, *extra):
         self.launch.write_text(json.dumps({
@@ -58,8 +72,12 @@ class Tiny(object):
         assert not started['failed'], started['msg']
         return started
 
+    def running(self):
+        """The servers this test started, by their command lines."""
+        return processes_naming('--port %d' % self.port) + processes_naming(str(self.root / 'site'))
+
     def kill_everything_started(self):
-        for pid in processes_naming('--port %d' % self.port):
+        for pid in self.running():
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -91,7 +109,7 @@ def test_check_mode_says_a_start_would_happen_and_starts_nothing(run_module, tin
     checked = tiny.run(run_module, check_mode=True, state='started')
     assert not checked['failed'] and checked['changed'] is True
     assert checked['running'] is False and checked['pid'] is None and not tiny.pidfile.exists()
-    assert processes_naming('--port %d' % tiny.port) == []
+    assert tiny.running() == []
 
 
 @pytest.mark.parametrize('state, changed', [('started', False), ('restarted', True), ('stopped', True)])
@@ -160,16 +178,16 @@ def test_restarted_stops_the_running_server_and_starts_a_new_one(run_module, tin
 
 
 def test_a_server_that_never_answers_health_fails_at_the_health_timeout(run_module, tiny):
-    tiny.write_launch('--warmup', '600')
+    tiny.serve(SITE, without=['/health'])
     result = tiny.run(run_module, state='started', health_timeout=0.3)
     assert result['failed'] and set(result) >= KEYS
     assert result['msg'] == ('the server tiny did not become healthy: /health did not answer 200 within 0.3s '
-                             '(last: 503)')
+                             '(last: 404)')
     assert result['changed'] is True and result['running'] is True and result['healthy'] is False
 
 
 def test_a_server_that_exits_at_once_fails_without_waiting_for_the_health_timeout(run_module, tiny):
-    tiny.write_launch('--no-such-flag')
+    tiny.launch.write_text(tiny.launch.read_text().replace('"--bind"', '"--no-such-flag"'))
     result = tiny.run(run_module, state='started', health_timeout=600)
     assert result['failed'] and set(result) >= KEYS
     assert result['msg'] == ('the server tiny did not become healthy: the server exited with status 2; see %s'
@@ -190,7 +208,7 @@ def test_bad_timings_are_refused_before_anything_runs(run_module, tiny, bad):
     result = tiny.run(run_module, state='started', **bad)
     assert result['failed'] and set(result) >= KEYS
     assert result['msg'].startswith('health_interval must be above 0; health_timeout, term_timeout,')
-    assert not tiny.pidfile.exists() and processes_naming('--port %d' % tiny.port) == []
+    assert not tiny.pidfile.exists() and tiny.running() == []
 
 
 def test_a_bad_stray_pattern_fails_before_anything_is_stopped(run_module, tiny):
@@ -210,7 +228,7 @@ def test_a_drain_reads_the_load_before_the_stop(run_module, tiny):
 
 
 def test_a_server_that_reports_no_load_is_stopped_at_once_with_a_warning(run_module, tiny):
-    tiny.write_launch('--no-loads')
+    tiny.serve(SITE, without=['/v1/loads'])
     tiny.start(run_module)
     stopped = tiny.run(run_module, state='stopped', drain_timeout=600)
     assert not stopped['failed'], stopped['msg']
@@ -220,6 +238,7 @@ def test_a_server_that_reports_no_load_is_stopped_at_once_with_a_warning(run_mod
 
 
 def test_ready_checks_and_a_generation_follow_health(run_module, tiny):
+    tiny.write_launch()
     started = tiny.start(run_module, ready_checks=2, generate_probe=True)
     readiness = started['readiness']
     assert readiness['ready'] is True and readiness['path'] == '/health_generate' and readiness['attempts'] >= 2
