@@ -105,9 +105,11 @@ def test_started_starts_waits_for_health_and_a_second_run_changes_nothing(run_mo
     assert set(again) == set(started)
 
 
-def test_check_mode_says_a_start_would_happen_and_starts_nothing(run_module, tiny):
-    checked = tiny.run(run_module, check_mode=True, state='started')
-    assert not checked['failed'] and checked['changed'] is True
+@pytest.mark.parametrize('state, changed', [('started', True), ('restarted', True), ('stopped', False)])
+def test_check_mode_on_a_stopped_server_says_what_would_change_and_starts_nothing(run_module, tiny, state,
+                                                                                  changed):
+    checked = tiny.run(run_module, check_mode=True, state=state)
+    assert not checked['failed'] and checked['changed'] is changed and set(checked) >= KEYS
     assert checked['running'] is False and checked['pid'] is None and not tiny.pidfile.exists()
     assert tiny.running() == []
 
