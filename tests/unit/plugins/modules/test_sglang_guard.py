@@ -6,7 +6,6 @@ a transient systemd timer elsewhere; the command responder answers systemctl and
 no timer is ever made. Every test arms with a deadline far away and the fixture kills the watchers it
 finds naming the test's folder, so none outlives its test or acts on its own.
 """
-import hashlib
 import json
 import os
 import signal
@@ -26,6 +25,7 @@ FIRED_KEYS = {'run_id', 'host', 'hostname', 'acted_by', 'status', 'healthy', 're
               'problems', 'timings', 'started_at', 'finished_at', 'healthy_at', 'downtime_s', 'router_readmitted',
               'router_problem'}
 SYSTEMD = os.path.isdir('/run/systemd/system')
+SYSTEMCTL = 'systemctl'
 
 
 def systemd_only(argv):
@@ -33,11 +33,6 @@ def systemd_only(argv):
     if os.path.basename(argv[0]) in ('systemctl', 'systemd-run'):
         return 0, '', ''
     raise AssertionError('sglang_guard ran %r' % argv)
-
-
-def sha256(path):
-    with open(str(path), 'rb') as handle:
-        return hashlib.sha256(handle.read()).hexdigest()
 
 
 class Deployment(object):
@@ -199,7 +194,8 @@ def test_an_arm_without_run_id_is_refused_by_the_argument_spec(run_module, deplo
 
 
 def test_confirming_drops_the_guard_and_the_watcher_leaves(run_module, deployment):
-    deployment.arm(run_module, 'run-2')
+    armed = deployment.arm(run_module, 'run-2')
+    assert_watcher_started(deployment, armed)
     deployment.module_file.write_bytes(b'# the new, verified bytes\n')
     checked = deployment.guard(run_module, 'confirmed', check_mode=True, run_id='run-2')
     assert not checked['failed'] and checked['changed'] is True and checked['armed'] is True
@@ -209,6 +205,11 @@ def test_confirming_drops_the_guard_and_the_watcher_leaves(run_module, deploymen
     assert set(confirmed) >= KEYS
     assert deployment.module_file.read_bytes() == b'# the new, verified bytes\n'
     assert not (deployment.folder / 'fired.json').exists()
+    if SYSTEMD:
+        assert any(argv[:2] == [SYSTEMCTL, 'stop'] and argv[-1].endswith('.timer') for argv in confirmed['cmd'])
+    else:
+        # It sees its guard gone at its next look (every half second) and exits: it never acts.
+        wait_for(lambda: not deployment.watchers(), 10, 'the watcher leaving')
     # Confirmed, there is nothing left to restore.
     restore = deployment.guard(run_module, 'restored')
     assert not restore['failed'] and restore['changed'] is False and restore['fired'] is None
