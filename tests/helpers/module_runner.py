@@ -96,8 +96,14 @@ def real_commands(argv):
     return done.returncode, done.stdout, done.stderr
 
 
-def processes_naming(text):
-    """PIDs of the live processes whose command line holds `text` (a test's own temporary folder, say)."""
+def processes_naming(text, children_only=False):
+    """PIDs of the live processes whose command line, its arguments joined by spaces, holds `text`
+    (a test's own temporary folder, or '--port 41234', say).
+
+    children_only: only this process's children, which is what every server, watcher and helper a module
+    starts in-process is (each in its own session, so only their parent tells them apart from another
+    test run's on the same machine): the ones a test may kill.
+    """
     wanted = text.encode('utf-8')
     found = []
     for entry in os.listdir('/proc'):
@@ -105,14 +111,26 @@ def processes_naming(text):
             continue
         try:
             with open('/proc/%s/cmdline' % entry, 'rb') as handle:
-                cmdline = handle.read()
+                cmdline = handle.read().rstrip(b'\0').replace(b'\0', b' ')
             with open('/proc/%s/stat' % entry, 'rb') as handle:
-                state = handle.read().rsplit(b')', 1)[1].split()[0]
+                fields = handle.read().rsplit(b')', 1)[1].split()
         except (IOError, OSError, IndexError):
             continue
-        if wanted in cmdline and state not in (b'Z', b'X'):
+        if children_only and int(fields[1]) != os.getpid():
+            continue
+        if wanted in cmdline and fields[0] not in (b'Z', b'X'):
             found.append(int(entry))
     return sorted(found)
+
+
+def kill_children_naming(text):
+    """SIGKILL this process's children whose command line holds `text`: what a test started and left."""
+    import signal
+    for pid in processes_naming(text, children_only=True):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # it left by itself in the meantime
 
 
 def run_action(action_class, args, check_mode=False, task_vars=None):

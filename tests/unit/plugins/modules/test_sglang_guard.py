@@ -16,7 +16,7 @@ import pytest
 
 from helpers.http_responder import static_server_launch
 from helpers.module_runner import ansiballz_package_data, run_module  # noqa: F401  (the fixtures)
-from helpers.module_runner import processes_naming
+from helpers.module_runner import kill_children_naming, processes_naming
 from helpers.simulated import free_port, wait_for
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_server
 
@@ -103,11 +103,7 @@ class Deployment(object):
         state = self.folder / 'state.json'
         if state.exists():
             state.unlink()
-        for pid in processes_naming(str(self.root)):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_children_naming(str(self.root))
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ from a tiny launch.json, and the systemd manager through a scripted systemctl wi
 import json
 import os
 import shutil
-import signal
 import sys
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from helpers.http_responder import http_responder  # noqa: F401  (the fixture)
 from helpers.http_responder import static_server_launch
 from helpers.module_runner import run_module  # noqa: F401  (the fixture)
-from helpers.module_runner import processes_naming
+from helpers.module_runner import kill_children_naming, processes_naming
 from helpers.simulated import free_port, wait_for
 from helpers.tiny import alive
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_server
@@ -74,14 +73,11 @@ class Tiny(object):
 
     def running(self):
         """The servers this test started, by their command lines."""
-        return processes_naming('--port %d' % self.port) + processes_naming(str(self.root / 'site'))
+        return processes_naming('--port %d ' % self.port) + processes_naming(str(self.root / 'site'))
 
     def kill_everything_started(self):
-        for pid in self.running():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_children_naming('--port %d ' % self.port)
+        kill_children_naming(str(self.root / 'site'))
 
 
 @pytest.fixture

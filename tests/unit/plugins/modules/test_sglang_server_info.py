@@ -10,7 +10,7 @@ import pytest
 
 from helpers.http_responder import Reply, http_responder  # noqa: F401  (the fixture)
 from helpers.module_runner import ansiballz_package_data, run_module  # noqa: F401  (the fixtures)
-from helpers.module_runner import processes_naming, real_commands
+from helpers.module_runner import kill_children_naming, real_commands
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_patch, sglang_server_info
 
 KEYS = {'changed', 'service_manager', 'python_exists', 'running', 'pid', 'healthy', 'mismatches', 'configs_changed',
@@ -347,11 +347,7 @@ def test_the_armed_guard_and_the_last_restore_are_reported(run_module, ansiballz
         assert not result['failed'] and result['guard_armed_by'] is None
         assert result['guard_last_fired'] == restored['fired']
     finally:
-        for pid in processes_naming(str(folder)):
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass  # the watcher saw its guard gone and left
+        kill_children_naming(str(folder))
 
 
 def test_a_guard_state_that_is_not_json_fails_with_every_key(run_module, host, tmp_path):
