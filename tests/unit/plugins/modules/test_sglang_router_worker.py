@@ -58,7 +58,8 @@ class Gateway(object):
                 worker['unhealthy_reads'] -= 1
             elif worker.get('unhealthy_reads') == 0:
                 worker['is_healthy'] = True
-        return Reply(json={'workers': [dict(worker) for worker in self.workers], 'total': len(self.workers)})
+        listed = [dict((key, worker[key]) for key in ('id', 'url', 'is_healthy', 'load')) for worker in self.workers]
+        return Reply(json={'workers': listed, 'total': len(listed)})
 
     def delete(self, request, match):
         refused = self.refused(request)
@@ -67,8 +68,9 @@ class Gateway(object):
         wanted = match.group('id')
         if not any(worker['id'] == wanted for worker in self.workers):
             return Reply(404, json={'error': 'worker %s not found' % wanted})
-        self.pending.append({'reads': self.lag, 'apply': lambda: self.workers.__setitem__(
-            slice(None), [worker for worker in self.workers if worker['id'] != wanted])})
+        def remove():
+            self.workers = [worker for worker in self.workers if worker['id'] != wanted]
+        self.pending.append({'reads': self.lag, 'apply': remove})
         return Reply(202, json={'status': 'accepted', 'worker_id': wanted})
 
     def add(self, request, match):
