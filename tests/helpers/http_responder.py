@@ -17,6 +17,7 @@ ends, so a slow route never outlives its test.
 """
 import json
 import os
+import re
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -181,6 +182,77 @@ class HttpResponder(object):
     def __exit__(self, *exc):
         self.stop()
         return False
+
+
+class RouterImitation(object):
+    """The router's worker API as sglang-router 0.3.2 answers it.
+
+    A change shows from the read after the one `lag` reads after it (never in the 202's own moment); an added
+    worker is then listed unhealthy for `unhealthy_reads` reads, as the router's first health checks run.
+    """
+
+    def __init__(self, responder, workers=(), lag=0, unhealthy_reads=0, api_key=None):
+        self.responder = responder
+        self.workers = [dict(id='w-%d' % index, url=url, is_healthy=True, load=0)
+                        for index, url in enumerate(workers)]
+        self.lag = lag
+        self.unhealthy_reads = unhealthy_reads
+        self.api_key = api_key
+        self.pending = []
+        responder.route('GET', '/workers', handler=self.listing)
+        responder.route('DELETE', re.compile(r'/workers/(?P<id>[^/]+)'), handler=self.delete)
+        responder.route('POST', '/workers', handler=self.add)
+
+    def refused(self, request):
+        if self.api_key and request.headers.get('Authorization') != 'Bearer %s' % self.api_key:
+            return Reply(401, json={'error': 'Unauthorized'})
+        return None
+
+    def listing(self, request, match):
+        refused = self.refused(request)
+        if refused:
+            return refused
+        for change in list(self.pending):
+            change['reads'] -= 1
+            if change['reads'] < 0:
+                change['apply']()
+                self.pending.remove(change)
+        for worker in self.workers:
+            if not worker['is_healthy'] and worker.get('unhealthy_reads', 0) > 0:
+                worker['unhealthy_reads'] -= 1
+            elif worker.get('unhealthy_reads') == 0:
+                worker['is_healthy'] = True
+        listed = [dict((key, worker[key]) for key in ('id', 'url', 'is_healthy', 'load')) for worker in self.workers]
+        return Reply(json={'workers': listed, 'total': len(listed)})
+
+    def delete(self, request, match):
+        refused = self.refused(request)
+        if refused:
+            return refused
+        wanted = match.group('id')
+        if not any(worker['id'] == wanted for worker in self.workers):
+            return Reply(404, json={'error': 'worker %s not found' % wanted})
+        def remove():
+            self.workers = [worker for worker in self.workers if worker['id'] != wanted]
+        self.pending.append({'reads': self.lag, 'apply': remove})
+        return Reply(202, json={'status': 'accepted', 'worker_id': wanted})
+
+    def add(self, request, match):
+        refused = self.refused(request)
+        if refused:
+            return refused
+        url = request.json['url']
+        entry = dict(id='w-new', url=url, is_healthy=self.unhealthy_reads == 0, load=0,
+                     unhealthy_reads=self.unhealthy_reads)
+        self.pending.append({'reads': self.lag, 'apply': lambda: self.workers.append(entry)})
+        return Reply(202, json={'status': 'accepted', 'worker_id': 'w-new'})
+
+    def urls(self):
+        return sorted(worker['url'] for worker in self.workers)
+
+    def calls(self):
+        """METHOD PATH of each request the router got, in order."""
+        return ['%s %s' % (request.method, request.path) for request in self.responder.requests]
 
 
 @pytest.fixture

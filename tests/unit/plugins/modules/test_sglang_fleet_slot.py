@@ -126,7 +126,7 @@ def test_a_peer_that_is_down_already_uses_the_budget(fleet, down, status, why):
     assert refused['msg'].endswith(': %s (%s); waited 0.0s for that to change' % (down, why))
 
 
-def test_a_peer_that_does_not_answer_at_all_is_unavailable(fleet, tmp_path):
+def test_a_peer_that_does_not_answer_at_all_is_unavailable(fleet):
     fleet.peers['gpu3'] = closed_port_url()
     refused = fleet.acquire('gpu1')
     assert refused['failed'] and refused['unavailable'] == [{'host': 'gpu3', 'why': '/health answered nothing'}]

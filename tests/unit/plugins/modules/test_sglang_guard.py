@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+from helpers.http_responder import RouterImitation, closed_port_url, http_responder  # noqa: F401  (the fixture)
 from helpers.http_responder import static_server_launch
 from helpers.module_runner import ansiballz_package_data, run_module  # noqa: F401  (the fixtures)
 from helpers.module_runner import kill_children_naming, processes_naming
@@ -347,3 +348,34 @@ def test_a_state_file_that_is_not_json_is_a_clear_failure_and_is_left_for_inspec
         assert result['failed'] and set(result) >= KEYS, state
         assert 'state.json is not valid JSON; inspect it before running again' in result['msg']
     assert (deployment.folder / 'state.json').read_text() == '{half'
+
+
+def test_a_restore_takes_the_server_out_of_its_router_and_puts_the_previous_one_back(run_module, running,
+                                                                                     http_responder):
+    router = RouterImitation(http_responder, [running.url], api_key='router-key')
+    running.arm(run_module, 'run-10', router={'url': http_responder.url, 'worker_url': running.url,
+                                              'api_key': 'router-key', 'timeout': 10})
+    restored = running.guard(run_module, 'restored', run_id='run-10', reason='the confirm failed')
+    assert not restored['failed'], restored['msg']
+    fired = restored['fired']
+    assert (fired['router_readmitted'], fired['router_problem'], fired['problems']) == (True, None, [])
+    # No request may reach a server about to stop: out of the router first, back in only once healthy.
+    assert fired['steps'][:2] == ['take the server out of the router', 'stop the server that runs now']
+    assert fired['steps'][-1] == 'put the server back into the router'
+    changes = [call for call in router.calls() if not call.startswith('GET')]
+    assert changes == ['DELETE /workers/w-0', 'POST /workers'] and router.urls() == [running.url]
+    assert {request.headers.get('Authorization') for request in http_responder.requests} == {'Bearer router-key'}
+    assert 'router-key' not in repr(restored)
+
+
+def test_a_restore_whose_router_is_gone_still_restores_and_says_why_it_is_not_back(run_module, deployment):
+    router_url = closed_port_url()
+    deployment.arm(run_module, 'run-11', router={'url': router_url, 'worker_url': deployment.url, 'timeout': 1})
+    deployment.module_file.write_bytes(b'# changed\n')
+    restored = deployment.guard(run_module, 'restored', run_id='run-11')
+    # The previous server answers /health again: the rollback succeeded, the router is the operator's to fix.
+    assert not restored['failed'], restored['msg']
+    fired = restored['fired']
+    assert fired['status'] == 'rolled_back' and fired['router_readmitted'] is False
+    assert fired['router_problem'].startswith('GET %s/workers answered nothing' % router_url)
+    assert deployment.module_file.read_bytes() == b'# pre-run bytes \xe2\x9c\x93\n'

@@ -1,13 +1,12 @@
 """sglang_router_worker's main() against a responder that imitates sglang-router 0.3.2's worker API.
 
 GET /workers lists {"id", "url", "is_healthy"}; DELETE /workers/{id} and POST /workers answer 202 and take
-effect in the background, which the imitation shows by listing the old membership for `lag` more reads.
+effect in the background, which the imitation shows by listing the old membership for `lag` more reads
+(tests/helpers/http_responder.py's RouterImitation).
 """
-import re
-
 import pytest
 
-from helpers.http_responder import Reply, closed_port_url, http_responder  # noqa: F401  (the fixture)
+from helpers.http_responder import Reply, RouterImitation, closed_port_url, http_responder  # noqa: F401
 from helpers.module_runner import run_module  # noqa: F401  (the fixture)
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_router_worker
 
@@ -18,77 +17,6 @@ OTHER = 'http://127.0.0.1:30002'
 
 def no_commands(argv):
     raise AssertionError('sglang_router_worker ran a command: %r' % argv)
-
-
-class Gateway(object):
-    """The router's worker API as sglang-router 0.3.2 answers it.
-
-    A change shows from the read after the one `lag` reads after it (never in the 202's own moment); an added
-    worker is then listed unhealthy for `unhealthy_reads` reads, as the router's first health checks run.
-    """
-
-    def __init__(self, responder, workers=(), lag=0, unhealthy_reads=0, api_key=None):
-        self.responder = responder
-        self.workers = [dict(id='w-%d' % index, url=url, is_healthy=True, load=0)
-                        for index, url in enumerate(workers)]
-        self.lag = lag
-        self.unhealthy_reads = unhealthy_reads
-        self.api_key = api_key
-        self.pending = []
-        responder.route('GET', '/workers', handler=self.listing)
-        responder.route('DELETE', re.compile(r'/workers/(?P<id>[^/]+)'), handler=self.delete)
-        responder.route('POST', '/workers', handler=self.add)
-
-    def refused(self, request):
-        if self.api_key and request.headers.get('Authorization') != 'Bearer %s' % self.api_key:
-            return Reply(401, json={'error': 'Unauthorized'})
-        return None
-
-    def listing(self, request, match):
-        refused = self.refused(request)
-        if refused:
-            return refused
-        for change in list(self.pending):
-            change['reads'] -= 1
-            if change['reads'] < 0:
-                change['apply']()
-                self.pending.remove(change)
-        for worker in self.workers:
-            if not worker['is_healthy'] and worker.get('unhealthy_reads', 0) > 0:
-                worker['unhealthy_reads'] -= 1
-            elif worker.get('unhealthy_reads') == 0:
-                worker['is_healthy'] = True
-        listed = [dict((key, worker[key]) for key in ('id', 'url', 'is_healthy', 'load')) for worker in self.workers]
-        return Reply(json={'workers': listed, 'total': len(listed)})
-
-    def delete(self, request, match):
-        refused = self.refused(request)
-        if refused:
-            return refused
-        wanted = match.group('id')
-        if not any(worker['id'] == wanted for worker in self.workers):
-            return Reply(404, json={'error': 'worker %s not found' % wanted})
-        def remove():
-            self.workers = [worker for worker in self.workers if worker['id'] != wanted]
-        self.pending.append({'reads': self.lag, 'apply': remove})
-        return Reply(202, json={'status': 'accepted', 'worker_id': wanted})
-
-    def add(self, request, match):
-        refused = self.refused(request)
-        if refused:
-            return refused
-        url = request.json['url']
-        entry = dict(id='w-new', url=url, is_healthy=self.unhealthy_reads == 0, load=0,
-                     unhealthy_reads=self.unhealthy_reads)
-        self.pending.append({'reads': self.lag, 'apply': lambda: self.workers.append(entry)})
-        return Reply(202, json={'status': 'accepted', 'worker_id': 'w-new'})
-
-    def urls(self):
-        return sorted(worker['url'] for worker in self.workers)
-
-    def calls(self):
-        """METHOD PATH of each request the router got, in order."""
-        return ['%s %s' % (request.method, request.path) for request in self.responder.requests]
 
 
 def args(router, **extra):
@@ -107,7 +35,7 @@ def args(router, **extra):
 ])
 def test_each_state_changes_the_router_only_when_the_membership_differs(run_module, http_responder, state, listed,
                                                                        changed, member, changes):
-    router = Gateway(http_responder, listed)
+    router = RouterImitation(http_responder, listed)
     result, _ = run_module(sglang_router_worker.main, args(router, state=state), no_commands)
     assert not result['failed'], result.get('msg')
     assert result['changed'] is changed and result['member'] is member
@@ -120,7 +48,7 @@ def test_each_state_changes_the_router_only_when_the_membership_differs(run_modu
 
 @pytest.mark.parametrize('state, listed', [('present', [OTHER]), ('absent', [WORKER])])
 def test_a_second_run_changes_nothing(run_module, http_responder, state, listed):
-    router = Gateway(http_responder, listed)
+    router = RouterImitation(http_responder, listed)
     first, _ = run_module(sglang_router_worker.main, args(router, state=state), no_commands)
     assert not first['failed'] and first['changed'] is True
     before = len(http_responder.requests)
@@ -133,7 +61,7 @@ def test_a_second_run_changes_nothing(run_module, http_responder, state, listed)
 
 @pytest.mark.parametrize('state, listed, member', [('present', [OTHER], True), ('absent', [WORKER], False)])
 def test_check_mode_says_what_would_change_and_changes_nothing(run_module, http_responder, state, listed, member):
-    router = Gateway(http_responder, listed)
+    router = RouterImitation(http_responder, listed)
     result, _ = run_module(sglang_router_worker.main, args(router, state=state), no_commands, check_mode=True,
                            diff=True)
     assert not result['failed'] and result['changed'] is True and result['member'] is member
@@ -143,7 +71,7 @@ def test_check_mode_says_what_would_change_and_changes_nothing(run_module, http_
 
 
 def test_present_waits_until_the_router_lists_the_new_worker_as_healthy(run_module, http_responder):
-    router = Gateway(http_responder, [OTHER], lag=1, unhealthy_reads=1)
+    router = RouterImitation(http_responder, [OTHER], lag=1, unhealthy_reads=1)
     result, _ = run_module(sglang_router_worker.main, args(router, state='present'), no_commands)
     assert not result['failed'], result.get('msg')
     assert result['healthy'] is True and result['worker_id'] == 'w-new' and result['workers_total'] == 2
@@ -153,7 +81,7 @@ def test_present_waits_until_the_router_lists_the_new_worker_as_healthy(run_modu
 
 
 def test_a_listed_but_unhealthy_worker_is_waited_for_without_adding_it_again(run_module, http_responder):
-    router = Gateway(http_responder, [WORKER])
+    router = RouterImitation(http_responder, [WORKER])
     router.workers[0].update(is_healthy=False, unhealthy_reads=1)
     result, _ = run_module(sglang_router_worker.main, args(router, state='present'), no_commands)
     assert not result['failed'], result.get('msg')
@@ -162,7 +90,7 @@ def test_a_listed_but_unhealthy_worker_is_waited_for_without_adding_it_again(run
 
 
 def test_a_worker_that_never_becomes_healthy_fails_naming_the_router_and_the_worker(run_module, http_responder):
-    router = Gateway(http_responder, [WORKER])
+    router = RouterImitation(http_responder, [WORKER])
     router.workers[0]['is_healthy'] = False
     result, _ = run_module(sglang_router_worker.main, args(router, state='present', timeout=0.3), no_commands)
     assert result['failed'] and set(result) >= KEYS
@@ -172,7 +100,7 @@ def test_a_worker_that_never_becomes_healthy_fails_naming_the_router_and_the_wor
 
 
 def test_absent_waits_for_the_asynchronous_removal(run_module, http_responder):
-    router = Gateway(http_responder, [WORKER, OTHER], lag=1)
+    router = RouterImitation(http_responder, [WORKER, OTHER], lag=1)
     result, _ = run_module(sglang_router_worker.main, args(router, state='absent'), no_commands)
     assert not result['failed'], result.get('msg')
     assert router.calls() == ['GET /workers', 'DELETE /workers/w-0'] + ['GET /workers'] * 2
@@ -180,7 +108,7 @@ def test_absent_waits_for_the_asynchronous_removal(run_module, http_responder):
 
 
 def test_a_router_that_keeps_listing_a_removed_worker_fails_as_still_routing_to_it(run_module, http_responder):
-    router = Gateway(http_responder, [WORKER], lag=10 ** 6)
+    router = RouterImitation(http_responder, [WORKER], lag=10 ** 6)
     result, _ = run_module(sglang_router_worker.main, args(router, state='absent', timeout=0.3), no_commands)
     assert result['failed'] and set(result) >= KEYS
     assert 'still lists %s 0.3s after DELETE /workers/w-0: it may still send it requests' % WORKER in result['msg']
@@ -221,7 +149,7 @@ def test_a_listing_the_module_cannot_read_is_a_clear_failure(run_module, http_re
 
 
 def test_a_refused_addition_fails_with_the_routers_answer(run_module, http_responder):
-    Gateway(http_responder, [OTHER])
+    RouterImitation(http_responder, [OTHER])
     http_responder.route('POST', '/workers', status=400, body='invalid url')
     result, _ = run_module(sglang_router_worker.main, dict(router_url=http_responder.url, worker_url=WORKER,
                                                            state='present'), no_commands)
@@ -232,7 +160,7 @@ def test_a_refused_addition_fails_with_the_routers_answer(run_module, http_respo
 
 
 def test_the_routers_api_key_goes_as_a_bearer_token_on_every_request(run_module, http_responder):
-    router = Gateway(http_responder, [WORKER], api_key='router-key')
+    router = RouterImitation(http_responder, [WORKER], api_key='router-key')
     result, _ = run_module(sglang_router_worker.main, args(router, state='absent', api_key='router-key'),
                            no_commands)
     assert not result['failed'], result.get('msg')
@@ -242,7 +170,7 @@ def test_the_routers_api_key_goes_as_a_bearer_token_on_every_request(run_module,
 
 
 def test_without_the_routers_api_key_a_keyed_router_refuses_and_no_header_is_sent(run_module, http_responder):
-    router = Gateway(http_responder, [WORKER], api_key='router-key')
+    router = RouterImitation(http_responder, [WORKER], api_key='router-key')
     result, _ = run_module(sglang_router_worker.main, args(router, state='absent'), no_commands)
     assert result['failed'] and 'GET %s/workers answered 401' % http_responder.url in result['msg']
     assert 'Authorization' not in http_responder.requests[0].headers
@@ -250,7 +178,7 @@ def test_without_the_routers_api_key_a_keyed_router_refuses_and_no_header_is_sen
 
 
 def test_the_workers_own_key_is_handed_to_the_router_and_never_returned(run_module, http_responder):
-    router = Gateway(http_responder, [])
+    router = RouterImitation(http_responder, [])
     result, _ = run_module(sglang_router_worker.main, args(router, state='present', worker_api_key='worker-key'),
                            no_commands)
     assert not result['failed'], result.get('msg')
@@ -259,7 +187,7 @@ def test_the_workers_own_key_is_handed_to_the_router_and_never_returned(run_modu
 
 
 def test_the_worker_url_is_matched_whatever_its_trailing_slash(run_module, http_responder):
-    router = Gateway(http_responder, [WORKER])
+    router = RouterImitation(http_responder, [WORKER])
     result, _ = run_module(sglang_router_worker.main, args(router, state='present', worker_url=WORKER + '/'),
                            no_commands)
     assert not result['failed'] and result['changed'] is False and result['worker_id'] == 'w-0'
