@@ -1,0 +1,193 @@
+"""sglang_router_worker's main() against a responder that imitates sglang-router 0.3.2's worker API.
+
+GET /workers lists {"id", "url", "is_healthy"}; DELETE /workers/{id} and POST /workers answer 202 and take
+effect in the background, which the imitation shows by listing the old membership for `lag` more reads
+(tests/helpers/http_responder.py's RouterImitation).
+"""
+import pytest
+
+from helpers.http_responder import Reply, RouterImitation, closed_port_url, http_responder  # noqa: F401
+from helpers.module_runner import run_module  # noqa: F401  (the fixture)
+from ansible_collections.gpuops.sglang.plugins.modules import sglang_router_worker
+
+KEYS = {'changed', 'member_before', 'member', 'healthy', 'worker_id', 'workers_total', 'elapsed', 'requests'}
+WORKER = 'http://127.0.0.1:30001'
+OTHER = 'http://127.0.0.1:30002'
+
+
+def no_commands(argv):
+    raise AssertionError('sglang_router_worker ran a command: %r' % argv)
+
+
+def args(router, **extra):
+    base = dict(router_url=router.responder.url, worker_url=WORKER, timeout=5, request_timeout=2)
+    base.update(extra)
+    return base
+
+
+@pytest.mark.parametrize('state, listed, changed, member, changes', [
+    ('query', [WORKER, OTHER], False, True, []),
+    ('query', [OTHER], False, False, []),
+    ('present', [WORKER], False, True, []),
+    ('present', [OTHER], True, True, ['POST /workers']),
+    ('absent', [WORKER, OTHER], True, False, ['DELETE /workers/w-0']),
+    ('absent', [OTHER], False, False, []),
+])
+def test_each_state_changes_the_router_only_when_the_membership_differs(run_module, http_responder, state, listed,
+                                                                       changed, member, changes):
+    router = RouterImitation(http_responder, listed)
+    result, _ = run_module(sglang_router_worker.main, args(router, state=state), no_commands)
+    assert not result['failed'], result.get('msg')
+    assert result['changed'] is changed and result['member'] is member
+    assert result['member_before'] is (WORKER in listed)
+    assert [call for call in router.calls() if not call.startswith('GET')] == changes
+    assert (WORKER in router.urls()) is member
+    assert set(result) >= KEYS
+    assert result['requests'][0] == 'GET /workers -> 200'
+
+
+@pytest.mark.parametrize('state, listed', [('present', [OTHER]), ('absent', [WORKER])])
+def test_a_second_run_changes_nothing(run_module, http_responder, state, listed):
+    router = RouterImitation(http_responder, listed)
+    first, _ = run_module(sglang_router_worker.main, args(router, state=state), no_commands)
+    assert not first['failed'] and first['changed'] is True
+    before = len(http_responder.requests)
+    again, _ = run_module(sglang_router_worker.main, args(router, state=state), no_commands)
+    assert not again['failed'] and again['changed'] is False
+    assert again['member_before'] is again['member'] is (state == 'present')
+    assert [request.method for request in http_responder.requests[before:]] == ['GET']
+    assert set(again) == set(first)
+
+
+@pytest.mark.parametrize('state, listed, member', [('present', [OTHER], True), ('absent', [WORKER], False)])
+def test_check_mode_says_what_would_change_and_changes_nothing(run_module, http_responder, state, listed, member):
+    router = RouterImitation(http_responder, listed)
+    result, _ = run_module(sglang_router_worker.main, args(router, state=state), no_commands, check_mode=True,
+                           diff=True)
+    assert not result['failed'] and result['changed'] is True and result['member'] is member
+    assert router.calls() == ['GET /workers']
+    assert (WORKER in router.urls()) is not member
+    assert result['diff'] == {'before': {'member': not member}, 'after': {'member': member}}
+
+
+def test_present_waits_until_the_router_lists_the_new_worker_as_healthy(run_module, http_responder):
+    router = RouterImitation(http_responder, [OTHER], lag=1, unhealthy_reads=1)
+    result, _ = run_module(sglang_router_worker.main, args(router, state='present'), no_commands)
+    assert not result['failed'], result.get('msg')
+    assert result['healthy'] is True and result['worker_id'] == 'w-new' and result['workers_total'] == 2
+    # One read before the addition shows, one listing it unhealthy, then the one listing it healthy.
+    assert router.calls() == ['GET /workers', 'POST /workers'] + ['GET /workers'] * 3
+    assert http_responder.requests_to('POST', '/workers')[0].json == {'url': WORKER}
+
+
+def test_a_listed_but_unhealthy_worker_is_waited_for_without_adding_it_again(run_module, http_responder):
+    router = RouterImitation(http_responder, [WORKER])
+    router.workers[0].update(is_healthy=False, unhealthy_reads=1)
+    result, _ = run_module(sglang_router_worker.main, args(router, state='present'), no_commands)
+    assert not result['failed'], result.get('msg')
+    assert result['changed'] is False and result['healthy'] is True
+    assert http_responder.requests_to('POST') == []
+
+
+def test_a_worker_that_never_becomes_healthy_fails_naming_the_router_and_the_worker(run_module, http_responder):
+    router = RouterImitation(http_responder, [WORKER])
+    router.workers[0]['is_healthy'] = False
+    result, _ = run_module(sglang_router_worker.main, args(router, state='present', timeout=0.3), no_commands)
+    assert result['failed'] and set(result) >= KEYS
+    assert result['msg'] == ('sglang_router_worker present of %s at %s failed: the router %s lists %s but not as '
+                             'healthy within 0.3s' % (WORKER, router.responder.url, router.responder.url, WORKER))
+    assert result['member'] is True and result['healthy'] is False
+
+
+def test_absent_waits_for_the_asynchronous_removal(run_module, http_responder):
+    router = RouterImitation(http_responder, [WORKER, OTHER], lag=1)
+    result, _ = run_module(sglang_router_worker.main, args(router, state='absent'), no_commands)
+    assert not result['failed'], result.get('msg')
+    assert router.calls() == ['GET /workers', 'DELETE /workers/w-0'] + ['GET /workers'] * 2
+    assert result['member'] is False and result['worker_id'] is None and result['workers_total'] == 1
+
+
+def test_a_router_that_keeps_listing_a_removed_worker_fails_as_still_routing_to_it(run_module, http_responder):
+    router = RouterImitation(http_responder, [WORKER], lag=10 ** 6)
+    result, _ = run_module(sglang_router_worker.main, args(router, state='absent', timeout=0.3), no_commands)
+    assert result['failed'] and set(result) >= KEYS
+    assert 'still lists %s 0.3s after DELETE /workers/w-0: it may still send it requests' % WORKER in result['msg']
+    assert result['member'] is True and result['member_before'] is True
+
+
+@pytest.mark.parametrize('state', ['query', 'present', 'absent'])
+def test_an_unreachable_router_fails_with_the_membership_unknown(run_module, state):
+    router_url = closed_port_url()
+    result, _ = run_module(sglang_router_worker.main, dict(router_url=router_url, worker_url=WORKER, state=state,
+                                                           timeout=1, request_timeout=1), no_commands)
+    assert result['failed'] and set(result) >= KEYS
+    assert result['msg'].startswith('sglang_router_worker %s of %s at %s failed: GET %s/workers answered nothing'
+                                    % (state, WORKER, router_url, router_url))
+    assert result['member_before'] is None and result['member'] is None and result['changed'] is False
+    assert result['requests'] == ['GET /workers -> no answer']
+
+
+def test_a_router_slower_than_request_timeout_counts_as_no_answer(run_module, http_responder):
+    http_responder.route('GET', '/workers', json={'workers': []}, delay=60)
+    result, _ = run_module(sglang_router_worker.main, dict(router_url=http_responder.url, worker_url=WORKER,
+                                                           state='query', request_timeout=0.2), no_commands)
+    assert result['failed'] and 'answered nothing' in result['msg']
+
+
+@pytest.mark.parametrize('reply, said', [
+    (Reply(500, body='gateway exploded'), 'GET %s/workers answered 500: gateway exploded'),
+    (Reply(200, body='<html>not json</html>'), 'GET %s/workers answered an unexpected body'),
+    (Reply(200, json={'total': 0}), 'GET /workers answered without a "workers" list'),
+])
+def test_a_listing_the_module_cannot_read_is_a_clear_failure(run_module, http_responder, reply, said):
+    http_responder.route('GET', '/workers', replies=[reply])
+    result, _ = run_module(sglang_router_worker.main, dict(router_url=http_responder.url, worker_url=WORKER,
+                                                           state='present'), no_commands)
+    assert result['failed'] and set(result) >= KEYS
+    assert (said % http_responder.url if '%s' in said else said) in result['msg']
+    assert http_responder.requests_to('POST') == []
+
+
+def test_a_refused_addition_fails_with_the_routers_answer(run_module, http_responder):
+    RouterImitation(http_responder, [OTHER])
+    http_responder.route('POST', '/workers', status=400, body='invalid url')
+    result, _ = run_module(sglang_router_worker.main, dict(router_url=http_responder.url, worker_url=WORKER,
+                                                           state='present'), no_commands)
+    assert result['failed'] and set(result) >= KEYS
+    assert 'POST /workers {"url": "%s"} answered 400: invalid url' % WORKER in result['msg']
+    # Nothing was read after the refused change: the membership is unknown, not a guess.
+    assert result['member'] is None and result['member_before'] is False
+
+
+def test_the_routers_api_key_goes_as_a_bearer_token_on_every_request(run_module, http_responder):
+    router = RouterImitation(http_responder, [WORKER], api_key='router-key')
+    result, _ = run_module(sglang_router_worker.main, args(router, state='absent', api_key='router-key'),
+                           no_commands)
+    assert not result['failed'], result.get('msg')
+    assert {request.headers.get('Authorization') for request in http_responder.requests} == {'Bearer router-key'}
+    assert 'DELETE /workers/w-0' in router.calls()
+    assert 'router-key' not in repr(result)
+
+
+def test_without_the_routers_api_key_a_keyed_router_refuses_and_no_header_is_sent(run_module, http_responder):
+    router = RouterImitation(http_responder, [WORKER], api_key='router-key')
+    result, _ = run_module(sglang_router_worker.main, args(router, state='absent'), no_commands)
+    assert result['failed'] and 'GET %s/workers answered 401' % http_responder.url in result['msg']
+    assert 'Authorization' not in http_responder.requests[0].headers
+    assert router.urls() == [WORKER]
+
+
+def test_the_workers_own_key_is_handed_to_the_router_and_never_returned(run_module, http_responder):
+    router = RouterImitation(http_responder, [])
+    result, _ = run_module(sglang_router_worker.main, args(router, state='present', worker_api_key='worker-key'),
+                           no_commands)
+    assert not result['failed'], result.get('msg')
+    assert http_responder.requests_to('POST', '/workers')[0].json == {'url': WORKER, 'api_key': 'worker-key'}
+    assert 'worker-key' not in repr(result)
+
+
+def test_the_worker_url_is_matched_whatever_its_trailing_slash(run_module, http_responder):
+    router = RouterImitation(http_responder, [WORKER])
+    result, _ = run_module(sglang_router_worker.main, args(router, state='present', worker_url=WORKER + '/'),
+                           no_commands)
+    assert not result['failed'] and result['changed'] is False and result['worker_id'] == 'w-0'

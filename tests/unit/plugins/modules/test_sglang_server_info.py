@@ -1,0 +1,408 @@
+"""sglang_server_info's main() on a detached server: a real process in its own session named by a pid file,
+its HTTP side a responder, its configuration files and patch stamp real files in a temporary folder."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers.http_responder import Reply, http_responder  # noqa: F401  (the fixture)
+from helpers.module_runner import ansiballz_package_data, run_module  # noqa: F401  (the fixtures)
+from helpers.module_runner import kill_children_naming, real_commands
+from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_patch, sglang_server_info
+
+KEYS = {'changed', 'service_manager', 'python_exists', 'running', 'pid', 'healthy', 'mismatches', 'configs_changed',
+        'guard_armed_by', 'guard_last_fired', 'patch', 'adaptive_tiers', 'cmd'}
+PATCH_KEYS = {'proven', 'why', 'patch_sha256', 'site_packages', 'files', 'sglang_version'}
+SERVER_INFO = {'max_running_requests': 64, 'model_path': '/models/m',
+               'environment': {'SGLANG_ENABLE_TORCH_COMPILE': '0'}}
+DIFF = '--- a/sglang/mod.py\n+++ b/sglang/mod.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n'
+
+
+def no_commands(argv):
+    raise AssertionError('sglang_server_info ran a command on a detached server: %r' % argv)
+
+
+class Host(object):
+    """The detached server's files in tmp_path; `start()` runs a real process in its own session for it."""
+
+    def __init__(self, tmp_path, url):
+        self.root = tmp_path
+        self.url = url
+        self.pidfile = tmp_path / 'sglang.pid'
+        self.launch = tmp_path / 'launch.json'
+        self.launch.write_text(json.dumps({'python': sys.executable, 'module': 'sglang.launch_server',
+                                           'args': ['--port', 30000], 'environment': {}}))
+        self.procs = []
+
+    def start(self):
+        # Its own session, as the module starts a detached server: the pid file names the session leader.
+        proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', 'sglang-of', str(self.root)],
+                                start_new_session=True)
+        self.procs.append(proc)
+        self.pidfile.write_text('%d\n' % proc.pid)
+        return proc
+
+    def args(self, **extra):
+        base = dict(service_manager='detached', service_name='sglang', launch_file=str(self.launch),
+                    pidfile=str(self.pidfile), url=self.url)
+        base.update(extra)
+        return base
+
+    def stop(self):
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def host(tmp_path, http_responder):
+    made = Host(tmp_path, http_responder.url)
+    yield made
+    made.stop()
+
+
+def info(run_module, host, responder=no_commands, **extra):
+    result, calls = run_module(sglang_server_info.main, host.args(**extra), responder)
+    return result
+
+
+def test_a_server_that_does_not_run_is_neither_running_nor_healthy_and_is_not_asked(run_module, host,
+                                                                                    http_responder):
+    result = info(run_module, host, expected_server_info={'max_running_requests': 64})
+    assert not result['failed'] and set(result) >= KEYS
+    assert result['running'] is False and result['pid'] is None and result['healthy'] is False
+    assert result['changed'] is False and result['mismatches'] == [] and result['service_manager'] == 'detached'
+    assert http_responder.requests == []
+
+
+def test_a_pid_file_naming_a_process_that_is_gone_is_not_running(run_module, host):
+    proc = host.start()
+    proc.kill()
+    proc.wait()
+    result = info(run_module, host)
+    assert not result['failed'] and result['running'] is False and result['pid'] is None
+
+
+@pytest.mark.parametrize('health, healthy', [(200, True), (503, False)])
+def test_a_running_server_is_healthy_only_when_health_answers_200(run_module, host, http_responder, health,
+                                                                   healthy):
+    http_responder.route('GET', '/health', status=health)
+    http_responder.route('GET', '/server_info', json=SERVER_INFO)
+    proc = host.start()
+    result = info(run_module, host, expected_server_info={'max_running_requests': 96})
+    assert not result['failed'] and set(result) >= KEYS
+    assert result['running'] is True and result['pid'] == proc.pid and result['healthy'] is healthy
+    # An unhealthy server's settings are not read: mismatches stay empty.
+    assert result['mismatches'] == (['max_running_requests is 64, want 96'] if healthy else [])
+    assert [request.path for request in http_responder.requests] == (['/health', '/server_info'] if healthy
+                                                                     else ['/health'])
+
+
+@pytest.mark.parametrize('expected, environment, found', [
+    ({'max_running_requests': 64, 'model_path': '/models/m'}, {}, []),
+    ({'max_running_requests': 32}, {}, ['max_running_requests is 64, want 32']),
+    ({'speculative_algorithm': 'EAGLE3'}, {}, ['speculative_algorithm is null, want "EAGLE3"']),
+    ({}, {'SGLANG_ENABLE_TORCH_COMPILE': '0'}, []),
+    ({}, {'SGLANG_ENABLE_TORCH_COMPILE': '1'}, ['environment SGLANG_ENABLE_TORCH_COMPILE is "0", want "1"']),
+    ({'max_running_requests': 32}, {'NCCL_DEBUG': 'INFO'},
+     ['max_running_requests is 64, want 32', 'environment NCCL_DEBUG is null, want "INFO"']),
+])
+def test_server_info_is_compared_with_what_is_expected(run_module, host, http_responder, expected, environment,
+                                                       found):
+    http_responder.route('GET', '/health', status=200)
+    http_responder.route('GET', '/server_info', json=SERVER_INFO)
+    host.start()
+    result = info(run_module, host, expected_server_info=expected, expected_environment=environment)
+    assert not result['failed'] and result['healthy'] is True and result['mismatches'] == found
+    assert result['changed'] is False
+
+
+def test_an_older_server_is_read_at_get_server_info(run_module, host, http_responder):
+    http_responder.route('GET', '/health', status=200)
+    http_responder.route('GET', '/get_server_info', json=SERVER_INFO)
+    host.start()
+    result = info(run_module, host, expected_server_info={'max_running_requests': 64})
+    assert not result['failed'] and result['mismatches'] == []
+    assert [request.path for request in http_responder.requests] == ['/health', '/server_info', '/get_server_info']
+
+
+@pytest.mark.parametrize('reply, said', [
+    (Reply(401), '/server_info answered 401: the server wants an API key'),
+    (Reply(500), '/server_info answered 500'),
+    (Reply(200, body='<html>'), '/server_info answered 200 with a body that is not JSON'),
+])
+def test_settings_that_cannot_be_read_are_one_mismatch_saying_why(run_module, host, http_responder, reply, said):
+    http_responder.route('GET', '/health', status=200)
+    http_responder.route('GET', '/server_info', replies=[reply])
+    host.start()
+    result = info(run_module, host, expected_server_info={'max_running_requests': 64})
+    assert not result['failed']
+    assert len(result['mismatches']) == 1
+    assert result['mismatches'][0].startswith('its settings could not be read: ' + said)
+
+
+def test_the_key_of_the_launch_configuration_goes_to_server_info_and_never_to_health(run_module, host,
+                                                                                     http_responder, tmp_path):
+    keys = tmp_path / 'server.yaml'
+    keys.write_text('api-key: "server-key"\n')
+    host.launch.write_text(json.dumps({'python': sys.executable, 'module': 'sglang.launch_server',
+                                       'args': ['--config', str(keys)], 'environment': {}}))
+    http_responder.route('GET', '/health', status=200)
+    http_responder.route('GET', '/server_info', json=SERVER_INFO)
+    host.start()
+    result = info(run_module, host, expected_server_info={'max_running_requests': 64})
+    assert not result['failed'] and result['mismatches'] == []
+    health, server_info = http_responder.requests
+    assert 'Authorization' not in health.headers
+    assert server_info.headers['Authorization'] == 'Bearer server-key'
+    assert 'server-key' not in repr(result)
+
+
+def test_configs_that_differ_from_the_live_files_are_named_and_left_as_they_are(run_module, host, tmp_path):
+    same, other, missing, unit = (tmp_path / name for name in ('same.json', 'other.json', 'missing.json',
+                                                               'sglang.service'))
+    same.write_text('{"a": 1}\n')
+    other.write_bytes(b'{"a": 1}')
+    unit.write_text('[Service]\n')
+    configs = [{'label': 'same', 'path': str(same), 'content': '{"a": 1}\n'},
+               {'label': 'other', 'path': str(other), 'content': '{"a": 1}\n'},
+               {'label': 'missing', 'path': str(missing), 'content': 'x'},
+               {'label': 'unit', 'path': str(unit), 'content': '[Service]\nchanged\n', 'systemd_only': True}]
+    before = {path: path.read_bytes() for path in (same, other, unit)}
+    result = info(run_module, host, configs=configs)
+    assert not result['failed'] and result['changed'] is False
+    # Byte for byte (a missing final newline differs); the unit only counts where systemd manages the server.
+    assert result['configs_changed'] == ['other', 'missing']
+    assert {path: path.read_bytes() for path in (same, other, unit)} == before and not missing.exists()
+
+
+def test_a_config_content_is_a_secret_that_no_result_shows(run_module, host, tmp_path):
+    live = tmp_path / 'keys.yaml'
+    live.write_text('api-key: "old"\n')
+    result = info(run_module, host, configs=[{'label': 'API keys', 'path': str(live),
+                                              'content': 'api-key: "secret-new-key"\n'}])
+    assert result['configs_changed'] == ['API keys'] and 'secret-new-key' not in repr(result)
+
+
+@pytest.mark.parametrize('python, exists', [(sys.executable, True), ('/nonexistent/bin/python', False), (None, True)])
+def test_python_exists_says_whether_the_interpreter_is_there(run_module, host, python, exists):
+    extra = {'python': python} if python else {}
+    result = info(run_module, host, **extra)
+    assert not result['failed'] and result['python_exists'] is exists
+
+
+def site_packages(tmp_path, version='0.5.12.post1'):
+    site = tmp_path / 'site-packages'
+    (site / 'sglang').mkdir(parents=True)
+    (site / 'sglang' / 'mod.py').write_text('x = 1\n')
+    dist = site / ('sglang-%s.dist-info' % version)
+    dist.mkdir()
+    (dist / 'METADATA').write_text('Metadata-Version: 2.1\nName: sglang\nVersion: %s\n\nbody\n' % version)
+    return site
+
+
+def apply_patch(run_module, site, stamp):
+    """The diff applied for real by sglang_patch (GNU patch), which writes the stamp."""
+    result, _ = run_module(sglang_patch.main, {'content': DIFF, 'site_packages': str(site), 'python': sys.executable,
+                                               'patch': '/usr/bin/patch', 'stamp': str(stamp)}, real_commands)
+    assert not result['failed'] and result['changed'], result.get('msg')
+    assert (site / 'sglang' / 'mod.py').read_text() == 'x = 2\n'
+
+
+def test_a_stamp_written_by_sglang_patch_proves_the_patch_while_the_files_hold_its_bytes(run_module, host,
+                                                                                         tmp_path):
+    site = site_packages(tmp_path)
+    stamp = tmp_path / 'patch.stamp'
+    apply_patch(run_module, site, stamp)
+    result = info(run_module, host, patch_content=DIFF, patch_stamp=str(stamp), python=sys.executable)
+    assert not result['failed'] and set(result['patch']) == PATCH_KEYS
+    assert result['patch'] == {'proven': True, 'why': None, 'site_packages': str(site), 'files': ['sglang/mod.py'],
+                               'sglang_version': '0.5.12.post1',
+                               'patch_sha256': hashlib.sha256(DIFF.encode()).hexdigest()}
+
+    # A rollback (or a reinstall) put other bytes back: the stamp proves nothing any more.
+    (site / 'sglang' / 'mod.py').write_text('x = 1\n')
+    result = info(run_module, host, patch_content=DIFF, patch_stamp=str(stamp), python=sys.executable)
+    assert result['patch']['proven'] is False and result['patch']['files'] == []
+    assert result['patch']['why'] == '%s changed since the patch was applied' % (site / 'sglang' / 'mod.py')
+
+
+@pytest.mark.parametrize('content, python, why', [
+    (DIFF.replace('x = 2', 'x = 3'), sys.executable, 'the patch stamp records another patch'),
+    (DIFF, '/usr/bin/python3-other', 'the patch stamp records another interpreter or strip'),
+])
+def test_a_stamp_of_another_patch_or_interpreter_proves_nothing(run_module, host, tmp_path, content, python, why):
+    site = site_packages(tmp_path)
+    stamp = tmp_path / 'patch.stamp'
+    apply_patch(run_module, site, stamp)
+    result = info(run_module, host, patch_content=content, patch_stamp=str(stamp), python=python)
+    assert not result['failed']
+    assert result['patch']['proven'] is False and result['patch']['why'] == why
+    assert result['patch']['site_packages'] is None and result['patch']['sglang_version'] is None
+
+
+@pytest.mark.parametrize('given, why', [
+    ({}, 'no patch or stamp was given'),
+    ({'patch_content': DIFF}, 'no patch or stamp was given'),
+    ({'patch_content': DIFF, 'patch_stamp': '/nonexistent/patch.stamp'}, 'no readable patch stamp'),
+])
+def test_without_a_readable_stamp_the_patch_is_not_proven_and_says_why(run_module, host, given, why):
+    result = info(run_module, host, **given)
+    assert not result['failed'] and set(result['patch']) == PATCH_KEYS
+    assert result['patch']['proven'] is False and result['patch']['why'].startswith(why)
+
+
+def test_a_stamp_that_is_not_json_is_not_proof(run_module, host, tmp_path):
+    stamp = tmp_path / 'patch.stamp'
+    stamp.write_text('{half')
+    result = info(run_module, host, patch_content=DIFF, patch_stamp=str(stamp))
+    assert not result['failed'] and result['patch']['proven'] is False
+    assert result['patch']['why'].startswith('no readable patch stamp')
+    assert stamp.read_text() == '{half'
+
+
+def venv_with_sglang(tmp_path, adaptive_source):
+    """A real interpreter (a venv) whose site-packages holds an sglang with that adaptive_spec_params.py."""
+    venv = tmp_path / 'venv'
+    subprocess.check_call([sys.executable, '-m', 'venv', '--without-pip', str(venv)])
+    python = str(venv / 'bin' / 'python')
+    site = subprocess.check_output([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+                                   universal_newlines=True).strip()
+    speculative = os.path.join(site, 'sglang', 'srt', 'speculative')
+    os.makedirs(speculative)
+    open(os.path.join(site, 'sglang', '__init__.py'), 'w').close()
+    with open(os.path.join(speculative, 'adaptive_spec_params.py'), 'w') as handle:
+        handle.write(adaptive_source)
+    return python
+
+
+@pytest.mark.parametrize('adaptive_source, tiers', [
+    ('def _load_adaptive_config(path):\n    pass\n', True),
+    ('def load_adaptive_config(path):\n    pass\n', False),
+    ('def _load_adaptive_config(:\n', None),
+])
+def test_adaptive_tiers_are_read_from_the_source_the_interpreter_finds(run_module, host, tmp_path, adaptive_source,
+                                                                      tiers):
+    python = venv_with_sglang(tmp_path, adaptive_source)
+    result, calls = run_module(sglang_server_info.main, host.args(python=python, check_adaptive_tiers=True),
+                               real_commands)
+    assert not result['failed'], result.get('msg')
+    assert result['adaptive_tiers'] is tiers
+    assert [call[:2] for call in calls] == [[python, '-I']] and result['cmd'] == calls
+
+
+def test_adaptive_tiers_are_null_for_an_interpreter_without_sglang_or_that_is_missing(run_module, host, tmp_path):
+    result, calls = run_module(sglang_server_info.main, host.args(python=sys.executable, check_adaptive_tiers=True),
+                               real_commands)
+    assert not result['failed'] and result['adaptive_tiers'] is None and len(calls) == 1
+    result, calls = run_module(sglang_server_info.main, host.args(python=str(tmp_path / 'no-python'),
+                                                                  check_adaptive_tiers=True), no_commands)
+    assert not result['failed'] and result['adaptive_tiers'] is None and result['python_exists'] is False
+
+
+def test_a_proven_stamp_tells_the_adaptive_tiers_without_running_the_interpreter(run_module, host, tmp_path):
+    site = site_packages(tmp_path)
+    (site / 'sglang' / 'srt' / 'speculative').mkdir(parents=True)
+    (site / 'sglang' / 'srt' / 'speculative' / 'adaptive_spec_params.py').write_text('def load_adaptive_config():'
+                                                                                     '\n    pass\n')
+    stamp = tmp_path / 'patch.stamp'
+    apply_patch(run_module, site, stamp)
+    result, calls = run_module(sglang_server_info.main, host.args(
+        python=sys.executable, patch_content=DIFF, patch_stamp=str(stamp), check_adaptive_tiers=True), no_commands)
+    assert not result['failed'] and result['patch']['proven'] is True
+    assert result['adaptive_tiers'] is False and calls == []
+
+
+def test_adaptive_tiers_are_null_when_not_asked(run_module, host):
+    result = info(run_module, host)
+    assert result['adaptive_tiers'] is None and result['cmd'] == []
+
+
+def guard_task(run_module, folder, host, state, **extra):
+    """sglang_guard on the same server; systemctl and systemd-run (hosts with systemd) answered as success."""
+    args = dict(state=state, folder=str(folder), server={
+        'manager': 'detached', 'service_name': 'sglang', 'launch_file': str(host.launch),
+        'pidfile': str(host.pidfile), 'log_file': str(host.root / 'log'), 'base_url': host.url})
+    args.update(extra)
+    result, _ = run_module(sglang_guard.main, args, lambda argv: (0, '', ''))
+    return result
+
+
+def test_the_armed_guard_and_the_last_restore_are_reported(run_module, ansiballz_package_data, host, tmp_path):
+    folder = tmp_path / 'guard'
+    result = info(run_module, host, guard_folder=str(folder))
+    assert result['guard_armed_by'] is None and result['guard_last_fired'] is None
+    try:
+        armed = guard_task(run_module, folder, host, 'armed', run_id='run-7', deadline=600)
+        assert not armed['failed'], armed.get('msg')
+        result = info(run_module, host, guard_folder=str(folder))
+        assert not result['failed'] and result['guard_armed_by'] == 'run-7' and result['guard_last_fired'] is None
+        # A takeover with no previous server to start: the restore fails, and its report stays for the next run.
+        restored = guard_task(run_module, folder, host, 'restored', reason='taken over')
+        assert restored['failed'] and restored['fired']['acted_by'] == 'takeover'
+        result = info(run_module, host, guard_folder=str(folder))
+        assert not result['failed'] and result['guard_armed_by'] is None
+        assert result['guard_last_fired'] == restored['fired']
+    finally:
+        kill_children_naming(str(folder))
+
+
+def test_a_guard_state_that_is_not_json_fails_with_every_key(run_module, host, tmp_path):
+    folder = tmp_path / 'guard'
+    folder.mkdir()
+    (folder / 'state.json').write_text('{half')
+    result = info(run_module, host, guard_folder=str(folder))
+    assert result['failed'] and set(result) >= KEYS
+    assert result['msg'].startswith('reading the state of sglang failed: ')
+    assert 'state.json is not valid JSON' in result['msg']
+    assert (folder / 'state.json').read_text() == '{half'
+
+
+def test_check_mode_reads_the_same_and_changes_nothing(run_module, host, http_responder):
+    http_responder.route('GET', '/health', status=200)
+    host.start()
+    real, _ = run_module(sglang_server_info.main, host.args(), no_commands)
+    check, _ = run_module(sglang_server_info.main, host.args(), no_commands, check_mode=True)
+    assert real == check and check['changed'] is False and check['healthy'] is True
+
+
+def systemctl_main_pid(answer):
+    """systemctl as systemd answers `show --property=MainPID --value UNIT` with (rc, stdout)."""
+    def respond(argv):
+        assert argv == ['systemctl', 'show', '--property=MainPID', '--value', 'sglang'], argv
+        return answer[0], answer[1], ''
+    return respond
+
+
+@pytest.mark.parametrize('answer, pid', [((0, '4711\n'), 4711), ((0, '0\n'), None), ((1, ''), None),
+                                         ((0, 'garbage\n'), None)])
+def test_under_systemd_the_units_main_pid_says_whether_it_runs(run_module, host, http_responder, answer, pid):
+    http_responder.route('GET', '/health', status=200)
+    result, calls = run_module(sglang_server_info.main, host.args(service_manager='systemd'),
+                               systemctl_main_pid(answer))
+    assert not result['failed'] and result['service_manager'] == 'systemd'
+    assert result['pid'] == pid and result['running'] is (pid is not None) and result['healthy'] is (pid is not None)
+    assert result['cmd'] == calls == [['systemctl', 'show', '--property=MainPID', '--value', 'sglang']]
+
+
+def test_under_systemd_the_unit_file_is_compared_too(run_module, host, tmp_path):
+    unit = tmp_path / 'sglang.service'
+    unit.write_text('[Service]\n')
+    result, _ = run_module(sglang_server_info.main, host.args(service_manager='systemd', configs=[
+        {'label': 'unit', 'path': str(unit), 'content': '[Service]\nchanged\n', 'systemd_only': True}]),
+        systemctl_main_pid((0, '0\n')))
+    assert not result['failed'] and result['configs_changed'] == ['unit']
+    assert unit.read_text() == '[Service]\n'
+
+
+@pytest.mark.xfail(strict=True, reason='BUG: Server.main_pid reads any failed `systemctl show` (rc 124: it hung and '
+                   'was killed at its deadline) as "no main PID", so the module reports running=false for a server '
+                   'it could not read instead of failing')
+def test_a_hung_systemctl_fails_naming_the_command(run_module, host):
+    result, _ = run_module(sglang_server_info.main, host.args(service_manager='systemd'),
+                           systemctl_main_pid((124, '')))
+    assert result['failed'] and set(result) >= KEYS
+    assert 'systemctl show --property=MainPID --value sglang' in result['msg']
