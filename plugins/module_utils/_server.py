@@ -203,9 +203,13 @@ class Server(object):
     def main_pid(self):
         """PID of the running server's main process, or None."""
         if self.manager == 'systemd':
-            rc, out, dummy = self._systemctl('show', '--property=MainPID', '--value', self.service_name)
-            pid = int(out.strip() or 0) if rc == 0 and out.strip().isdigit() else 0
-            return pid or None
+            rc, out, err = self._systemctl('show', '--property=MainPID', '--value', self.service_name)
+            # systemctl show answers rc 0 and MainPID 0 for a unit that is stopped or unknown; anything else
+            # (rc 124 from a hung systemctl, a garbled answer) means the state is unknown, not "not running".
+            if rc != 0 or not out.strip().isdigit():
+                raise ServerError('systemctl show --property=MainPID --value %s failed (rc %s): %s; the state of the'
+                                  ' server is unknown' % (self.service_name, rc, (err or out).strip() or 'no answer'))
+            return int(out.strip()) or None
         leader = self._read_pid()
         if leader is not None and any(record.pid == leader for record in self.session_members()):
             return leader

@@ -316,7 +316,8 @@ def confirm(module, guard, current, result):
 
 def restore(module, guard, current, result):
     params = module.params
-    if current is None:
+    # A guard armed by another run is that run's to restore (or a later takeover's): nothing changes.
+    if current is None or (params['run_id'] and current.get('run_id') != params['run_id']):
         return
     result['changed'] = True
     if module.check_mode:
@@ -330,7 +331,13 @@ def restore(module, guard, current, result):
 def report_guard(guard, folder, result):
     """The keys every run returns: whether a guard is armed now, by which run, and what the last one did."""
     present = os.path.isdir(folder)
-    state = guard.state() if present else None
+    try:
+        state = guard.state() if present else None
+    except GuardError:
+        # An unreadable state.json: the failure that brought us here already says so; the file is still
+        # there, so a guard counts as armed (by a run nobody can name) until someone inspects it.
+        result.update(armed=True, armed_by=None, deadline_at=None, last_fired=None, cmd=guard.commands)
+        return
     result.update(armed=state is not None, armed_by=state.get('run_id') if state else None,
                   deadline_at=state.get('deadline') if state else None,
                   last_fired=guard.last_fired() if present else None, cmd=guard.commands)

@@ -226,7 +226,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     read_stamp,
     sha256_bytes,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
 
 ARGUMENT_SPEC = dict(
     service_manager=dict(type='str', default='auto', choices=['auto', 'systemd', 'detached']),
@@ -342,7 +342,7 @@ def main():
     def finish(result):
         result['cmd'] = commands.cmd
     run_module(module, result, lambda: read_state(module, commands, server, result),
-               errors=(CommandError, GuardError, OSError, ValueError), finish=finish,
+               errors=(CommandError, GuardError, ServerError, OSError, ValueError), finish=finish,
                describe=lambda exc: 'reading the state of %s failed: %s' % (params['service_name'], to_native(exc)))
 
 

@@ -282,8 +282,6 @@ def test_a_restore_naming_another_run_leaves_that_runs_guard_alone(run_module, d
     assert deployment.module_file.read_bytes() == b'# run-6 bytes\n'
 
 
-@pytest.mark.xfail(strict=True, reason='BUG: sglang_guard state=restored with a run_id other than the armed '
-                   "guard's restores nothing (Guard.restore returns None) yet reports changed=true, in check mode too")
 @pytest.mark.parametrize('check_mode', [True, False])
 def test_a_restore_naming_another_run_is_not_a_change(run_module, deployment, check_mode):
     deployment.arm(run_module, 'run-6')
@@ -337,9 +335,6 @@ def test_a_rollback_without_a_previous_launch_configuration_starts_nothing(run_m
     assert not deployment.launch.exists() and str(deployment.launch) in restored['fired']['restored_files']
 
 
-@pytest.mark.xfail(strict=True, reason='BUG: sglang_guard: with a state.json that is not JSON, main() reports the '
-                   'GuardError through finish(), which reads the state again and raises the same GuardError out '
-                   'of the except clause: Ansible shows MODULE FAILURE with a traceback, not the message and keys')
 def test_a_state_file_that_is_not_json_is_a_clear_failure_and_is_left_for_inspection(run_module, deployment):
     deployment.folder.mkdir()
     (deployment.folder / 'state.json').write_text('{half')

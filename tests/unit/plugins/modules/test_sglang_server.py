@@ -330,9 +330,6 @@ def test_a_failing_systemctl_stop_is_a_clear_failure_with_every_key(run_module, 
                              'Failed to stop sglang.service: Access denied')
 
 
-@pytest.mark.xfail(strict=True, reason='BUG: Server.main_pid reads any failed `systemctl show` (rc 124: it hung and '
-                   'was killed at its deadline) as "no main PID": state=stopped then reports nothing to stop '
-                   '(changed=false, no failure) for a server whose state it could not read')
 def test_a_stop_whose_systemctl_hangs_fails_rather_than_finding_nothing_to_stop(run_module, tmp_path,
                                                                                  http_responder):
     def hung(argv):
