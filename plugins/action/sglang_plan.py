@@ -51,12 +51,12 @@ class ActionModule(ActionBase):
             gate_only=dict(type='bool', default=False),
         ))
         settings = rendered(self._templar, task_vars, ROLE_SETTINGS)
-        result.update(changed=False, skip_reason=self._gate(settings, task_vars))
+        result.update(changed=False, left_alone_because=self._gate(settings, task_vars))
         if args['gate_only']:
             return result
         where = _configs.paths(settings)
         result.update(paths=where, adaptive=_rules.adaptive(settings), problems=[])
-        if result['skip_reason']:
+        if result['left_alone_because']:
             return result
         problems = _rules.variable_problems(settings, self._inventory(task_vars))
         if problems:

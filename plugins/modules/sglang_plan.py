@@ -40,7 +40,7 @@ attributes:
     details: Runs on the controller (an action plugin); nothing runs on the managed host.
 options:
   gate_only:
-    description: Only read the rollout gate again (after waiting for a slot in the fleet), returning RV(skip_reason).
+    description: Only read the rollout gate again (after waiting for a slot in the fleet), returning RV(left_alone_because).
     type: bool
     default: false
 notes:
@@ -54,8 +54,10 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
-skip_reason:
-  description: Why this host is left alone; empty when it takes part.
+left_alone_because:
+  description:
+    - Why this host is left alone (the role reports it as skipped); empty when it takes part.
+    - Not named C(skip_reason), which Ansible gives every skipped task's result.
   returned: always
   type: str
 problems:
