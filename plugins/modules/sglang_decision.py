@@ -66,10 +66,23 @@ changed_configs:
   type: list
   elements: str
 writes:
-  description: The changed files' label, mode, candidate and live path (no content).
+  description: The changed files, without their content.
   returned: success
   type: list
   elements: dict
+  contains:
+    label:
+      description: The file's name in the report.
+      type: str
+    mode:
+      description: The file's mode.
+      type: str
+    candidate:
+      description: Where the window writes the new file.
+      type: str
+    live:
+      description: Where it is moved once the server is stopped.
+      type: str
 guard_files:
   description: What the guard saves before the stop (every live configuration file and every patched file).
   returned: success

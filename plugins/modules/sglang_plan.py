@@ -87,19 +87,48 @@ expected_environment:
   returned: when the host takes part and no rule is broken
   type: dict
 configs:
-  description: The rendered files, as sglang_server_info compares them (label, path, content, systemd_only).
+  description: The rendered files, as sglang_server_info compares them.
   returned: when the host takes part and no rule is broken
   type: list
   elements: dict
+  contains:
+    label:
+      description: The file's name in the report (launch configuration, systemd unit, adaptive tiers, API keys).
+      type: str
+    path:
+      description: The live file.
+      type: str
+    content:
+      description: What the file must hold.
+      type: str
+    systemd_only:
+      description: Whether only a server that systemd runs uses the file.
+      type: bool
 contents:
   description: The rendered content of each file, by label.
   returned: when the host takes part and no rule is broken
   type: dict
 files:
-  description: Each file's label, mode, candidate path, live path and whether only systemd uses it.
+  description: Each rendered file without its content.
   returned: when the host takes part and no rule is broken
   type: list
   elements: dict
+  contains:
+    label:
+      description: The file's name in the report.
+      type: str
+    path:
+      description: The live file.
+      type: str
+    candidate:
+      description: Where the window writes the new file before it moves it into place.
+      type: str
+    mode:
+      description: The file's mode.
+      type: str
+    systemd_only:
+      description: Whether only a server that systemd runs uses the file.
+      type: bool
 secret:
   description: Whether the rendered files carry secrets (no task shows their content then).
   returned: when the host takes part and no rule is broken

@@ -70,8 +70,8 @@ def _speculation_problems(settings):
          ' would report that: set sglang_speculative_num_draft_tokens to %d.' % (steps + 1),
          is_adaptive and as_int(settings['sglang_speculative_num_draft_tokens']) != steps + 1),
         ('In adaptive mode SGLang (0.5.23) refuses to start unless sglang_speculative_num_steps (%s) is among the'
-         ' candidate steps of its tiers (%s).' % (as_text(settings['sglang_speculative_num_steps']),
-                                                   ', '.join(str(step) for step in tiers_steps)),
+         ' candidate steps of its tiers (%s).'
+         % (as_text(settings['sglang_speculative_num_steps']), ', '.join(str(step) for step in tiers_steps)),
          is_adaptive and steps not in tiers_steps),
     ]
 
@@ -114,8 +114,8 @@ def _fleet_problems(settings):
     return [
         ('sglang_drain_timeout, sglang_router_timeout and sglang_fleet_wait_timeout must not be negative,'
          ' sglang_ready_checks and sglang_max_unavailable not negative, sglang_max_fail_percentage within 0 to 100.',
-         any(as_float(settings[name]) < 0 for name in ('sglang_drain_timeout', 'sglang_router_timeout',
-                                                         'sglang_fleet_wait_timeout'))
+         any(as_float(settings[name]) < 0
+             for name in ('sglang_drain_timeout', 'sglang_router_timeout', 'sglang_fleet_wait_timeout'))
          or as_int(settings['sglang_ready_checks']) < 0 or as_int(settings['sglang_max_unavailable']) < 0
          or not 0 <= as_float(settings['sglang_max_fail_percentage']) <= 100),
     ]

@@ -40,4 +40,3 @@ def rendered(templar, task_vars, names, optional=None):
         else:
             raise AnsibleActionFail('the role variable %s is not defined' % name)
     return values
-
