@@ -6,7 +6,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'plugin_utils'))
-from conftest import NEEDED, role_defaults  # noqa: E402  pylint: disable=wrong-import-position
+from role_settings import NEEDED, role_defaults  # noqa: E402  pylint: disable=wrong-import-position
 
 from ansible.template import trust_as_template  # noqa: E402
 
