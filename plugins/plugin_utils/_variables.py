@@ -22,7 +22,7 @@ ROLE_SETTINGS = (
     'sglang_router_timeout', 'sglang_router_url', 'sglang_run_dir', 'sglang_secret_environment',
     'sglang_service_name', 'sglang_speculative_algorithm', 'sglang_speculative_eagle_topk',
     'sglang_speculative_num_draft_tokens', 'sglang_speculative_num_steps', 'sglang_term_timeout', 'sglang_tp_size',
-    'sglang_verify_environment', 'sglang_force_restart', 'sglang_patch_file',
+    'sglang_verify_environment',
 )
 # sglang_model_path has no default: the argument spec requires it; the rules say so in their words.
 OPTIONAL = {'sglang_model_path': ''}
