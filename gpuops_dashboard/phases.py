@@ -7,13 +7,9 @@ the events it stored, long after the run ended.
 # Task names of roles/sglang (tasks and handler) -> the phase an operator sees. A unit test checks
 # that every name here still exists in the role, so a renamed task cannot silently drop a phase.
 TASK_PHASES = {
-    'Decide whether this host takes part (its skip flag, the canary, the failure budget)': 'preflight',
-    'Check what the argument spec cannot (ranges and relations between variables)': 'preflight',
+    'Plan this host\'s run (the rollout gate, the variable rules, the server\'s flags and files)': 'preflight',
     'Read what the decision needs, in one round trip': 'preflight',
     'Ask the host how its server runs, whether it is healthy and what would change': 'preflight',
-    'Check that the server\'s interpreter exists': 'preflight',
-    'Check that the server\'s sglang reads adaptive batch-size tiers': 'preflight',
-    'Record the decision': 'preflight',
     'Carry out the earlier run\'s guard now': 'takeover',
     'Dry-run the patch against the installed sglang (nothing stops if this fails)': 'preflight',
     'Decide whether the server must be redeployed': 'preflight',

@@ -74,6 +74,10 @@ class ActionModule(ActionBase):
             result['slot'] = args['max_unavailable'] <= 0
             return result
 
+        return self._acquire(args, folder, slot_path, owner, result)
+
+    def _acquire(self, args, folder, slot_path, owner, result):
+        """Wait, under the controller's lock, until taking this host down keeps the fleet within its budget."""
         begun = time.time()
         while True:
             with open(os.path.join(folder, '.lock'), 'a') as lock:

@@ -13,7 +13,9 @@ module: sglang_report
 short_description: Write a host's redeploy report on the controller and into the run's artifacts
 version_added: 0.2.0
 description:
-  - Writes O(report) as JSON to O(report_dir)/<host>.json on the controller (and to <host>.last-redeploy.json
+  - Without O(report), builds the report of the C(gpuops.sglang.sglang) role's run from its registered results
+    (the final one, or with O(stage=opened) the one a run cut off in its outage window leaves) and returns it.
+  - Writes the report as JSON to O(report_dir)/<host>.json on the controller (and to <host>.last-redeploy.json
     when its C(status) is V(redeployed)), atomically, and publishes it in the run's custom stats under
     C(sglang_redeploy), keyed by host, which ansible-runner saves as the job's artifacts (what AWX and EDA read).
   - Runs on the controller, in-process (an action plugin); nothing runs on the host.
@@ -33,9 +35,15 @@ attributes:
     details: Runs on the controller (an action plugin); nothing runs on the managed host.
 options:
   report:
-    description: The report.
+    description: The report to publish as it is; without it, the role's report is built from the task's variables.
     type: dict
-    required: true
+  stage:
+    description:
+      - Which report to build without O(report). V(final) is the run's outcome; V(opened) says the run stopped
+        inside its outage window (written as the window opens, replaced by the final one).
+    type: str
+    choices: [final, opened]
+    default: final
   report_dir:
     description: Folder on the controller; empty writes no file (the stats are still published).
     type: str
@@ -55,6 +63,10 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+report:
+  description: The report published.
+  returned: always
+  type: dict
 written:
   description: The files written.
   returned: always

@@ -1,53 +1,58 @@
-"""The role's preflight rules (roles/sglang/vars/main.yml, _sglang_variable_problems), evaluated by Ansible
-itself with the role's defaults and vars on localhost: what is refused before anything on a host moves."""
+"""The role reaches its plan through Ansible itself: a broken rule refuses the host before anything on it
+moves, and the files the plan renders are the bytes the template lookup rendered. The rules themselves are
+unit-tested, case by case, in tests/unit/plugins/plugin_utils/test_rules.py."""
+import json
 import os
 
 import pytest
 import yaml
 
-from helpers.ansible_run import REPO, run_task
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs
+from helpers.ansible_run import REPO, TARGET_PYTHON, run_playbook, run_task
 
 ROLE = os.path.join(REPO, 'roles', 'sglang')
-NEEDED = {'sglang_model_path': '/models/m', 'sglang_draft_model_path': '/models/draft'}
-TIERS_WITHOUT_3 = {'1': {'candidate_steps': [1, 2]}, '8': {'candidate_steps': [0]}, 'ema_alpha': 0.3}
 
 
-def problems(tmp_path, **overrides):
-    task_vars = {}
-    for name in ('defaults', 'vars'):
-        with open(os.path.join(ROLE, name, 'main.yml')) as handle:
-            task_vars.update(yaml.safe_load(handle))
-    task_vars.update(NEEDED, **overrides)
-    result = run_task(tmp_path, 'ansible.builtin.debug', {'var': '_sglang_variable_problems'},
-                      keywords={'vars': task_vars})
-    assert not result.failed, result
-    return result['_sglang_variable_problems']
+def role_play(tmp_path, host_vars):
+    inventory = tmp_path / 'hosts.json'
+    inventory.write_text(json.dumps({'gpu': {'hosts': {'gpu-test': dict(
+        {'ansible_connection': 'local', 'ansible_python_interpreter': TARGET_PYTHON}, **host_vars)}}}))
+    return str(inventory)
 
 
-@pytest.mark.parametrize('overrides', [{}, {'sglang_dynamic_spec_mode': 'adaptive'},
-                                        {'sglang_dynamic_spec_mode': 'adaptive', 'sglang_speculative_num_steps': 5,
-                                         'sglang_speculative_num_draft_tokens': 6}],
-                         ids=['env', 'adaptive', 'adaptive-5-steps'])
-def test_consistent_settings_pass(tmp_path, overrides):
-    assert problems(tmp_path, **overrides) == []
+def test_a_broken_rule_refuses_the_host_with_nothing_stopped(tmp_path):
+    reports = tmp_path / 'reports'
+    run = run_playbook(tmp_path, 'playbooks/redeploy.yml', role_play(tmp_path, {
+        'sglang_model_path': '/models/m', 'sglang_draft_model_path': '/models/d', 'sglang_kill_patterns': [], 'sglang_report_dir': str(reports),
+        'sglang_config_dir': str(tmp_path / 'etc'), 'sglang_run_dir': str(tmp_path / 'run'),
+        'sglang_guard_dir': str(tmp_path / 'guard'), 'sglang_python': '/nonexistent/python'}))
+    assert run.rc != 0
+    report = json.loads((reports / 'gpu-test.json').read_text())
+    assert report['status'] == 'failed'
+    assert report['reason'] == (
+        "nothing was stopped: Plan this host's run (the rollout gate, the variable rules, the server's flags and"
+        " files): sglang_kill_patterns must list at least one pattern, and no empty one (an empty pattern matches"
+        " every process).")
+    assert run.failure_messages('gpu-test')[-1].startswith('failed on gpu-test: nothing was stopped: ')
 
 
-def test_adaptive_mode_wants_the_draft_tokens_sglang_derives(tmp_path):
-    found = problems(tmp_path, sglang_dynamic_spec_mode='adaptive', sglang_speculative_num_steps=5)
-    assert found == ['In adaptive mode SGLang (0.5.23) sets --speculative-num-draft-tokens to the draft steps + 1, '
-                     'and /server_info would report that: set sglang_speculative_num_draft_tokens to 6.']
-
-
-def test_adaptive_mode_wants_the_draft_steps_among_the_tiers_candidates(tmp_path):
-    found = problems(tmp_path, sglang_dynamic_spec_mode='adaptive', sglang_dynamic_spec_adaptive_config=TIERS_WITHOUT_3)
-    assert found == ['In adaptive mode SGLang (0.5.23) refuses to start unless sglang_speculative_num_steps (3) is '
-                     'among the candidate steps of its tiers (0, 1, 2).']
-    # The env mode never reads the tiers.
-    assert problems(tmp_path, sglang_dynamic_spec_adaptive_config=TIERS_WITHOUT_3) == []
-
-
-@pytest.mark.parametrize('patterns', [[], ['sglang::', '']], ids=['none', 'an-empty-one'])
-def test_kill_patterns_that_would_match_nothing_or_everything_are_refused(tmp_path, patterns):
-    # None: the container kill could never run (the stop would see no strays); '': every process would match.
-    assert problems(tmp_path, sglang_kill_patterns=patterns) == [
-        'sglang_kill_patterns must list at least one pattern, and no empty one (an empty pattern matches every process).']
+@pytest.mark.parametrize('keys', [{}, {'sglang_api_key': 'k3y:"quoted"\\back#slash', 'sglang_admin_api_key': 'a'}],
+                         ids=['unit-only', 'with-keys'])
+def test_rendered_files_are_the_bytes_of_the_template_lookup(tmp_path, keys):
+    settings = {}
+    with open(os.path.join(ROLE, 'defaults', 'main.yml')) as handle:
+        settings.update(yaml.safe_load(handle))
+    settings.update(keys, sglang_term_timeout=45, sglang_service_name='sglang-a')
+    settings['sglang_kill_patterns'] = ['sglang::']
+    looked_up = run_task(tmp_path, 'ansible.builtin.debug', {'msg': [
+        "{{ lookup('ansible.builtin.template', '%s/templates/%s') }}" % (ROLE, name)
+        for name in ('sglang.service.j2', 'server_keys.yaml.j2')]}, keywords={'vars': dict(
+            settings, _sglang_launcher='/etc/sglang/launcher.py', _sglang_launch_file='/etc/sglang/launch.json')})
+    templates = {}
+    for name in ('sglang.service.j2', 'server_keys.yaml.j2'):
+        with open(os.path.join(ROLE, 'templates', name)) as handle:
+            templates[name] = handle.read()
+    files = dict((entry['label'], entry['content']) for entry in _configs.configs(settings, [], templates))
+    assert files['systemd unit'] == looked_up['msg'][0]
+    assert 'ExecStart=/usr/bin/python3 /etc/sglang/launcher.py run /etc/sglang/launch.json' in files['systemd unit']
+    assert files.get('API keys', '') == (looked_up['msg'][1] if keys else '')

@@ -1,0 +1,109 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's first step, on the controller: the rollout gate, the variable rules, the server's flags,
+the files it renders, where the fleet's servers are reached, and the server's paths, in one task.
+
+Reads the role's variables and the fleet's hostvars in Python (as ansible.posix's synchronize does)
+instead of the expressions vars/main.yml used to hold; the decisions are the pure functions of
+plugin_utils, unit-tested there.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _rollout, _rules
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, rendered
+
+TEMPLATES = ('sglang.service.j2', 'server_keys.yaml.j2')
+
+
+def flag_settings(settings, where):
+    """The sglang_flags filter's input: every server flag is defined once, in its table."""
+    return {
+        'model_path': settings['sglang_model_path'], 'host': settings['sglang_host'], 'port': settings['sglang_port'],
+        'tp_size': settings['sglang_tp_size'], 'max_running_requests': settings['sglang_max_running_requests'],
+        'speculative_algorithm': settings['sglang_speculative_algorithm'],
+        'draft_model_path': settings['sglang_draft_model_path'],
+        'speculative_num_steps': settings['sglang_speculative_num_steps'],
+        'speculative_eagle_topk': settings['sglang_speculative_eagle_topk'],
+        'speculative_num_draft_tokens': settings['sglang_speculative_num_draft_tokens'],
+        'disable_overlap_schedule': settings['sglang_disable_overlap_schedule'],
+        'adaptive': _rules.adaptive(settings), 'adaptive_config_path': where['adaptive_file'],
+        'config_file': where['keys_file'] if _configs.keyed(settings) else None,
+        'extra_args': settings['sglang_extra_args'],
+    }
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        dummy, args = self.validate_argument_spec(argument_spec=dict(
+            gate_only=dict(type='bool', default=False),
+        ))
+        settings = rendered(self._templar, task_vars, ROLE_SETTINGS)
+        result.update(changed=False, left_alone_because=self._gate(settings, task_vars))
+        if args['gate_only']:
+            return result
+        where = _configs.paths(settings)
+        result.update(paths=where, adaptive=_rules.adaptive(settings), problems=[])
+        if result['left_alone_because']:
+            return result
+        problems = _rules.variable_problems(settings, self._inventory(task_vars))
+        if problems:
+            result.update(failed=True, problems=problems, msg=' '.join(problems))
+            return result
+        flags = sglang_flags(flag_settings(settings, where))
+        files = _configs.configs(settings, flags['args'], self._templates())
+        result.update(
+            args=flags['args'], expected_server_info=flags['expected'],
+            expected_environment=(_configs.dynamic_environment(settings)
+                                  if settings['sglang_verify_environment'] else {}),
+            # The launch configuration carries the secret environment, the API keys file the keys.
+            secret=bool(settings['sglang_secret_environment']) or _configs.keyed(settings),
+            configs=[dict((key, entry[key]) for key in ('label', 'path', 'content', 'systemd_only'))
+                     for entry in files],
+            contents=dict((entry['label'], entry['content']) for entry in files),
+            files=[dict((key, value) for key, value in entry.items() if key != 'content') for entry in files],
+            peers=_rollout.peer_urls(settings['sglang_fleet_hosts'], self._inventory_vars(task_vars)),
+        )
+        return result
+
+    @staticmethod
+    def _inventory_vars(task_vars):
+        hostvars = task_vars.get('hostvars') or {}
+        return lambda name: hostvars.get(name) or {}
+
+    def _gate(self, settings, task_vars):
+        """Why this host is left alone (its skip flag, a failed canary, the failure budget); "" to go on."""
+        peer = self._inventory_vars(task_vars)
+        reports = _rollout.peer_reports(settings['sglang_fleet_hosts'], task_vars['inventory_hostname'],
+                                        lambda name: peer(name).get('sglang_redeploy_report'))
+        canary = _rollout.canary_hosts(task_vars.get('ansible_play_hosts_all', []), settings['sglang_canary'])
+        return _rollout.gate(settings['sglang_redeploy_skip'], reports, canary, settings['sglang_max_fail_percentage'])
+
+    def _inventory(self, task_vars):
+        inventory = dict((name, self._templar.template(task_vars[name]))
+                         for name in ('pve_node', 'pve_vmid') if name in task_vars)
+        inventory['proxmox'] = (task_vars.get('groups') or {}).get('proxmox', [])
+        return inventory
+
+    def _templates(self):
+        texts = {}
+        for name in TEMPLATES:
+            try:
+                path = self._find_needle('templates', name)
+                with open(path, 'rb') as handle:
+                    texts[name] = to_text(handle.read())
+            except (AnsibleActionFail, IOError, OSError) as exc:
+                raise AnsibleActionFail('cannot read the role template %s: %s' % (name, to_text(exc)))
+        return texts

@@ -1,0 +1,140 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: sglang_plan
+short_description: Plan a host's redeploy from the sglang role's variables (gate, rules, flags, files, peers)
+version_added: 0.3.0
+description:
+  - The first step of the C(gpuops.sglang.sglang) role. Reads the role's variables and the fleet's hostvars on
+    the controller and returns what the later steps use.
+  - "The rollout gate: why this host is left alone (its C(sglang_redeploy_skip), a failed canary among the first
+    C(sglang_canary) hosts of the play, or a share of failed hosts above C(sglang_max_fail_percentage)), read from
+    the C(sglang_redeploy_report) of the fleet's hosts that finished already."
+  - The rules the argument spec cannot say (ranges and relations between variables); any broken one fails the
+    task with one message per rule, joined.
+  - The server's argv and what C(/server_info) must report (the C(sglang_flags) filter's table), the configuration
+    files the role renders (launch configuration, systemd unit, adaptive tiers, API keys), the paths of the
+    server's files, and the URL of each server of C(sglang_fleet_hosts).
+  - Runs on the controller, in-process (an action plugin); nothing runs on the host.
+author:
+  - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads and computes only.
+  diff_mode:
+    support: none
+    details: Not applicable.
+  platform:
+    platforms: posix
+    details: Runs on the controller (an action plugin); nothing runs on the managed host.
+options:
+  gate_only:
+    description: Only read the rollout gate again (after waiting for a slot in the fleet), returning RV(left_alone_because).
+    type: bool
+    default: false
+notes:
+  - Meant for the role's own tasks; it reads the role's variables (C(sglang_*)) from the task's variables.
+'''
+
+EXAMPLES = r'''
+- name: Plan this host's run
+  gpuops.sglang.sglang_plan:
+  register: _sglang_plan
+'''
+
+RETURN = r'''
+left_alone_because:
+  description:
+    - Why this host is left alone (the role reports it as skipped); empty when it takes part.
+    - Not named C(skip_reason), which Ansible gives every skipped task's result.
+  returned: always
+  type: str
+problems:
+  description: The broken rules, one message each (the task fails when there is one).
+  returned: unless O(gate_only)
+  type: list
+  elements: str
+paths:
+  description: The server's files (launch_file, pidfile, base_url, guard_dir, patch_stamp, stop_marker, ...).
+  returned: unless O(gate_only)
+  type: dict
+adaptive:
+  description: Whether the server runs upstream's C(--speculative-adaptive) with batch-size tiers.
+  returned: unless O(gate_only)
+  type: bool
+args:
+  description: The server's argv after C(-m MODULE).
+  returned: when the host takes part and no rule is broken
+  type: list
+  elements: str
+expected_server_info:
+  description: The C(/server_info) keys and values the new server must report.
+  returned: when the host takes part and no rule is broken
+  type: dict
+expected_environment:
+  description: The environment the server must report (with C(sglang_verify_environment)).
+  returned: when the host takes part and no rule is broken
+  type: dict
+configs:
+  description: The rendered files, as sglang_server_info compares them.
+  returned: when the host takes part and no rule is broken
+  type: list
+  elements: dict
+  contains:
+    label:
+      description: The file's name in the report (launch configuration, systemd unit, adaptive tiers, API keys).
+      type: str
+    path:
+      description: The live file.
+      type: str
+    content:
+      description: What the file must hold.
+      type: str
+    systemd_only:
+      description: Whether only a server that systemd runs uses the file.
+      type: bool
+contents:
+  description: The rendered content of each file, by label.
+  returned: when the host takes part and no rule is broken
+  type: dict
+files:
+  description: Each rendered file without its content.
+  returned: when the host takes part and no rule is broken
+  type: list
+  elements: dict
+  contains:
+    label:
+      description: The file's name in the report.
+      type: str
+    path:
+      description: The live file.
+      type: str
+    candidate:
+      description: Where the window writes the new file before it moves it into place.
+      type: str
+    mode:
+      description: The file's mode.
+      type: str
+    systemd_only:
+      description: Whether only a server that systemd runs uses the file.
+      type: bool
+secret:
+  description: Whether the rendered files carry secrets (no task shows their content then).
+  returned: when the host takes part and no rule is broken
+  type: bool
+peers:
+  description: The URL of each server of the fleet, by host.
+  returned: when the host takes part and no rule is broken
+  type: dict
+'''

@@ -1,0 +1,108 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The files the role renders, rendered on the controller.
+
+sglang_server_info compares them with the live files in the same round trip that reads the server;
+the window writes each changed one as a candidate beside its live file, then moves it into place once
+the server is stopped. Built here rather than with the template lookup, which deep-copies every
+variable of the host for each file (about 0.05 s of controller time per file per host, on every run,
+the no-op included).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+import jinja2
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._rules import adaptive, adaptive_config
+
+
+def paths(settings):
+    """Where each file lives: the live file, its candidate, and the server's own run files."""
+    config_dir, service = settings['sglang_config_dir'], settings['sglang_service_name']
+    return {
+        'launch_file': config_dir + '/launch.json',
+        'launch_candidate': config_dir + '/launch.next.json',
+        'unit_file': '/etc/systemd/system/%s.service' % service,
+        'unit_candidate': '%s/%s.service.next' % (config_dir, service),
+        'adaptive_file': config_dir + '/adaptive_spec.json',
+        'adaptive_candidate': config_dir + '/adaptive_spec.next.json',
+        # SGLang wants a .yaml name for --config.
+        'keys_file': config_dir + '/server.yaml',
+        'keys_candidate': config_dir + '/server.next.yaml',
+        'launcher': config_dir + '/launcher.py',
+        # What sglang_patch records after a verified apply; sglang_server_info reads it so a no-op needs no dry run.
+        'patch_stamp': config_dir + '/patch.stamp.json',
+        'pidfile': '%s/%s.pid' % (settings['sglang_run_dir'], service),
+        'stop_marker': '%s/%s.stopped_at' % (settings['sglang_run_dir'], service),
+        'guard_dir': '%s/%s' % (settings['sglang_guard_dir'], service),
+        'base_url': 'http://%s:%s' % (settings['sglang_host'], as_text(settings['sglang_port'])),
+    }
+
+
+def keyed(settings):
+    """Without a key there is no keys file and no --config: the launch configuration stays what it was."""
+    return len(settings['sglang_api_key']) > 0 or len(settings['sglang_admin_api_key']) > 0
+
+
+def dynamic_environment(settings):
+    """The patch's switch: the batch size from which the patched server stops drafting (env mode only)."""
+    if settings['sglang_dynamic_spec_enabled'] and settings['sglang_dynamic_spec_mode'] == 'env':
+        return {settings['sglang_dynamic_spec_env_name']: as_text(settings['sglang_dynamic_spec_batch_size_threshold'])}
+    return {}
+
+
+def nice_json(data):
+    """Ansible's to_nice_json(indent=2), with the newline a text file ends with."""
+    return json.dumps(data, indent=2, sort_keys=True, separators=(',', ': ')) + '\n'
+
+
+def render(template_text, variables):
+    """A role template as the template lookup renders it (trim_blocks, the trailing newline kept)."""
+    environment = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    environment.filters['to_json'] = json.dumps
+    return environment.from_string(template_text).render(variables)
+
+
+def launch(settings, args):
+    """What launcher.py reads: interpreter, module, argv and environment (the secret one included)."""
+    environment = dict(settings['sglang_environment'])
+    environment.update(dynamic_environment(settings))
+    environment.update(settings['sglang_secret_environment'])
+    return {'python': settings['sglang_python'], 'module': settings['sglang_launch_module'], 'args': args,
+            'environment': environment}
+
+
+def configs(settings, args, templates):
+    """[{label, path, candidate, mode, content, systemd_only}], in the order the role has always listed them.
+
+    `templates` holds the text of the role's sglang.service.j2 and server_keys.yaml.j2 by name.
+    """
+    where = paths(settings)
+    variables = dict(settings, _sglang_launcher=where['launcher'], _sglang_launch_file=where['launch_file'])
+    files = [
+        {'label': 'launch configuration', 'path': where['launch_file'], 'candidate': where['launch_candidate'],
+         'mode': '0600', 'content': nice_json(launch(settings, args)), 'systemd_only': False},
+        {'label': 'systemd unit', 'path': where['unit_file'], 'candidate': where['unit_candidate'], 'mode': '0644',
+         'content': render(templates['sglang.service.j2'], variables), 'systemd_only': True},
+    ]
+    if adaptive(settings):
+        files.append({'label': 'adaptive tiers', 'path': where['adaptive_file'], 'candidate': where['adaptive_candidate'],
+                      'mode': '0644', 'content': nice_json(adaptive_config(settings)), 'systemd_only': False})
+    if keyed(settings):
+        files.append({'label': 'API keys', 'path': where['keys_file'], 'candidate': where['keys_candidate'],
+                      'mode': '0600', 'content': render(templates['server_keys.yaml.j2'], variables),
+                      'systemd_only': False})
+    return files
+
+
+def pairs(files, manager):
+    """Candidate and live path of each file, without its content (loop items are shown, secrets inside);
+    the systemd unit only where systemd manages the server."""
+    return [{'label': entry['label'], 'mode': entry['mode'], 'candidate': entry['candidate'], 'live': entry['path']}
+            for entry in files if manager == 'systemd' or not entry['systemd_only']]

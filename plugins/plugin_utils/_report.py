@@ -1,0 +1,202 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A host's redeploy report, from what the run registered.
+
+`run` maps short names to the role's registered results and notes (missing: the step never ran):
+stop, killed, released, started, patched, patch_state, router_before, router_removed, router_readmitted,
+rollback, slot, takeover, gpu_probe, after_failure, state; failure, skip_reason, reasons, redeploy_needed,
+window_opened, run_id, manager, check_mode. `settings` holds host, patch_file, router_url and
+rollback_deadline. Every report has the same keys, whatever happened; the dashboard and the tests read
+the messages, so they stay word for word.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_text
+
+SLOT_KEYS = ('slot', 'waited_s', 'held_by', 'unavailable')
+
+
+def kill_lines(killed):
+    """One line per process a kill step ended: its command line and the last signal it got."""
+    return ['%s <- SIG%s' % (entry.get('cmdline', '?'), entry.get('signal', '?')) for entry in killed or []]
+
+
+def _get(run, name):
+    return run.get(name) or {}
+
+
+def _span(end, start):
+    return round(float(end) - float(start), 2)
+
+
+def _changed_ok(result):
+    """Ansible's `is succeeded and is changed` of a registered result; False for a step that never ran."""
+    return result is not None and not result.get('failed', False) and bool(result.get('changed', False))
+
+
+def rolled(run):
+    """What the guard did for this run's rollback (the deadline may have fired it before the rescue asked)."""
+    rollback = _get(run, 'rollback')
+    if rollback.get('fired') is not None:
+        return rollback['fired']
+    last = rollback.get('last_fired') or {}
+    if last.get('run_id', '') == (run.get('run_id') or '-'):
+        return rollback.get('last_fired')
+    return None
+
+
+def stop_phase(run):
+    """From SIGTERM until the step after the stop saw the server gone (the stop itself does not wait); null
+    when no step saw that (a failure before, or a server that survived), never the 0.02 s the stop took to
+    send SIGTERM."""
+    stop = _get(run, 'stop')
+    seen = [(_get(run, name).get('awaited') or {}).get('gone_at') for name in ('killed', 'released')]
+    gone_at = next((moment for moment in seen if moment), None)
+    if gone_at is not None and stop.get('stopped_at') is not None:
+        return _span(gone_at, stop['stopped_at'])
+    return None if stop.get('stopping') else stop.get('stop_elapsed')
+
+
+def phases(run):
+    started = _get(run, 'started')
+    return {
+        'stop': stop_phase(run),
+        'kill_in_container': _get(run, 'killed').get('elapsed'),
+        'gpu_release': _get(run, 'released').get('elapsed'),
+        'start_to_healthy': (_span(started['healthy_at'], started['started_at'])
+                             if started.get('healthy_at') is not None else None),
+    }
+
+
+def patch_outcome(run, patch_file):
+    patch = _get(run, 'patch_state')
+    if not patch_file:
+        return 'none'
+    if _get(run, 'patched').get('changed') and run.get('failure') is None:
+        return 'applied now'
+    if patch.get('applied', False) and not patch.get('changed', True):
+        return 'already applied'
+    return 'not applied'
+
+
+def router_block(run, router_url):
+    before, removed, readmitted = _get(run, 'router_before'), run.get('router_removed'), run.get('router_readmitted')
+    restore = rolled(run)
+    if restore is not None and restore.get('router_readmitted') is not None:
+        member = restore['router_readmitted']
+    elif 'member' in (readmitted or {}):
+        member = readmitted['member']
+    elif 'member' in (removed or {}):
+        member = removed['member']
+    else:
+        member = before.get('member_before')
+    return {
+        'url': router_url or None,
+        'member_before': before.get('member_before'),
+        'removed': _changed_ok(removed),
+        'drain': _get(run, 'stop').get('drain'),
+        # After a rollback only the guard's word counts: it takes the server out again before restoring.
+        'readmitted': bool(restore.get('router_readmitted')) if restore is not None else _changed_ok(readmitted),
+        # The last thing learnt about the membership: the guard's restore, the run's readmit, its removal, the query.
+        'member': member,
+    }
+
+
+def base(run, settings):
+    """The keys every report has; outcome() fills in status, healthy, reason, downtime_s (and rollback)."""
+    released, patch = _get(run, 'released'), _get(run, 'patch_state')
+    gpus_before = released.get('gpus_before', _get(run, 'gpu_probe').get('gpus_before', []))
+    return {
+        'host': settings['host'], 'run_id': run.get('run_id'), 'check_mode': bool(run.get('check_mode')),
+        'status': 'failed', 'healthy': False, 'reason': '', 'reasons': run.get('reasons') or [],
+        'service_manager': run.get('manager'), 'phases_s': phases(run), 'downtime_s': None,
+        'killed_in_container': kill_lines(_get(run, 'killed').get('killed')),
+        'killed_gpu_holders': kill_lines(released.get('killed')),
+        'gpu_memory_before_mib': [gpu['memory_used_mib'] for gpu in gpus_before or []],
+        'gpu_memory_released_mib': [gpu['memory_used_mib'] for gpu in released.get('gpus') or []],
+        'patch': patch_outcome(run, settings['patch_file']),
+        'patch_sha256': patch.get('patch_sha256', ''), 'sglang_version': patch.get('sglang_version', ''),
+        'rollback': None, 'router': router_block(run, settings['router_url']),
+        'fleet_slot': dict((key, value) for key, value in _get(run, 'slot').items() if key in SLOT_KEYS),
+        'takeover': _get(run, 'takeover').get('fired'),
+    }
+
+
+def _drain_note(run):
+    drain = _get(run, 'stop').get('drain')
+    if drain is not None and not drain.get('idle'):
+        return '; stopped with requests possibly in flight: ' + as_text(drain.get('why'))
+    return ''
+
+
+def _router_note(run, restore):
+    if not _get(run, 'router_before').get('member_before') or restore is None:
+        return ''
+    if restore.get('router_readmitted'):
+        return '; back in the router'
+    return '; NOT back in the router (%s)' % (restore.get('router_problem') or 'the guard did not say why')
+
+
+def _finished(run):
+    """No failure: unchanged, redeployed, or (check mode) what would be redeployed."""
+    needed, reasons = bool(run.get('redeploy_needed')), '; '.join(run.get('reasons') or [])
+    stop, started = _get(run, 'stop'), _get(run, 'started')
+    if run.get('check_mode') and needed:
+        reason = 'would redeploy (check mode): ' + reasons
+    else:
+        reason = reasons + _drain_note(run) if needed else 'nothing to change'
+    downtime = 0
+    if stop.get('stopped_at') is not None and started.get('healthy_at') is not None:
+        downtime = _span(started['healthy_at'], stop['stopped_at'])
+    return {'status': 'unchanged' if not needed or run.get('check_mode') else 'redeployed',
+            'healthy': started.get('healthy', False) if run.get('window_opened') else _get(run, 'state').get('healthy'),
+            'reason': reason, 'downtime_s': downtime}
+
+
+def _rolled_back(run):
+    restore = rolled(run)
+    guard = restore or {}
+    healthy = bool(guard.get('healthy', False))
+    serves = ('the previous server serves again' if healthy else 'the previous server does not serve: '
+              + '; '.join(guard.get('problems', ['no guard was armed'])))
+    reason = '%s; rolled back: %d file(s) restored, %s%s' % (
+        run['failure'], len(guard.get('restored_files', [])), serves, _router_note(run, restore))
+    return {'status': 'rolled_back' if healthy else 'failed', 'healthy': healthy, 'reason': reason,
+            'downtime_s': guard.get('downtime_s'), 'rollback': restore}
+
+
+def outcome(run, settings):
+    """status, healthy, reason and downtime_s: skipped, finished, failed before the window, or rolled back."""
+    if run.get('skip_reason'):
+        return {'status': 'skipped', 'healthy': None, 'reason': run['skip_reason'], 'downtime_s': 0}
+    if run.get('failure') is None:
+        return _finished(run)
+    if not run.get('window_opened'):
+        return {'status': 'failed', 'healthy': _get(run, 'after_failure').get('healthy', False),
+                'reason': 'nothing was stopped: ' + run['failure'], 'downtime_s': 0}
+    if _get(run, 'rollback').get('unreachable'):
+        return {'status': 'failed', 'healthy': False, 'downtime_s': None,
+                'reason': '%s; the host could not be reached to roll back: its guard restores the previous server'
+                          ' %s s after the window opened' % (run['failure'], as_text(settings['rollback_deadline']))}
+    return _rolled_back(run)
+
+
+def report(run, settings):
+    """The whole report: base() with outcome() over it."""
+    whole = base(run, settings)
+    whole.update(outcome(run, settings))
+    return whole
+
+
+def window_open(run, settings, opened_at, guard_dir):
+    """What the report says while the window is open: a run cut off in it leaves this, not a stale success."""
+    whole = base(run, settings)
+    whole.update(status='failed', healthy=False, reason=(
+        'the run stopped inside the outage window; unless it confirmed the new server, the guard on the host restores'
+        ' the previous server %s s after the window opened (%s) and writes its report to %s/fired.json'
+        % (as_text(settings['rollback_deadline']), opened_at, guard_dir)))
+    return whole

@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the preflight refuses that the argument spec cannot say: ranges and relations between variables.
+
+`settings` is the role's variables by name (rendered); `inventory` holds `pve_node`/`pve_vmid` when the
+host defines them and the `proxmox` group. One message per broken rule, in a fixed order; a message never
+holds a key.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_float, as_int, as_text
+
+KEY_PATTERN = re.compile(r'^[!-~]*$')
+SECRET_FLAG = re.compile(r'--(admin-api-key|api-key|config)(=|$)')
+
+
+def adaptive(settings):
+    """Whether the server runs upstream's --speculative-adaptive (the tiers file), not the patch's env switch."""
+    return bool(settings['sglang_dynamic_spec_enabled'] and settings['sglang_dynamic_spec_mode'] == 'adaptive')
+
+
+def adaptive_config(settings):
+    """Upstream's batch-size tiers (sglang 0.5.23 adaptive_spec_params.py): string keys are batch sizes, each
+    with candidate_steps; 0 steps means no drafting from that batch size on."""
+    if settings['sglang_dynamic_spec_adaptive_config']:
+        return settings['sglang_dynamic_spec_adaptive_config']
+    steps = [1]
+    if as_int(settings['sglang_speculative_num_steps']) != 1:
+        steps.append(as_int(settings['sglang_speculative_num_steps']))
+    return {'1': {'candidate_steps': steps},
+            as_text(settings['sglang_dynamic_spec_batch_size_threshold']): {'candidate_steps': [0]}}
+
+
+def candidate_steps(tiers):
+    """Every tier's candidate steps together, as sglang 0.5.23's resolve_candidate_steps_from_config reads
+    them (integer-string keys only)."""
+    steps = set()
+    for key, tier in tiers.items():
+        if re.match('^[0-9]+$', as_text(key)) and isinstance(tier, dict) and 'candidate_steps' in tier:
+            steps.update(as_int(step) for step in tier['candidate_steps'])
+    return sorted(steps)
+
+
+def window_budget(settings):
+    """How long the outage window may last: 2 x term + GPU release + health (+ drain + 2 x router with a router)."""
+    budget = (2 * as_float(settings['sglang_term_timeout']) + as_float(settings['sglang_gpu_release_timeout'])
+              + as_float(settings['sglang_health_timeout']))
+    if settings['sglang_router_url']:
+        budget += as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])
+    return budget
+
+
+def _speculation_problems(settings):
+    steps = as_int(settings['sglang_speculative_num_steps'])
+    speculative = len(settings['sglang_speculative_algorithm']) > 0
+    is_adaptive = adaptive(settings)
+    tiers_steps = candidate_steps(adaptive_config(settings)) if is_adaptive else []
+    return [
+        ('sglang_draft_model_path is empty; EAGLE-3 needs the draft model.',
+         speculative and len(settings['sglang_draft_model_path']) == 0),
+        ('--speculative-adaptive supports only sglang_speculative_eagle_topk 1.',
+         is_adaptive and as_int(settings['sglang_speculative_eagle_topk']) != 1),
+        ('In adaptive mode SGLang (0.5.23) sets --speculative-num-draft-tokens to the draft steps + 1, and /server_info'
+         ' would report that: set sglang_speculative_num_draft_tokens to %d.' % (steps + 1),
+         is_adaptive and as_int(settings['sglang_speculative_num_draft_tokens']) != steps + 1),
+        ('In adaptive mode SGLang (0.5.23) refuses to start unless sglang_speculative_num_steps (%s) is among the'
+         ' candidate steps of its tiers (%s).'
+         % (as_text(settings['sglang_speculative_num_steps']), ', '.join(str(step) for step in tiers_steps)),
+         is_adaptive and steps not in tiers_steps),
+    ]
+
+
+def _inventory_problems(settings, inventory):
+    patterns = settings['sglang_kill_patterns']
+    return [
+        ('pve_node and pve_vmid go together (the Proxmox node and the container VMID); set both or neither.',
+         ('pve_vmid' in inventory) != ('pve_node' in inventory)),
+        ('pve_node %s is not in the proxmox inventory group.' % as_text(inventory.get('pve_node', '')),
+         'pve_node' in inventory and inventory['pve_node'] not in inventory.get('proxmox', [])),
+        ('sglang_kill_patterns must list at least one pattern, and no empty one (an empty pattern matches every'
+         ' process).', len(patterns) == 0 or '' in patterns),
+    ]
+
+
+def _timing_problems(settings):
+    return [
+        ('sglang_health_poll_interval must be above 0 seconds (0.25 polls four times a second).',
+         as_float(settings['sglang_health_poll_interval']) <= 0),
+        ('sglang_health_timeout and sglang_gpu_release_timeout must be above 0, sglang_term_timeout not negative.',
+         as_float(settings['sglang_health_timeout']) <= 0 or as_float(settings['sglang_gpu_release_timeout']) <= 0
+         or as_float(settings['sglang_term_timeout']) < 0),
+    ]
+
+
+def _size_problems(settings):
+    numbers = ('sglang_speculative_num_steps', 'sglang_speculative_eagle_topk', 'sglang_speculative_num_draft_tokens')
+    return [
+        ('sglang_max_running_requests and sglang_tp_size must be positive, sglang_port within 1 to 65535.',
+         as_int(settings['sglang_max_running_requests']) <= 0 or as_int(settings['sglang_tp_size']) <= 0
+         or not 1 <= as_int(settings['sglang_port']) <= 65535),
+        ('sglang_speculative_num_steps, _eagle_topk and _num_draft_tokens must all be positive (SGLang wants all'
+         ' three).', len(settings['sglang_speculative_algorithm']) > 0
+         and any(as_int(settings[name]) <= 0 for name in numbers)),
+    ]
+
+
+def _fleet_problems(settings):
+    return [
+        ('sglang_drain_timeout, sglang_router_timeout and sglang_fleet_wait_timeout must not be negative,'
+         ' sglang_ready_checks and sglang_max_unavailable not negative, sglang_max_fail_percentage within 0 to 100.',
+         any(as_float(settings[name]) < 0
+             for name in ('sglang_drain_timeout', 'sglang_router_timeout', 'sglang_fleet_wait_timeout'))
+         or as_int(settings['sglang_ready_checks']) < 0 or as_int(settings['sglang_max_unavailable']) < 0
+         or not 0 <= as_float(settings['sglang_max_fail_percentage']) <= 100),
+    ]
+
+
+def _key_problems(settings):
+    keys = as_text(settings['sglang_api_key']) + as_text(settings['sglang_admin_api_key'])
+    return [
+        ('sglang_api_key and sglang_admin_api_key must be printable ASCII without spaces (they travel in an HTTP'
+         ' header).', not KEY_PATTERN.match(keys)),
+        ('sglang_extra_args must not carry --api-key, --admin-api-key or --config (every local user reads arguments'
+         ' in /proc/PID/cmdline): set sglang_api_key and sglang_admin_api_key, which the role hands over in a 0600'
+         ' file.', any(SECRET_FLAG.match(as_text(arg)) for arg in settings['sglang_extra_args'])),
+        ('sglang_dynamic_spec_batch_size_threshold must be a positive batch size.',
+         as_int(settings['sglang_dynamic_spec_batch_size_threshold']) <= 0),
+    ]
+
+
+def _deadline_problems(settings):
+    budget = window_budget(settings)
+    return [
+        ('sglang_rollback_deadline (%s s) is shorter than the outage window may last (%s s: 2 x sglang_term_timeout'
+         ' + sglang_gpu_release_timeout + sglang_health_timeout%s); the guard would roll back a server that is still'
+         ' loading.' % (as_text(settings['sglang_rollback_deadline']), as_text(budget),
+                        ' + sglang_drain_timeout + 2 x sglang_router_timeout' if settings['sglang_router_url'] else ''),
+         as_float(settings['sglang_rollback_deadline']) < budget),
+    ]
+
+
+def variable_problems(settings, inventory):
+    """The messages of every broken rule, in the order the preflight has always said them."""
+    rules = [('sglang_model_path is empty; set the model the server loads.', len(settings['sglang_model_path']) == 0)]
+    rules += _speculation_problems(settings)
+    rules += _inventory_problems(settings, inventory)
+    rules += _timing_problems(settings) + _size_problems(settings) + _fleet_problems(settings)
+    rules += _key_problems(settings) + _deadline_problems(settings)
+    return [message for message, broken in rules if broken]

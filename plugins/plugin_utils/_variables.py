@@ -1,0 +1,42 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's variables as an action plugin reads them: by name from the task variables, rendered."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleActionFail
+
+# Every role variable the plan reads (roles/sglang/defaults/main.yml, meta/argument_specs.yml).
+ROLE_SETTINGS = (
+    'sglang_admin_api_key', 'sglang_api_key', 'sglang_canary', 'sglang_config_dir', 'sglang_disable_overlap_schedule',
+    'sglang_draft_model_path', 'sglang_drain_timeout', 'sglang_dynamic_spec_adaptive_config',
+    'sglang_dynamic_spec_batch_size_threshold', 'sglang_dynamic_spec_enabled', 'sglang_dynamic_spec_env_name',
+    'sglang_dynamic_spec_mode', 'sglang_environment', 'sglang_extra_args', 'sglang_fleet_hosts',
+    'sglang_fleet_wait_timeout', 'sglang_gpu_release_timeout', 'sglang_guard_dir', 'sglang_health_poll_interval',
+    'sglang_health_timeout', 'sglang_host', 'sglang_kill_patterns', 'sglang_launch_module', 'sglang_log_file',
+    'sglang_max_fail_percentage', 'sglang_max_running_requests', 'sglang_max_unavailable', 'sglang_model_path',
+    'sglang_port', 'sglang_python', 'sglang_ready_checks', 'sglang_redeploy_skip', 'sglang_rollback_deadline',
+    'sglang_router_timeout', 'sglang_router_url', 'sglang_run_dir', 'sglang_secret_environment',
+    'sglang_service_name', 'sglang_speculative_algorithm', 'sglang_speculative_eagle_topk',
+    'sglang_speculative_num_draft_tokens', 'sglang_speculative_num_steps', 'sglang_term_timeout', 'sglang_tp_size',
+    'sglang_verify_environment',
+)
+# sglang_model_path has no default: the argument spec requires it; the rules say so in their words.
+OPTIONAL = {'sglang_model_path': ''}
+
+
+def rendered(templar, task_vars, names, optional=None):
+    """{name: value} of `names`, each rendered as a task argument would be."""
+    optional = OPTIONAL if optional is None else optional
+    values = {}
+    for name in names:
+        if name in task_vars:
+            values[name] = templar.template(task_vars[name])
+        elif name in optional:
+            values[name] = optional[name]
+        else:
+            raise AnsibleActionFail('the role variable %s is not defined' % name)
+    return values

@@ -1,0 +1,73 @@
+"""sglang_plan reads the role's variables and the fleet's hostvars: the gate, the rules, the files, the peers."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'plugin_utils'))
+from role_settings import NEEDED, role_defaults  # noqa: E402  pylint: disable=wrong-import-position
+
+from ansible.template import trust_as_template  # noqa: E402
+
+from ansible_collections.gpuops.sglang.plugins.action.sglang_plan import ActionModule  # noqa: E402
+
+
+def host_vars(**overrides):
+    task_vars = dict(role_defaults(), **NEEDED)
+    task_vars.update(inventory_hostname='gpu2', ansible_play_hosts_all=['gpu1', 'gpu2'], groups={'gpu': ['gpu1', 'gpu2']},
+                     hostvars={'gpu1': {'ansible_host': '127.0.0.11', 'sglang_host': '0.0.0.0'},
+                               'gpu2': {'ansible_host': '127.0.0.12'}})
+    task_vars.update(overrides)
+    return task_vars
+
+
+def test_a_consistent_host_gets_its_flags_files_and_peers(run_action):
+    plan = run_action(ActionModule, host_vars(sglang_port=trust_as_template('{{ 30000 + 1 }}')))
+    assert not plan.get('failed') and plan['left_alone_because'] == '' and plan['problems'] == []
+    # A templated variable is read rendered, as a task argument would be.
+    assert plan['args'][plan['args'].index('--port') + 1] == '30001'
+    assert plan['expected_server_info']['port'] == 30001
+    assert plan['paths']['base_url'] == 'http://127.0.0.1:30001'
+    assert [entry['label'] for entry in plan['configs']] == ['launch configuration', 'systemd unit']
+    assert json.loads(plan['contents']['launch configuration'])['args'] == plan['args']
+    assert all('content' not in entry for entry in plan['files'])
+    assert plan['secret'] is False
+    assert plan['peers'] == {'gpu1': 'http://127.0.0.11:30000', 'gpu2': 'http://127.0.0.1:30000'}
+
+
+def test_broken_rules_fail_the_plan_with_every_message_joined(run_action):
+    plan = run_action(ActionModule, host_vars(sglang_model_path='', sglang_kill_patterns=[], pve_vmid=101))
+    assert plan['failed'] is True
+    assert plan['msg'] == ' '.join(plan['problems'])
+    assert [problem.split(' ')[0] for problem in plan['problems']] == ['sglang_model_path', 'pve_node',
+                                                                        'sglang_kill_patterns']
+    # The report still finds the server's files (it asks the refused host whether its server serves).
+    assert plan['paths']['launch_file'] == '/etc/sglang/launch.json'
+
+
+@pytest.mark.parametrize('overrides, reason', [
+    ({'sglang_redeploy_skip': True}, 'sglang_redeploy_skip is set for this host'),
+    ({'sglang_canary': 1, 'hostvars': {'gpu1': {'sglang_redeploy_report': {'host': 'gpu1', 'status': 'failed'}},
+                                       'gpu2': {}}},
+     'rollout stopped: the canary gpu1 failed'),
+    ({'sglang_max_fail_percentage': trust_as_template('{{ 0 }}'),
+      'hostvars': {'gpu1': {'sglang_redeploy_report': {'host': 'gpu1', 'status': 'rolled_back'}}, 'gpu2': {}}},
+     'rollout stopped: 1 of 1 finished host(s) failed (gpu1), above sglang_max_fail_percentage 0'),
+], ids=['skip-flag', 'canary', 'failure-budget'])
+def test_a_host_left_alone_is_not_checked_further(run_action, overrides, reason):
+    plan = run_action(ActionModule, host_vars(sglang_model_path='', **overrides))
+    assert plan['left_alone_because'] == reason and not plan.get('failed')
+    assert 'configs' not in plan
+
+
+def test_gate_only_reads_the_gate_again(run_action):
+    plan = run_action(ActionModule, host_vars(sglang_redeploy_skip='yes'), args={'gate_only': True})
+    assert plan['left_alone_because'] == 'sglang_redeploy_skip is set for this host' and 'paths' not in plan
+
+
+def test_keys_make_the_plan_secret_and_add_the_keys_file(run_action):
+    plan = run_action(ActionModule, host_vars(sglang_api_key='k3y'))
+    assert plan['secret'] is True
+    assert plan['contents']['API keys'].endswith('api-key: "k3y"\n')
+    assert plan['args'][-2:] == ['--config', '/etc/sglang/server.yaml']

@@ -1,0 +1,57 @@
+"""sglang_report builds the role's report from the registered results, writes it and publishes it."""
+import json
+
+from ansible_collections.gpuops.sglang.plugins.action.sglang_report import ActionModule
+
+RUN = {
+    'inventory_hostname': 'gpu1', 'sglang_patch_file': '', 'sglang_router_url': '', 'sglang_rollback_deadline': 1800,
+    '_sglang_state': {'service_manager': 'systemd', 'healthy': True},
+    '_sglang_decision': {'reasons': ['force_restart'], 'redeploy_needed': True, 'patch_state': {}},
+    '_sglang_plan': {'paths': {'guard_dir': '/var/lib/gpuops-sglang/sglang'}},
+    '_sglang_run_id': 'gpu1-1', '_sglang_window_opened': True, '_sglang_killed': {}, '_sglang_patched': {},
+    '_sglang_stop': {'stopped_at': 10.0, 'stopping': [{'pid': 3}]},
+    '_sglang_released': {'awaited': {'gone_at': 11.0}, 'elapsed': 0.2},
+    '_sglang_started': {'started_at': 11.5, 'healthy_at': 13.25, 'healthy': True},
+}
+
+
+def test_a_redeployed_host_gets_its_report_written_twice_and_published(run_action, tmp_path):
+    result = run_action(ActionModule, dict(RUN), args={'report_dir': str(tmp_path), 'host': 'gpu1'})
+    report = result['report']
+    assert report['status'] == 'redeployed' and report['reason'] == 'force_restart' and report['downtime_s'] == 3.25
+    assert report['phases_s'] == {'stop': 1.0, 'kill_in_container': None, 'gpu_release': 0.2, 'start_to_healthy': 1.75}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ['gpu1.json', 'gpu1.last-redeploy.json']
+    assert json.loads((tmp_path / 'gpu1.json').read_text()) == report
+    assert result['ansible_stats'] == {'data': {'sglang_redeploy': {'gpu1': report}}, 'aggregate': True,
+                                       'per_host': False}
+
+
+def test_a_host_whose_steps_never_ran_is_reported_with_every_key(run_action):
+    result = run_action(ActionModule, {'inventory_hostname': 'gpu2', 'sglang_patch_file': '', 'sglang_router_url': '',
+                                       'sglang_rollback_deadline': 1800,
+                                       '_sglang_skip_reason': 'sglang_redeploy_skip is set for this host'},
+                        args={'host': 'gpu2'})
+    assert result['report']['status'] == 'skipped' and result['report']['healthy'] is None
+    assert result['report']['router']['member'] is None and result['written'] == []
+
+
+def test_the_window_open_report_says_where_the_guard_reports(run_action, tmp_path):
+    result = run_action(ActionModule, dict(RUN, _sglang_started={}), args={'report_dir': str(tmp_path), 'host': 'gpu1',
+                                                                           'stage': 'opened'})
+    assert result['report']['status'] == 'failed'
+    assert result['report']['reason'].endswith('writes its report to /var/lib/gpuops-sglang/sglang/fired.json')
+    assert [path.name for path in tmp_path.iterdir()] == ['gpu1.json']
+
+
+def test_check_mode_publishes_but_never_replaces_a_real_report(run_action, tmp_path):
+    result = run_action(ActionModule, dict(RUN, ansible_check_mode=True),
+                        args={'report_dir': str(tmp_path), 'host': 'gpu1'}, check_mode=True)
+    assert result['written'] == [] and list(tmp_path.iterdir()) == []
+    assert result['report']['status'] == 'unchanged' and result['report']['check_mode'] is True
+
+
+def test_a_given_report_is_published_as_it_is(run_action, tmp_path):
+    result = run_action(ActionModule, {}, args={'report': {'status': 'failed', 'host': 'x'}, 'host': 'x',
+                                                'report_dir': str(tmp_path / 'new')})
+    assert result['report'] == {'status': 'failed', 'host': 'x'}
+    assert json.loads((tmp_path / 'new' / 'x.json').read_text()) == {'status': 'failed', 'host': 'x'}

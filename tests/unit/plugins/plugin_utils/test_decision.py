@@ -1,0 +1,68 @@
+"""The redeploy decision from the gathered state: the reasons, the patch as the window sees it, what is saved."""
+import pytest
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _decision
+
+SERVING = {'python_exists': True, 'running': True, 'healthy': True, 'mismatches': [], 'configs_changed': [],
+           'patch': {'proven': False}, 'adaptive_tiers': None}
+
+
+@pytest.mark.parametrize('state, check, force, reasons', [
+    ({}, {}, False, []),
+    ({}, {}, True, ['force_restart']),
+    ({}, {'changed': True}, False, ['patch not applied']),
+    ({'configs_changed': ['launch configuration', 'API keys']}, {}, False,
+     ['launch configuration changed', 'API keys changed']),
+    ({'running': False, 'healthy': False}, {}, False, ['server not running']),
+    ({'healthy': False}, {}, False, ['server not healthy']),
+    ({'mismatches': ['max_running_requests is 64, want 96', 'tp_size is 1, want 2']}, {}, False,
+     ['running server differs: max_running_requests is 64, want 96, tp_size is 1, want 2']),
+    ({'configs_changed': ['systemd unit'], 'healthy': False}, {'changed': True}, True,
+     ['force_restart', 'patch not applied', 'systemd unit changed', 'server not healthy']),
+], ids=['nothing', 'forced', 'patch', 'files', 'not-running', 'not-healthy', 'differs', 'all-in-order'])
+def test_reasons_say_why_the_server_is_redeployed(state, check, force, reasons):
+    assert _decision.reasons(dict(SERVING, **state), check, force) == reasons
+
+
+@pytest.mark.parametrize('state, python, adaptive, problem', [
+    ({}, '/opt/venv/bin/python', False, ''),
+    ({'python_exists': False}, '/opt/venv/bin/python', False,
+     'sglang_python /opt/venv/bin/python does not exist on gpu1; point it at the interpreter whose site-packages'
+     ' holds sglang.'),
+    ({'adaptive_tiers': True}, '/opt/venv/bin/python', True, ''),
+    ({'adaptive_tiers': False}, '/opt/venv/bin/python', True,
+     'sglang_dynamic_spec_mode adaptive needs an sglang whose --speculative-adaptive-config takes batch-size tiers'
+     ' (0.5.23 does); the sglang of /opt/venv/bin/python on gpu1 reads one flat list of candidate steps and would'
+     ' ignore them. Use sglang_dynamic_spec_mode env with the patch, or an sglang release with tiers.'),
+    ({'adaptive_tiers': None}, '/opt/venv/bin/python', True,
+     'sglang_dynamic_spec_mode adaptive needs an sglang whose --speculative-adaptive-config takes batch-size tiers'
+     ' (0.5.23 does); the sglang of /opt/venv/bin/python on gpu1 could not be read. Use sglang_dynamic_spec_mode'
+     ' env with the patch, or an sglang release with tiers.'),
+    ({'adaptive_tiers': False}, '/opt/venv/bin/python', False, ''),
+], ids=['fine', 'no-interpreter', 'adaptive-with-tiers', 'adaptive-flat-list', 'adaptive-unreadable', 'env-mode'])
+def test_host_problems_refuse_what_the_server_could_not_run(state, python, adaptive, problem):
+    assert _decision.host_problems(dict(SERVING, **state), python, 'gpu1', adaptive) == problem
+
+
+STAMPED = {'proven': True, 'files': ['sglang/srt/a.py'], 'site_packages': '/sp', 'patch_sha256': 'abc'}
+DRY_RUN = {'changed': True, 'applied': False, 'files': ['sglang/srt/b.py'], 'site_packages': '/sp2'}
+
+
+@pytest.mark.parametrize('stamp, check, patch_file, state, due', [
+    (STAMPED, {'skipped': True}, 'p.diff', dict(STAMPED, changed=False, applied=True), False),
+    ({'proven': False}, DRY_RUN, 'p.diff', DRY_RUN, True),
+    ({'proven': False}, {'changed': False, 'applied': True}, 'p.diff', {'changed': False, 'applied': True}, False),
+    ({'proven': False}, {}, '', {}, False),
+], ids=['stamp-proves-it', 'dry-run-says-due', 'dry-run-found-it-in', 'no-patch'])
+def test_patch_state_comes_from_the_stamp_or_the_dry_run(stamp, check, patch_file, state, due):
+    patch = _decision.patch_state(dict(SERVING, patch=stamp), check, patch_file)
+    assert patch == state
+    assert _decision.patch_due(patch_file, patch) is due
+
+
+def test_guard_saves_every_live_file_and_every_patched_file():
+    pairs = [{'label': 'launch configuration', 'live': '/etc/sglang/launch.json'},
+             {'label': 'systemd unit', 'live': '/etc/systemd/system/sglang.service'}]
+    assert _decision.guard_files(pairs, DRY_RUN) == ['/etc/sglang/launch.json', '/etc/systemd/system/sglang.service',
+                                                     '/sp2/sglang/srt/b.py']
+    assert _decision.guard_files(pairs[:1], {}) == ['/etc/sglang/launch.json']

@@ -1,0 +1,50 @@
+"""The report, case by case (report_cases.yml): every key, every message, for each way a run can end."""
+import os
+
+import pytest
+import yaml
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _report
+
+with open(os.path.join(os.path.dirname(__file__), 'report_cases.yml')) as handle:
+    CASES = yaml.safe_load(handle)
+SETTINGS = {'host': 'localhost', 'patch_file': '', 'router_url': '', 'rollback_deadline': 1800}
+
+
+def as_the_action_reads(case):
+    """The run as the sglang_report action hands it over: the decision's keys spread out."""
+    run = dict(case['run'])
+    decision, state = run.pop('decision', None) or {}, run.get('state') or {}
+    run.update(reasons=decision.get('reasons', []), redeploy_needed=decision.get('redeploy_needed', False),
+               patch_state=decision.get('patch_state', {}), manager=state.get('service_manager'),
+               check_mode=bool(run.get('check_mode')))
+    return run, dict(SETTINGS, **case.get('settings', {}))
+
+
+@pytest.mark.parametrize('case', CASES, ids=[case['id'] for case in CASES])
+def test_report_of_each_kind_of_run(case):
+    run, settings = as_the_action_reads(case)
+    assert _report.report(run, settings) == case['report']
+
+
+def test_every_report_has_the_same_keys():
+    keys = set(CASES[0]['report'])
+    assert all(set(case['report']) == keys for case in CASES)
+    assert {'host', 'status', 'healthy', 'reason', 'phases_s', 'router', 'rollback', 'fleet_slot'} <= keys
+
+
+def test_window_open_report_says_the_guard_restores_by_the_deadline():
+    run, settings = as_the_action_reads(CASES[3])
+    opened = _report.window_open(run, settings, '2026-12-01T12:00:00.000000+00:00', '/var/lib/gpuops-sglang/sglang')
+    assert opened['status'] == 'failed' and opened['healthy'] is False
+    assert opened['reason'] == (
+        'the run stopped inside the outage window; unless it confirmed the new server, the guard on the host restores'
+        ' the previous server 1800 s after the window opened (2026-12-01T12:00:00.000000+00:00) and writes its report'
+        ' to /var/lib/gpuops-sglang/sglang/fired.json')
+    assert set(opened) == set(CASES[0]['report'])
+
+
+@pytest.mark.parametrize('killed, lines', [(None, []), ([{'cmdline': 'python -m x', 'signal': 'KILL'}, {}],
+                                                          ['python -m x <- SIGKILL', '? <- SIG?'])])
+def test_kill_lines_name_each_process_and_its_last_signal(killed, lines):
+    assert _report.kill_lines(killed) == lines

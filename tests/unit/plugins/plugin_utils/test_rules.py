@@ -1,0 +1,131 @@
+"""The preflight's rules, one case per broken rule, with the exact message the operator reads."""
+import pytest
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _rules
+
+TIERS_WITHOUT_3 = {'1': {'candidate_steps': [1, 2]}, '8': {'candidate_steps': [0]}, 'ema_alpha': 0.3}
+ADAPTIVE = {'sglang_dynamic_spec_mode': 'adaptive'}
+PVE = {'proxmox': ['pve1']}
+
+RANGES = 'sglang_max_running_requests and sglang_tp_size must be positive, sglang_port within 1 to 65535.'
+TIMEOUTS = 'sglang_health_timeout and sglang_gpu_release_timeout must be above 0, sglang_term_timeout not negative.'
+FLEET = ('sglang_drain_timeout, sglang_router_timeout and sglang_fleet_wait_timeout must not be negative,'
+         ' sglang_ready_checks and sglang_max_unavailable not negative, sglang_max_fail_percentage within 0 to 100.')
+SPECULATIVE = ('sglang_speculative_num_steps, _eagle_topk and _num_draft_tokens must all be positive (SGLang wants all'
+               ' three).')
+KEYS = ('sglang_api_key and sglang_admin_api_key must be printable ASCII without spaces (they travel in an HTTP'
+        ' header).')
+SECRET_ARGS = ('sglang_extra_args must not carry --api-key, --admin-api-key or --config (every local user reads'
+               ' arguments in /proc/PID/cmdline): set sglang_api_key and sglang_admin_api_key, which the role hands'
+               ' over in a 0600 file.')
+PATTERNS = ('sglang_kill_patterns must list at least one pattern, and no empty one (an empty pattern matches every'
+            ' process).')
+
+
+@pytest.mark.parametrize('overrides', [
+    {}, ADAPTIVE, dict(ADAPTIVE, sglang_speculative_num_steps=5, sglang_speculative_num_draft_tokens=6),
+    {'sglang_speculative_algorithm': '', 'sglang_draft_model_path': '', 'sglang_speculative_num_steps': 0},
+    {'sglang_port': '8080', 'sglang_term_timeout': '0', 'sglang_api_key': 'k3y:"quoted"#'},
+    # The env mode never reads the tiers.
+    {'sglang_dynamic_spec_adaptive_config': TIERS_WITHOUT_3},
+    {'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_rollback_deadline': 1680},
+], ids=['env', 'adaptive', 'adaptive-5-steps', 'no-speculation', 'strings-from-extra-vars', 'env-ignores-tiers',
+        'router-budget-just-fits'])
+def test_consistent_settings_pass(settings, overrides):
+    settings.update(overrides)
+    assert _rules.variable_problems(settings, PVE) == []
+
+
+@pytest.mark.parametrize('overrides, inventory, message', [
+    ({'sglang_model_path': ''}, PVE, 'sglang_model_path is empty; set the model the server loads.'),
+    ({'sglang_draft_model_path': ''}, PVE, 'sglang_draft_model_path is empty; EAGLE-3 needs the draft model.'),
+    (dict(ADAPTIVE, sglang_speculative_eagle_topk=2), PVE,
+     '--speculative-adaptive supports only sglang_speculative_eagle_topk 1.'),
+    (dict(ADAPTIVE, sglang_speculative_num_steps=5), PVE,
+     'In adaptive mode SGLang (0.5.23) sets --speculative-num-draft-tokens to the draft steps + 1, and /server_info'
+     ' would report that: set sglang_speculative_num_draft_tokens to 6.'),
+    (dict(ADAPTIVE, sglang_dynamic_spec_adaptive_config=TIERS_WITHOUT_3), PVE,
+     'In adaptive mode SGLang (0.5.23) refuses to start unless sglang_speculative_num_steps (3) is among the'
+     ' candidate steps of its tiers (0, 1, 2).'),
+    ({}, dict(PVE, pve_vmid=101),
+     'pve_node and pve_vmid go together (the Proxmox node and the container VMID); set both or neither.'),
+    ({}, dict(PVE, pve_node='pve9', pve_vmid=101), 'pve_node pve9 is not in the proxmox inventory group.'),
+    # None: the container kill could never run (the stop would see no strays); '': every process would match.
+    ({'sglang_kill_patterns': []}, PVE, PATTERNS),
+    ({'sglang_kill_patterns': ['sglang::', '']}, PVE, PATTERNS),
+    ({'sglang_health_poll_interval': 0}, PVE,
+     'sglang_health_poll_interval must be above 0 seconds (0.25 polls four times a second).'),
+    ({'sglang_health_timeout': 0}, PVE, TIMEOUTS),
+    ({'sglang_gpu_release_timeout': 'soon'}, PVE, TIMEOUTS),
+    ({'sglang_term_timeout': -1}, PVE, TIMEOUTS),
+    ({'sglang_max_running_requests': 0}, PVE, RANGES),
+    ({'sglang_tp_size': -2}, PVE, RANGES),
+    ({'sglang_port': 65536}, PVE, RANGES),
+    ({'sglang_port': 0}, PVE, RANGES),
+    ({'sglang_speculative_eagle_topk': 0}, PVE, SPECULATIVE),
+    ({'sglang_speculative_num_draft_tokens': '0'}, PVE, SPECULATIVE),
+    ({'sglang_drain_timeout': -1}, PVE, FLEET),
+    ({'sglang_router_timeout': -0.5}, PVE, FLEET),
+    ({'sglang_fleet_wait_timeout': -1}, PVE, FLEET),
+    ({'sglang_ready_checks': -1}, PVE, FLEET),
+    ({'sglang_max_unavailable': '-1'}, PVE, FLEET),
+    ({'sglang_max_fail_percentage': 101}, PVE, FLEET),
+    ({'sglang_max_fail_percentage': -1}, PVE, FLEET),
+    ({'sglang_api_key': 'two words'}, PVE, KEYS),
+    ({'sglang_admin_api_key': 'caf\u00e9'}, PVE, KEYS),
+    ({'sglang_extra_args': ['--api-key=abc']}, PVE, SECRET_ARGS),
+    ({'sglang_extra_args': ['--log-level', 'info', '--config']}, PVE, SECRET_ARGS),
+    ({'sglang_extra_args': ['--admin-api-key', 'x']}, PVE, SECRET_ARGS),
+    ({'sglang_dynamic_spec_batch_size_threshold': 0}, PVE, 'sglang_dynamic_spec_batch_size_threshold must be a positive'
+                                                          ' batch size.'),
+    ({'sglang_rollback_deadline': 1000}, PVE,
+     'sglang_rollback_deadline (1000 s) is shorter than the outage window may last (1020.0 s: 2 x sglang_term_timeout'
+     ' + sglang_gpu_release_timeout + sglang_health_timeout); the guard would roll back a server that is still'
+     ' loading.'),
+    ({'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_rollback_deadline': '1300'}, PVE,
+     'sglang_rollback_deadline (1300 s) is shorter than the outage window may last (1380.0 s: 2 x sglang_term_timeout'
+     ' + sglang_gpu_release_timeout + sglang_health_timeout + sglang_drain_timeout + 2 x sglang_router_timeout);'
+     ' the guard would roll back a server that is still loading.'),
+])
+def test_each_broken_rule_says_its_message(settings, overrides, inventory, message):
+    settings.update(overrides)
+    assert _rules.variable_problems(settings, inventory) == [message]
+
+
+def test_extra_args_that_only_look_like_secrets_pass(settings):
+    settings['sglang_extra_args'] = ['--api-key-file-is-not-a-flag', '--configure', '--log-level=info']
+    assert _rules.variable_problems(settings, PVE) == []
+
+
+def test_every_broken_rule_is_said_once_in_the_preflight_order(settings):
+    settings.update(sglang_model_path='', sglang_kill_patterns=[], sglang_port=0, sglang_rollback_deadline=10)
+    found = _rules.variable_problems(settings, {'pve_node': 'pve9'})
+    assert [message.split(' ')[0] for message in found] == [
+        'sglang_model_path', 'pve_node', 'pve_node', 'sglang_kill_patterns', 'sglang_max_running_requests',
+        'sglang_rollback_deadline']
+
+
+@pytest.mark.parametrize('overrides, budget', [
+    ({}, 1020.0),
+    ({'sglang_router_url': 'http://router:30080'}, 1380.0),
+    ({'sglang_term_timeout': '10', 'sglang_gpu_release_timeout': 5, 'sglang_health_timeout': 60.5}, 85.5),
+], ids=['defaults', 'with-router', 'strings'])
+def test_window_budget_adds_every_wait_of_the_outage(settings, overrides, budget):
+    settings.update(overrides)
+    assert _rules.window_budget(settings) == budget
+
+
+@pytest.mark.parametrize('overrides, tiers', [
+    ({}, {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0]}}),
+    ({'sglang_speculative_num_steps': 1, 'sglang_dynamic_spec_batch_size_threshold': '16'},
+     {'1': {'candidate_steps': [1]}, '16': {'candidate_steps': [0]}}),
+    ({'sglang_dynamic_spec_adaptive_config': TIERS_WITHOUT_3}, TIERS_WITHOUT_3),
+], ids=['derived', 'one-step', 'given'])
+def test_adaptive_tiers_derive_from_the_steps_and_threshold(settings, overrides, tiers):
+    settings.update(overrides)
+    assert _rules.adaptive_config(settings) == tiers
+
+
+def test_candidate_steps_read_only_batch_size_keys():
+    assert _rules.candidate_steps(dict(TIERS_WITHOUT_3, ema={'candidate_steps': [9]}, x7={'candidate_steps': [7]},
+                                       **{'4': {'candidate_steps': ['5']}})) == [0, 1, 2, 5]
