@@ -22,12 +22,13 @@ def http_json(method, url, document=None, timeout=10):
 
 
 # The two gateways the tests run, both from the venv: sglang-router 0.3 (the integration tests' default) and
-# smg (the lab's), with health checked every second as the lab does.
+# smg with the lab's flags (lab/lab): health checked every second, no retries (with them off smg forwards a
+# client's body chunked, measured), no tokenizer.
 GATEWAYS = {
     'sglang-router': [sys.executable, '-m', 'sglang_router.launch_router'],
     'smg': [os.path.join(os.path.dirname(sys.executable), 'smg'), 'launch', '--disable-tokenizer-autoload',
             '--health-check-interval-secs', '1', '--health-failure-threshold', '1', '--health-success-threshold', '1',
-            '--prometheus-host', '127.0.0.1'],
+            '--disable-retries', '--prometheus-host', '127.0.0.1'],
 }
 
 
