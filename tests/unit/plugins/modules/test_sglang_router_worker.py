@@ -208,11 +208,7 @@ class SmgImitation(RouterImitation):
         self.settle_reads = settle_reads
 
     def listing(self, request, match):
-        for change in list(self.pending):
-            change['reads'] -= 1
-            if change['reads'] < 0:
-                change['apply']()
-                self.pending.remove(change)
+        super(SmgImitation, self).listing(request, match)  # applies the changes now due; its answer lacks status
         for worker in self.workers:
             if worker['status'] == 'not_ready':
                 if worker['not_ready_reads'] <= 0:
