@@ -9,7 +9,11 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: concise
 type: stdout
-short_description:
+short_description: The default output made quiet, each change one line, each failure said once, detail back at -v
+version_added: 0.3.0
+author:
+  - gpuops.sglang maintainers (@gpuops)
+description:
   - ansible-core's C(default) callback, quiet by default, for playbooks such as C(gpuops.sglang.redeploy) that run
     many tasks per host, include task files, and whose modules return many keys every run.
   - >-

@@ -205,8 +205,8 @@ class Router(object):
             raise RouterError('the router %s did not list %s within %ss after POST /workers'
                               % (self.base_url, url, timeout))
         if not ready(worker):
-            raise RouterError('the router %s lists %s %s within %ss' % (self.base_url, url, not_ready_detail(worker),
-                                                                       timeout))
+            raise RouterError('the router %s lists %s %s within %ss'
+                              % (self.base_url, url, not_ready_detail(worker), timeout))
         return worker
 
     @staticmethod
