@@ -66,7 +66,7 @@ def test_create_writes_a_context_that_installs_the_collection_and_its_dependenci
          'context'], cwd=str(definition))
     build = definition / 'context' / '_build'
     containerfile = (definition / 'context' / 'Containerfile').read_text()
-    assert 'ARG EE_BASE_IMAGE="quay.io/centos/centos:stream9"' in containerfile
+    assert 'ARG EE_BASE_IMAGE="localhost/gpuops-ee-base:stream9"' in containerfile
     assert 'ARG ANSIBLE_INSTALL_REFS="ansible-core>=2.19,<2.20 ansible-runner>=2.4,<2.5"' in containerfile
     install = 'ansible-galaxy collection install $ANSIBLE_GALAXY_CLI_COLLECTION_OPTS -r requirements.yml'
     assert install in containerfile and 'COPY _build /build\nWORKDIR /build' in containerfile
