@@ -43,6 +43,32 @@ attributes:
   platform:
     platforms: posix
 options:
+  activate:
+    description:
+      - Files moved into place before the start (O(state=restarted) only, after the stop), each O(activate[].candidate)
+        is copied over its O(activate[].live) file atomically, with O(activate[].mode) and the live file's owner.
+      - In the outage window this is the move of the new configuration, inside the step that renews the rollback
+        guard (O(guard)), rather than one controller round trip per file that cannot renew it.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      candidate:
+        description: The file to put in place.
+        type: path
+        required: true
+      live:
+        description: Where the server reads it.
+        type: path
+        required: true
+      mode:
+        description: Octal mode of the live file afterwards.
+        type: str
+        default: '0644'
+      label:
+        description: What the file is, in messages.
+        type: str
+        default: ''
   state:
     description:
       - V(stopped) stops a running server. V(started) starts it when it does not run (a running, healthy,
@@ -183,6 +209,11 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+activated:
+  description: The live files O(activate) wrote (empty in check mode and for another O(state)).
+  returned: always
+  type: list
+  elements: str
 running:
   description: Whether the server runs at the end (in check mode, now).
   returned: always
@@ -268,12 +299,14 @@ cmd:
   elements: list
 '''
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import mode_and_owner, read_bytes, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import compile_patterns
@@ -300,6 +333,12 @@ ARGUMENT_SPEC = dict(
     ready_checks=dict(type='int', default=0),
     generate_probe=dict(type='bool', default=False),
     guard=GUARD_OPTION,
+    activate=dict(type='list', elements='dict', default=[], options=dict(
+        candidate=dict(type='path', required=True),
+        live=dict(type='path', required=True),
+        mode=dict(type='str', default='0644'),
+        label=dict(type='str', default=''),
+    )),
 )
 # The bound of one systemctl or launch command (CommandRunner's deadline below).
 COMMAND_TIMEOUT = 60
@@ -347,6 +386,19 @@ def stop(module, server, pid, patterns, result, lease):
         with open(params['stop_marker'], 'w') as handle:
             handle.write('%.3f\n' % stopped['stopped_at'])
     result.update(running=False, pid=None)
+
+
+def activate(entries, result):
+    """Each candidate over its live file (atomic, the live file's owner kept); the live paths written."""
+    for entry in entries:
+        try:
+            data = read_bytes(entry['candidate'])
+            owner = mode_and_owner(entry['live'])[1] if os.path.exists(entry['live']) else None
+            write_atomic(entry['live'], data, int(entry['mode'], 8), '.gpuops-activate', owner)
+        except (IOError, OSError, ValueError) as exc:
+            fail('cannot put the %s in place (%s -> %s): %s; the server was not started'
+                 % (entry['label'] or 'file', entry['candidate'], entry['live'], to_native(exc)))
+        result['activated'].append(entry['live'])
 
 
 def bring_up(module, server, pid, result, lease):
@@ -412,6 +464,8 @@ def manage(module, server, result, lease):
         # `after` is the container kill's, which follows only when the stop found strays.
         lease.done(handed_over=bool(result['strays']))
         return
+    if state == 'restarted':
+        activate(params['activate'], result)
     # health_timeout bounds everything from here: the start, /health, the ready checks, the probe.
     begun = time.time()
     bring_up(module, server, pid, result, lease)
@@ -429,7 +483,7 @@ def manage(module, server, result, lease):
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    result = new_result(running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
+    result = new_result(activated=[], running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
                         stop_elapsed=None, stopping=[], strays=[], drain=None, readiness=None,
                         started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.

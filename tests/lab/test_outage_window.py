@@ -169,7 +169,8 @@ def test_copy_failure_rolls_back(lab, tmp_path):
     host = lab['gpu1']
     before = files_state(host)
     run = fault_during_window(lab, tmp_path, 'gpu1', lambda: host.exec_('rm', '/etc/sglang/launch.next.json'))
-    assert_rolled_back(lab, 'gpu1', before, run, 'Move the candidate configuration into place')
+    # The restart moves the configuration into place (activate) before it starts anything.
+    assert_rolled_back(lab, 'gpu1', before, run, 'cannot put the launch configuration in place')
 
 
 def test_server_reporting_other_settings_rolls_back(lab, redeploy):
@@ -293,3 +294,82 @@ def test_a_poll_interval_of_zero_is_refused_before_anything_runs(lab, redeploy):
         assert written['reason'].startswith('nothing was stopped')
         assert 'sglang_health_poll_interval must be above 0' in written['reason']
         assert lab[name].server_pid() == pids[name]
+
+
+# --- the guard as a lease, with the role's DEFAULT timeouts (health 900 s, deadline 1800 s) -------------------
+# Only the idle bound can bring a server back within these tests: the deadline is half an hour away.
+IDLE = 90
+TERM = 30
+# What may pass after the controller is gone besides the idle bound: the step in flight finishing on the host
+# (the held drain is let go at once, but a stop that waits may take its SIGTERM wait), then the restore itself
+# (stop, GPUs, start, the stand-in's 1.5 s warm-up).
+IN_FLIGHT_AND_RESTORE = TERM + 60
+
+
+def assert_restored_by_the_idle_bound(host, before, since, what):
+    wait_for(host.healthy, IDLE + IN_FLIGHT_AND_RESTORE, '%s serving again through its lease' % host.name)
+    elapsed = time.monotonic() - since
+    by_guard = fired(host)
+    assert by_guard['bound'] == 'idle' and by_guard['acted_by'] == 'idle' and by_guard['status'] == 'rolled_back'
+    assert files_state(host) == before
+    assert host.server_info()['max_running_requests'] == 64
+    print('%s served again %.1f s after %s (idle bound %s s; fired.json: %s)' % (
+        host.name, elapsed, what, IDLE, by_guard['reason']))
+    return elapsed
+
+
+def test_lease_sigkilled_playbook_with_default_timeouts_restores_within_the_idle_bound(lab, tmp_path):
+    hosts = [lab['gpu1'], lab['gpu2']]
+    before = dict((host.name, files_state(host)) for host in hosts)
+    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
+            os.path.join(REPO, 'inventory/lab'), os.path.join(REPO, 'playbooks/redeploy.yml'), '-e', json.dumps(CHANGE)]
+    with stop_held(hosts):
+        proc = subprocess.Popen(argv, env=dict(os.environ, **ANSIBLE_ENV), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_outage_started(hosts)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        killed = time.monotonic()
+    for host in hosts:
+        # gpu1 runs its watcher as a systemd service, gpu2 as a detached process.
+        assert_restored_by_the_idle_bound(host, before[host.name], killed, 'the SIGKILL')
+
+
+def test_lease_runner_cancel_and_a_gpu_host_cut_off_restore_within_the_idle_bound(lab, tmp_path):
+    """One run, two faults: gpu1's sshd stops mid-window (the controller loses it), then the run is cancelled."""
+    hosts = [lab['gpu1'], lab['gpu2']]
+    before = dict((host.name, files_state(host)) for host in hosts)
+    try:
+        with stop_held(hosts):
+            thread, holder = run_in_background(tmp_path, dict(CHANGE), 'lease-cancel')
+            wait_outage_started(hosts)
+            lab['gpu1'].exec_('systemctl', 'stop', 'lab-sshd.service')
+            cut_off = time.monotonic()
+            holder['cancel'] = True
+            thread.join(120)
+        assert not thread.is_alive() and holder['run'].status == 'canceled'
+        cancelled = time.monotonic()
+        assert_restored_by_the_idle_bound(lab['gpu1'], before['gpu1'], cut_off, 'its sshd stopped')
+        assert_restored_by_the_idle_bound(lab['gpu2'], before['gpu2'], cancelled, 'the cancel')
+    finally:
+        lab['gpu1'].exec_('systemctl', 'start', 'lab-sshd.service')
+
+
+def fired_or_none(host):
+    try:
+        return fired(host)
+    except subprocess.CalledProcessError:
+        return None
+
+
+def test_lease_a_start_slower_than_the_idle_bound_completes_without_a_rollback(lab, redeploy):
+    host = lab['gpu2']
+    previous = fired_or_none(host)
+    # The stand-in "loads its model" for 120 s, above the 90 s idle bound: the health wait renews the lease.
+    run = redeploy(dict(CHANGE, sglang_environment={'LAB_STANDIN_WARMUP': '120'}), name='slow', limit='gpu2')
+    assert run.rc == 0, run.stdout[-3000:]
+    written = report('gpu2')
+    assert written['status'] == 'redeployed' and written['healthy'] is True
+    assert written['phases_s']['start_to_healthy'] >= 120
+    assert fired_or_none(host) == previous, 'the guard acted on a run that was alive'
+    assert host.server_info()['max_running_requests'] == 96
