@@ -288,3 +288,44 @@ def test_a_start_slower_than_the_idle_bound_renews_the_lease_and_is_never_rolled
                          deployment.guard_args(state='confirmed', run_id='run-2'), name='confirm')
     assert not confirmed.failed and confirmed['changed'], confirmed.get('msg')
     assert max_running_requests(deployment.port) == 96
+
+
+def debug_messages(run, task):
+    return [event['event_data']['res'].get('msg') for event in run.events
+            if event.get('event') == 'runner_on_ok' and event['event_data'].get('task') == task]
+
+
+def test_rollback_playbook_needs_a_limit_restores_on_demand_and_guard_status_shows_the_lease(deployment, tmp_path):
+    from helpers.ansible_run import run_playbook
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-9', deadline=900, idle=600), name='arm')
+    assert not armed.failed, armed.get('msg')
+    deployment.write_launch(96)
+    inventory = tmp_path / 'hosts.yml'
+    # The guard folder is sglang_guard_dir/sglang_service_name, as the role names it.
+    inventory.write_text(json.dumps({'gpu': {'hosts': {'tiny': {
+        'ansible_host': '127.0.0.1', 'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+        'sglang_guard_dir': str(tmp_path), 'sglang_service_name': 'guard'}}}}))
+    status = run_playbook(tmp_path, 'playbooks/guard_status.yml', str(inventory), name='status', cmdline='--check')
+    assert status.rc == 0, status.stdout[-2000:]
+    [shown] = debug_messages(status, 'Show it (host clock, UTC)')
+    assert shown.startswith('armed by run run-9 since ') and 'by arm the guard; idle bound 600.0 s' in shown
+    assert 'unless renewed or confirmed; last restore: none' in shown
+    refused = run_playbook(tmp_path, 'playbooks/rollback.yml', str(inventory), name='no-limit')
+    assert refused.rc != 0 and (deployment.guard_dir / 'state.json').exists()
+    assert any('name them with --limit' in message for message in refused.failure_messages('tiny'))
+    reports = tmp_path / 'reports'
+    reports.mkdir()
+    rolled = run_playbook(tmp_path, 'playbooks/rollback.yml', str(inventory), name='rollback', limit='tiny',
+                          extravars={'sglang_report_dir': str(reports)})
+    assert rolled.rc == 0, rolled.stdout[-2000:]
+    assert debug_messages(rolled, 'Say what the guard did') == [
+        'rolled_back: 1 file(s) restored, the previous server serves again']
+    written = json.loads((reports / 'tiny.rollback.json').read_text())
+    assert written['bound'] == 'on_demand' and written['reason'] == 'rollback on demand' and written['healthy']
+    assert health(deployment.port) == 200 and max_running_requests(deployment.port) == 64
+    again = run_playbook(tmp_path, 'playbooks/rollback.yml', str(inventory), name='again', limit='tiny')
+    assert again.rc == 0 and again.count('changed', 'tiny') == 0
+    assert debug_messages(again, 'Say what the guard did') == [
+        'no guard is armed on this host: nothing to roll back (last restore: rollback on demand)']
