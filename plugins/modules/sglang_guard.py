@@ -18,7 +18,7 @@ description:
     the previous server, and starts a watcher on the host that does not depend on the controller or the ssh
     connection (a transient systemd service where systemd runs, a detached process in its own session
     elsewhere).
-  - The guard is a lease. With O(idle) set, the run's steps renew it on the host (the modules' O(guard) option,
+  - The guard is a lease. With O(idle) set, the run's steps renew it on the host (the modules' C(guard) option,
     see M(gpuops.sglang.sglang_server)); the watcher acts when nothing renewed it for O(idle) seconds past what
     the last step said it would take, or at O(deadline), whichever comes first.
   - Unless O(state=confirmed) is run with the same O(run_id) before then, the watcher stops

@@ -5,8 +5,8 @@
 
 `settings` is the role's variables by name (rendered); `inventory` holds `pve_node`/`pve_vmid` when the
 host defines them and the `proxmox` group, and `controller` (when known) what the controller runs with:
-connect_timeout and retries of the connection, forks, the play's strategy, the hosts of the batch. One message per broken rule, in a fixed order; a message never
-holds a key.
+connect_timeout and retries of the connection, forks, the play's strategy, the hosts of the batch. One
+message per broken rule, in a fixed order; a message never holds a key.
 """
 
 from __future__ import absolute_import, division, print_function
