@@ -173,10 +173,6 @@ def _lease_problems(settings, controller):
          ' another host waits for its server to load, which sglang_rollback_idle does not bound; raise forks'
          ' (-f) to the batch size or make the batches smaller (redeploy_serial).' % (batch, forks),
          controller['strategy'] == 'free' and forks is not None and batch > as_int(forks)),
-        ('the play runs the %s strategy with %s hosts in a batch: each host waits for the slowest one between'
-         ' two steps (a model load up to sglang_health_timeout), which sglang_rollback_idle does not bound; run'
-         ' the role with strategy free (playbooks/redeploy.yml does) or serial 1.' % (controller['strategy'], batch),
-         controller['strategy'] != 'free' and batch > 1),
     ]
 
 
