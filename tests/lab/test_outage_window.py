@@ -300,6 +300,9 @@ def test_a_poll_interval_of_zero_is_refused_before_anything_runs(lab, redeploy):
 # Only the idle bound can bring a server back within these tests: the deadline is half an hour away.
 IDLE = 90
 TERM = 30
+# The lab's inventory shortens them (deadline 70 s); these tests run with the role's defaults.
+DEFAULTS = {'sglang_term_timeout': TERM, 'sglang_health_timeout': 900, 'sglang_gpu_release_timeout': 60,
+            'sglang_rollback_deadline': 1800, 'sglang_rollback_idle': IDLE}
 # What may pass after the controller is gone besides the idle bound: the step in flight finishing on the host
 # (the held drain is let go at once, but a stop that waits may take its SIGTERM wait), then the restore itself
 # (stop, GPUs, start, the stand-in's 1.5 s warm-up).
@@ -322,7 +325,7 @@ def test_lease_sigkilled_playbook_with_default_timeouts_restores_within_the_idle
     hosts = [lab['gpu1'], lab['gpu2']]
     before = dict((host.name, files_state(host)) for host in hosts)
     argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
-            os.path.join(REPO, 'inventory/lab'), os.path.join(REPO, 'playbooks/redeploy.yml'), '-e', json.dumps(CHANGE)]
+            os.path.join(REPO, 'inventory/lab'), os.path.join(REPO, 'playbooks/redeploy.yml'), '-e', json.dumps(dict(CHANGE, **DEFAULTS))]
     with stop_held(hosts):
         proc = subprocess.Popen(argv, env=dict(os.environ, **ANSIBLE_ENV), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
@@ -341,7 +344,7 @@ def test_lease_runner_cancel_and_a_gpu_host_cut_off_restore_within_the_idle_boun
     before = dict((host.name, files_state(host)) for host in hosts)
     try:
         with stop_held(hosts):
-            thread, holder = run_in_background(tmp_path, dict(CHANGE), 'lease-cancel')
+            thread, holder = run_in_background(tmp_path, dict(CHANGE, **DEFAULTS), 'lease-cancel')
             wait_outage_started(hosts)
             lab['gpu1'].exec_('systemctl', 'stop', 'lab-sshd.service')
             cut_off = time.monotonic()
@@ -366,7 +369,7 @@ def test_lease_a_start_slower_than_the_idle_bound_completes_without_a_rollback(l
     host = lab['gpu2']
     previous = fired_or_none(host)
     # The stand-in "loads its model" for 120 s, above the 90 s idle bound: the health wait renews the lease.
-    run = redeploy(dict(CHANGE, sglang_environment={'LAB_STANDIN_WARMUP': '120'}), name='slow', limit='gpu2')
+    run = redeploy(dict(CHANGE, sglang_environment={'LAB_STANDIN_WARMUP': '120'}, **DEFAULTS), name='slow', limit='gpu2')
     assert run.rc == 0, run.stdout[-3000:]
     written = report('gpu2')
     assert written['status'] == 'redeployed' and written['healthy'] is True
