@@ -312,6 +312,8 @@ IN_FLIGHT_AND_RESTORE = TERM + 60
 def assert_restored_by_the_idle_bound(host, before, since, what):
     wait_for(host.healthy, IDLE + IN_FLIGHT_AND_RESTORE, '%s serving again through its lease' % host.name)
     elapsed = time.monotonic() - since
+    # The guard writes fired.json once the previous server is healthy (and back in its router).
+    wait_for(lambda: fired_or_none(host) is not None, 30, '%s: the guard report' % host.name)
     by_guard = fired(host)
     assert by_guard['bound'] == 'idle' and by_guard['acted_by'] == 'idle' and by_guard['status'] == 'rolled_back'
     assert files_state(host) == before
