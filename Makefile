@@ -1,8 +1,9 @@
 # Two commands on a fresh Debian machine, as root:
-#   make demo   full redeploy against the embedded lab, visible and verified
+#   make demo   full redeploy against the embedded lab, visible and verified; installs and builds only what
+#               it needs (demo-setup: no browser, no test tooling, no native sglang release)
 #   make test   every test on the first controller (unit, integration, lab, dashboard with a headless browser, sanity,
 #               ansible-test integration, lint, molecule); `make matrix` adds the 2.21 controller (CI's time: README)
-#   make fleet   eight lab hosts behind the real SGLang router, a rolling redeploy under load (one JSON line)
+#   make fleet   eight lab hosts behind the SGLang gateway (smg), a rolling redeploy under load (one JSON line)
 #   make dashboard   the reference ops page against the lab, on 127.0.0.1:$DASHBOARD_PORT (default 8765)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -11,8 +12,11 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 CACHE := $(CURDIR)/.cache
 COLLECTION_LINK := $(CACHE)/collections/ansible_collections/gpuops/sglang
-APT_PACKAGES := podman runc debootstrap uidmap catatonit openssh-client patch psmisc procps util-linux python3-venv \
-  chromium
+# What `make demo` needs; `make setup` (make test) adds the browser of the dashboard's test.
+DEMO_APT_PACKAGES := podman runc debootstrap uidmap catatonit openssh-client patch psmisc procps util-linux python3-venv
+DEMO_TOOLS := podman runc debootstrap catatonit ssh ssh-keygen patch nsenter unshare
+APT_PACKAGES := $(DEMO_APT_PACKAGES) chromium
+TOOLS := $(DEMO_TOOLS) chromium
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 # ansible-lint and molecule (ansible-compat) keep their caches, and a copy of this collection,
@@ -20,20 +24,34 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: fleet setup host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-gpu matrix matrix-2.21 matrix-sanity
+.PHONY: fleet setup demo-setup host-packages demo-host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-gpu matrix matrix-2.21 matrix-sanity
 
-setup: host-packages $(VENV)/.installed $(VENV)/.dashboard-installed $(COLLECTION_LINK) $(CACHE)/wheels/.done
+setup: host-packages demo-setup $(VENV)/.installed $(VENV)/.dashboard-installed $(CACHE)/wheels/.done
+
+# What `make demo` needs and nothing more (the four-minute first run, README): no browser, no test
+# tooling, no dashboard, no native sglang release (the lab runs its base images: lab/image/build.sh).
+demo-setup: demo-host-packages $(VENV)/.demo-installed $(COLLECTION_LINK) $(CACHE)/wheels/.demo-done
 
 # apt packages, installed once when any is missing (Debian's python3 needs python3-venv for venvs).
-host-packages:
-	@missing=""; for tool in podman runc debootstrap catatonit ssh ssh-keygen patch nsenter unshare chromium; do \
-	  command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+define install_host_packages
+	@missing=""; for tool in $(1); do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
 	$(PYTHON) -c 'import ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then echo "installing host packages (missing:$$missing)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES) >/dev/null; fi
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) >/dev/null; fi
+endef
 
-$(VENV)/.installed: requirements.txt
+host-packages:
+	$(call install_host_packages,$(TOOLS),$(APT_PACKAGES))
+
+demo-host-packages:
+	$(call install_host_packages,$(DEMO_TOOLS),$(DEMO_APT_PACKAGES))
+
+$(VENV)/.demo-installed: requirements-demo.txt
 	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements-demo.txt
+	touch $@
+
+$(VENV)/.installed: requirements.txt requirements-demo.txt $(VENV)/.demo-installed
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
 	touch $@
 
@@ -47,9 +65,13 @@ $(COLLECTION_LINK):
 	mkdir -p $(dir $@)
 	ln -sfn $(CURDIR) $@
 
-# The real sglang wheels the tests and the lab install (the patched release and the native one), fetched once.
-$(CACHE)/wheels/.done: requirements-lab.txt requirements-lab-native.txt $(VENV)/.installed
+# The real sglang wheels the tests and the lab install (the patched release and the native one), fetched once;
+# the demo needs the patched one only.
+$(CACHE)/wheels/.demo-done: requirements-lab.txt $(VENV)/.demo-installed
 	$(BIN)/pip download -q --disable-pip-version-check --no-deps -r requirements-lab.txt -d $(CACHE)/wheels
+	touch $@
+
+$(CACHE)/wheels/.done: requirements-lab.txt requirements-lab-native.txt $(CACHE)/wheels/.demo-done
 	$(BIN)/pip download -q --disable-pip-version-check --no-deps -r requirements-lab-native.txt -d $(CACHE)/wheels
 	touch $@
 
@@ -87,8 +109,8 @@ test: setup
 	$(BIN)/pytest tests/unit tests/integration tests/lab tests/dashboard
 	$(MAKE) --no-print-directory sanity integration-targets lint molecule
 
-demo: setup
-	lab/lab up
+demo: demo-setup
+	LAB_NATIVE_RELEASE=0 lab/lab up
 	$(BIN)/ansible-playbook -i inventory/lab playbooks/redeploy.yml
 	lab/lab summary
 
@@ -149,7 +171,7 @@ $(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed
 bench-gpu: setup
 	bench/h200.sh
 
-# Eight lab hosts behind the real SGLang router; a rolling redeploy (batches of 2, at most 2 servers out)
+# Eight lab hosts behind the lab's SGLang gateway (smg); a rolling redeploy (batches of 2, at most 2 servers out)
 # under a steady load through the router. Last line: {hosts, requests_total, requests_failed, min_healthy, wall_s, ...}.
 fleet: setup
 	$(BIN)/python bench/fleet.py --hosts $${FLEET_HOSTS:-8}

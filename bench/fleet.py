@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""make fleet: a rolling redeploy of an eight-host lab behind the real router, under a steady load.
+"""make fleet: a rolling redeploy of an eight-host lab behind its gateway (smg 1.13), under a steady load.
 
     .venv/bin/python bench/fleet.py [--hosts 8] [--rate 20] [--concurrency 16] [--serial 2]
 
-Starts the lab with --hosts gpu hosts (LAB_GPU_HOSTS) and its router, converges it once (so the measured run
-starts from serving servers), then starts bench/load.py (a bounded stream of POST /generate through the
+Starts the lab with --hosts gpu hosts (LAB_GPU_HOSTS) and its router (smg, started by lab/lab), converges
+it once (so the measured run starts from serving servers), then starts bench/load.py (a bounded stream of POST /generate through the
 router, every host's /health sampled every 100 ms), runs playbooks/redeploy.yml with batches of --serial and
 at most --serial servers unavailable, forcing a restart of every host (sglang_force_restart: every server is
 stopped and started again), stops the load, and prints as its last line one JSON object: hosts,

@@ -9,22 +9,29 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 name: concise
 type: stdout
-short_description: The default output, with each failure said once and the hidden results back at -v
+short_description: The default output made quiet, each change one line, each failure said once, detail back at -v
 version_added: 0.3.0
 author:
   - gpuops.sglang maintainers (@gpuops)
 description:
-  - ansible-core's C(default) callback with two changes, for playbooks such as C(gpuops.sglang.redeploy) that run
-    many tasks per host and whose modules return many keys every run.
+  - ansible-core's C(default) callback, quiet by default, for playbooks such as C(gpuops.sglang.redeploy) that run
+    many tasks per host, include task files, and whose modules return many keys every run.
+  - >-
+    Without C(-v), a changed result is one line that names its task, C(changed: [HOST] ROLE : TASK), with no
+    task banner (with the C(free) strategy the hosts' tasks interleave, and a banner per task and host doubled
+    the output); C(included:) lines are not shown.
   - >-
     A failed task is said once. The C(default) callback prints an C([ERROR]) block with the message and then
-    the whole result, which holds the same message again. Here, without C(-v), the failure is one line per host,
-    C(fatal: [HOST]: FAILED! => MESSAGE), after the task's path (once per task) when O(show_task_path_on_failure) is set.
-    With C(-v) and more, the C(default) callback's full display comes back.
-  - With C(-v) and more, ok and skipped results are shown even where O(display_ok_hosts) or
-    O(display_skipped_hosts) hide them, so hiding them in C(ansible.cfg) costs no detail when asked for.
-  - Everything else (changed results, diffs, warnings, the recap, loops, unreachable hosts) is the C(default)
-    callback's.
+    the whole result, which holds the same message again. Here, without C(-v), the failure is its task's banner,
+    its path (once per task) when O(show_task_path_on_failure) is set, and one line per host,
+    C(fatal: [HOST]: FAILED! => MESSAGE).
+  - >-
+    At the end, before the recap, one line per host of the redeploy reports the run published (the
+    C(sglang_redeploy) custom stats of C(gpuops.sglang.sglang_report)): status, health, downtime and why.
+  - With C(-v) and more, the C(default) callback's full display comes back, and ok and skipped results are shown
+    even where O(display_ok_hosts) or O(display_skipped_hosts) hide them, so hiding them in C(ansible.cfg) costs
+    no detail when asked for.
+  - Everything else (diffs, warnings, the recap, unreachable hosts) is the C(default) callback's.
 extends_documentation_fragment:
   - ansible.builtin.default_callback
   - ansible.builtin.result_format_callback
@@ -32,7 +39,23 @@ requirements:
   - set as the stdout callback (C(stdout_callback = gpuops.sglang.concise) in C(ansible.cfg)).
 '''
 
+from ansible import constants as C
+from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallbackModule
+
+# The custom stats key gpuops.sglang.sglang_report publishes each host's redeploy report under.
+REPORTS_KEY = 'sglang_redeploy'
+
+
+def report_line(host, report):
+    """One line for a host's redeploy report: 'gpu1: redeployed, healthy, downtime 3.05 s: why'."""
+    words = [str(report.get('status', 'unknown'))]
+    if report.get('healthy') is not None:
+        words.append('healthy' if report['healthy'] else 'NOT healthy')
+    if report.get('downtime_s'):
+        words.append('downtime %s s' % report['downtime_s'])
+    line = '%s: %s' % (host, ', '.join(words))
+    return '%s: %s' % (line, report['reason']) if report.get('reason') else line
 
 
 class CallbackModule(DefaultCallbackModule):
@@ -44,6 +67,9 @@ class CallbackModule(DefaultCallbackModule):
     def __init__(self):
         super(CallbackModule, self).__init__()
         self._last_task_path_shown = None
+        # The task whose banner a failure printed last, quiet; whether a banner is printed for a failure now.
+        self._last_failure_banner = None
+        self._failure_banner = False
 
     def set_options(self, task_keys=None, var_options=None, direct=None):
         super(CallbackModule, self).set_options(task_keys=task_keys, var_options=var_options, direct=direct)
@@ -51,12 +77,93 @@ class CallbackModule(DefaultCallbackModule):
             self._plugin_options['display_ok_hosts'] = True
             self._plugin_options['display_skipped_hosts'] = True
 
+    def _quiet(self):
+        """The one-line layout: without -v, and with ok and skipped results hidden (the checkout's ansible.cfg)."""
+        return not (self._display.verbosity > 0 or self.get_option('display_ok_hosts')
+                    or self.get_option('display_skipped_hosts'))
+
+    def _print_task_banner(self, task):
+        if self._quiet() and not self._failure_banner:
+            # each line shown for the task names it instead (_task_line)
+            self._last_task_banner = task._uuid
+            return
+        super(CallbackModule, self)._print_task_banner(task)
+
+    def _print_failure_banner(self, task):
+        """A failure keeps its task's banner, quiet or not (once per task, as the default callback does)."""
+        if not self._quiet():
+            if self._last_task_banner != task._uuid:
+                self._print_task_banner(task)
+            return
+        if self._last_failure_banner != task._uuid:
+            self._failure_banner = True
+            try:
+                self._print_task_banner(task)
+            finally:
+                self._failure_banner = False
+            self._last_failure_banner = task._uuid
+
+    def _task_line(self, status, result, item=None):
+        line = '%s: [%s] %s' % (status, self.host_label(result), result.task.get_name(include_role_fqcn=False).strip())
+        if item is not None:
+            line += ' (item=%s)' % item
+        if result.task.check_mode and self.get_option('check_mode_markers'):
+            line += ' [CHECK MODE]'
+        return line
+
+    def v2_runner_on_ok(self, result):
+        if not self._quiet():
+            super(CallbackModule, self).v2_runner_on_ok(result)
+            return
+        if isinstance(result.task, TaskInclude) or not result.result.get('changed', False):
+            return
+        self._handle_warnings(result.result)
+        if not (result.task.loop and 'results' in result.result):  # loops: one line per item, as they come
+            self._display.display(self._task_line('changed', result), color=C.COLOR_CHANGED)
+
+    def v2_runner_item_on_ok(self, result):
+        if not self._quiet():
+            super(CallbackModule, self).v2_runner_item_on_ok(result)
+            return
+        if isinstance(result.task, TaskInclude) or not result.result.get('changed', False):
+            return
+        self._display.display(self._task_line('changed', result, self._get_item_label(result.result)),
+                              color=C.COLOR_CHANGED)
+
+    def v2_on_file_diff(self, result):
+        if self._quiet() and result.result.get('changed', False) and result.result.get('diff'):
+            self._display.display(self._task_line('diff', result))
+        super(CallbackModule, self).v2_on_file_diff(result)
+
+    def v2_playbook_on_include(self, included_file):
+        if not self._quiet():
+            super(CallbackModule, self).v2_playbook_on_include(included_file)
+
+    def v2_playbook_on_stats(self, stats):
+        reports = (getattr(stats, 'custom', None) or {}).get('_run', {}).get(REPORTS_KEY) or {}
+        if reports and isinstance(reports, dict):
+            self._display.banner('REDEPLOY SUMMARY')
+            for host in sorted(reports):
+                if isinstance(reports[host], dict):
+                    self._display.display(report_line(host, reports[host]))
+        super(CallbackModule, self).v2_playbook_on_stats(stats)
+
+    def v2_runner_on_unreachable(self, result):
+        self._print_failure_banner(result.task)
+        super(CallbackModule, self).v2_runner_on_unreachable(result)
+
+    def v2_runner_item_on_failed(self, result):
+        self._print_failure_banner(result.task)
+        super(CallbackModule, self).v2_runner_item_on_failed(result)
+
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        if self._display.verbosity > 0 or (result.task.loop and 'results' in result.result):
+        if self._display.verbosity > 0:
             super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors=ignore_errors)
             return
-        if self._last_task_banner != result.task._uuid:
-            self._print_task_banner(result.task)
+        self._print_failure_banner(result.task)
+        if result.task.loop and 'results' in result.result:
+            super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors=ignore_errors)
+            return
         self._handle_warnings(result.result)
         if self.get_option('show_task_path_on_failure') and self._last_task_path_shown != result.task._uuid:
             self._last_task_path_shown = result.task._uuid

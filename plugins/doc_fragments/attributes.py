@@ -31,3 +31,18 @@ attributes:
     membership:
       - gpuops.sglang.sglang
 '''
+
+    # The role's decisions, computed on the controller (sglang_plan, sglang_decision): one text for both.
+    CONTROLLER_DECISION = r'''
+options: {}
+attributes:
+  check_mode:
+    support: full
+    details: Reads and computes only.
+  diff_mode:
+    support: none
+    details: Not applicable.
+  platform:
+    platforms: posix
+    details: Runs on the controller (an action plugin); nothing runs on the managed host.
+'''

@@ -1,14 +1,21 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The SGLang router's worker API (sglang-router / SGLang Model Gateway), pure standard library.
+"""The SGLang gateway's worker API (sglang-router 0.3, smg: the Shepherd Model Gateway), pure standard library.
 
-Tested against sglang-router 0.3.2:
-  GET    /workers        {"workers": [{"id", "url", "is_healthy", "load", ...}], "total": N, ...}
-  DELETE /workers/{id}   202 {"status": "accepted", "worker_id": ...}: removed in the background
+Tested against sglang-router 0.3.2 and smg 1.13.0 (tests/fixtures/*-workers*.json):
+  GET    /workers        {"workers": [{"id", "url", "is_healthy", "load", ...}], "total": N, ...}; smg adds
+                         "status": "ready", "not_ready" then "failed" (its health checks fail) or "draining"
+                         (being removed)
+  DELETE /workers/{id}   202 {"status": "accepted", "worker_id": ...}: removed in the background. sglang-router
+                         drops the worker from the listing; smg marks it draining at once (no new request goes
+                         to it), waits its drain settle time (drain_settle_secs, 5 s, not a `smg launch` flag)
+                         and only then drops it. It does not wait for the requests in flight.
   POST   /workers        {"url": ..., "api_key": ...} -> 202, added in the background; "api_key" is the
                          worker's own key, which the router then sends to it (health, /server_info,
-                         /model_info and the requests it routes there) instead of the client's header
+                         /model_info and the requests it routes there) instead of the client's header. smg
+                         answers 409 (WORKER_ALREADY_EXISTS) for the URL of a worker it still lists, a
+                         draining one too, and lists a new worker only once its health check passed.
 Both changes are asynchronous, so every change is followed by reading /workers until it shows.
 Removal only stops new traffic: what the router already sent to the worker still runs there.
 """
@@ -18,6 +25,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import bearer, http_request
@@ -31,8 +39,16 @@ def normalize_url(url):
     return url.strip().rstrip('/')
 
 
+# smg's worker statuses (sglang-router 0.3 gives none).
+READY = 'ready'
+DRAINING = 'draining'
+# admit()'s default: the caller has not read the listing.
+UNREAD = object()
+
+
 def workers_from_listing(body):
-    """[{"id", "url", "is_healthy"}] from a GET /workers body (0.3.x, or a bare list as older gateways sent)."""
+    """[{"id", "url", "is_healthy", "status"}] from a GET /workers body (sglang-router 0.3.x, smg, or a bare list
+    as older gateways sent); "status" is None where the gateway gives none."""
     data = json.loads(body.decode('utf-8'))
     entries = data.get('workers') if isinstance(data, dict) else data
     if not isinstance(entries, list):
@@ -40,10 +56,10 @@ def workers_from_listing(body):
     workers = []
     for entry in entries:
         if isinstance(entry, str):  # very old routers listed bare URLs
-            workers.append({'id': None, 'url': normalize_url(entry), 'is_healthy': None})
+            workers.append({'id': None, 'url': normalize_url(entry), 'is_healthy': None, 'status': None})
         else:
             workers.append({'id': entry.get('id'), 'url': normalize_url(entry['url']),
-                            'is_healthy': entry.get('is_healthy')})
+                            'is_healthy': entry.get('is_healthy'), 'status': entry.get('status')})
     return workers
 
 
@@ -51,6 +67,26 @@ def entry_for(workers, url):
     """The listing's entry for url, or None."""
     wanted = normalize_url(url)
     return next((worker for worker in workers or [] if worker['url'] == wanted), None)
+
+
+def in_router(worker):
+    """Whether the gateway may send this listed worker new requests: listed, and not being removed (smg keeps a
+    draining worker listed for its settle time, but routes nothing new to it)."""
+    return worker is not None and worker.get('status') != DRAINING
+
+
+def ready(worker):
+    """Whether the gateway serves from this worker now: in the router, healthy by the gateway's own checks, and
+    ready where the gateway says so (smg's status; a worker it lists as not_ready is not)."""
+    if not in_router(worker) or worker.get('is_healthy') is False:
+        return False
+    return worker.get('status') in (None, READY)
+
+
+def not_ready_detail(worker):
+    if worker.get('status') not in (None, READY):
+        return 'but as %s' % worker['status']
+    return 'but not as healthy'
 
 
 class Router(object):
@@ -93,16 +129,20 @@ class Router(object):
                 worker['id'], worker['url'], 'nothing' if status == -1 else status, self._detail(body)))
 
     def add(self, url, worker_api_key=None):
+        """POST the worker; False when the gateway already lists its URL (smg's 409: the caller waits)."""
         document = {'url': normalize_url(url)}
         if worker_api_key:
             document['api_key'] = worker_api_key
         status, body = self._call('POST', '/workers', body=document)
+        if status == 409:
+            return False
         if status not in (200, 201, 202):
             raise RouterError('POST /workers {"url": "%s"} answered %s%s' % (
                 url, 'nothing' if status == -1 else status, self._detail(body)))
+        return True
 
-    def wait_for(self, url, present, timeout, interval=0.1):
-        """Read /workers until url is listed (and healthy) or gone; returns the last entry (None when absent).
+    def wait_for(self, url, settled, timeout, interval=0.1):
+        """Read /workers until settled(url's entry or None) holds; returns the last entry (None when absent).
 
         One failed read (a router busy for a moment) does not end the wait; a router that never answers
         again raises its last error at the deadline.
@@ -116,51 +156,57 @@ class Router(object):
                 state['error'] = exc
             return state
 
-        def settled(current):
-            if current['error'] is not None:
-                return False
-            if present:
-                return current['worker'] is not None and current['worker'].get('is_healthy') is not False
-            return current['worker'] is None
-
-        poll_until(read, settled, timeout, first_interval=interval, max_interval=0.5)
+        poll_until(read, lambda current: current['error'] is None and settled(current['worker']), timeout,
+                   first_interval=interval, max_interval=0.5)
         if state['error'] is not None:
             raise RouterError(str(state['error']))
         return state['worker']
 
     def take_out(self, url, timeout, worker=None):
-        """Remove url and wait until the router no longer lists it; returns whether it was listed.
+        """Remove url and wait until the router sends it no new request; returns whether it was in the router.
 
         `worker`: its entry, when the caller has just read it (no second listing). DELETE is asynchronous
-        (202): a router that still lists the worker may still send it requests, so that is a failure.
+        (202): a router that still lists the worker as routable may still send it requests, so that is a
+        failure. smg's draining worker is out already (it stays listed for its settle time).
         """
         worker = worker or self.find(url)
-        if worker is None:
+        if not in_router(worker):
             return False
         self.last_workers = None
         self.remove(worker)
-        if self.wait_for(url, False, timeout) is not None:
+        if in_router(self.wait_for(url, lambda entry: not in_router(entry), timeout)):
             raise RouterError('the router %s still lists %s %ss after DELETE /workers/%s: it may still send it '
                               'requests' % (self.base_url, url, timeout, worker['id']))
         return True
 
-    def admit(self, url, timeout, listed=None, worker_api_key=None):
-        """Add url (unless listed) and wait until the router lists it as healthy; returns its entry.
+    def admit(self, url, timeout, worker=UNREAD, worker_api_key=None):
+        """Add url (unless in the router) and wait until the router serves from it; returns its entry.
 
-        `listed`: whether the caller has just read it in the listing (None: read it here).
+        `worker`: its entry (None: not listed) when the caller has just read the listing; left out, it is read
+        here. A worker smg still lists as draining is waited for until it is gone (adding its URL again is
+        refused meanwhile, and its pending removal would drop a replaced entry); a listed one that is not
+        ready is waited for, not added again.
         `worker_api_key`: the worker's own key, which the router then sends it.
         """
-        if listed is None:
-            listed = self.find(url) is not None
+        begun = time.monotonic()
+        if worker is UNREAD:
+            worker = self.find(url)
         self.last_workers = None
-        if not listed:
+        if worker is not None and not in_router(worker):
+            if self.wait_for(url, lambda entry: entry is None, timeout) is not None:
+                raise RouterError('the router %s still lists %s as draining %ss on: smg removes a worker only '
+                                  'after its drain settle time (5 s); give it a longer timeout'
+                                  % (self.base_url, url, timeout))
+            worker = None
+        if worker is None:
             self.add(url, worker_api_key)
-        worker = self.wait_for(url, True, timeout)
+        worker = self.wait_for(url, ready, max(0.0, timeout - (time.monotonic() - begun)))
         if worker is None:
             raise RouterError('the router %s did not list %s within %ss after POST /workers'
                               % (self.base_url, url, timeout))
-        if worker.get('is_healthy') is False:
-            raise RouterError('the router %s lists %s but not as healthy within %ss' % (self.base_url, url, timeout))
+        if not ready(worker):
+            raise RouterError('the router %s lists %s %s within %ss'
+                              % (self.base_url, url, not_ready_detail(worker), timeout))
         return worker
 
     @staticmethod

@@ -28,16 +28,7 @@ author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
-attributes:
-  check_mode:
-    support: full
-    details: Reads and computes only.
-  diff_mode:
-    support: none
-    details: Not applicable.
-  platform:
-    platforms: posix
-    details: Runs on the controller (an action plugin); nothing runs on the managed host.
+  - gpuops.sglang.attributes.controller_decision
 options:
   gate_only:
     description: Only read the rollout gate again (after waiting for a slot in the fleet), returning RV(left_alone_because).

@@ -13,14 +13,22 @@ module: sglang_router_worker
 short_description: Take an SGLang server out of the SGLang router, or add it back
 version_added: 0.2.0
 description:
-  - Manages one worker of the SGLang router (the C(sglang-router) package, the SGLang Model Gateway) through
-    its worker API.
+  - Manages one worker of the SGLang gateway through its worker API, C(smg) (the Shepherd Model Gateway, the
+    SGLang project's gateway today) or the C(sglang-router) 0.3 it grew out of.
+  - A worker is in the router when the gateway lists it and may send it new requests. C(smg) lists a worker it
+    is removing with status C(draining) for its drain settle time (5 s) before it drops it, and sends it nothing
+    new meanwhile; a draining worker is not in the router.
   - O(state=absent) removes the worker, so the router sends it no new request, and waits until the router no
-    longer lists it. Requests already routed to it still run there; wait for them on the server
+    longer lists it (C(sglang-router) 0.3) or lists it as draining (C(smg), at once). Requests already routed to
+    it still run there, with either gateway; wait for them on the server
     (M(gpuops.sglang.sglang_server) O(gpuops.sglang.sglang_server#module:drain_timeout)) before stopping it.
-  - O(state=present) adds the worker and waits until the router lists it as healthy.
-  - O(state=query) only reads whether the router lists it.
-  - Both changes are asynchronous in the router (it answers 202); the module reads C(/workers) until the
+  - O(state=present) adds the worker and waits until the router serves from it, by the gateway's own view
+    (listed and healthy, and with C(smg) its status C(ready)). A worker listed but not ready (C(smg)'s
+    C(not_ready) or C(failed), or unhealthy) is waited for within O(timeout), not added again. A worker
+    C(smg) still lists as draining is waited for until it is dropped, then added; C(smg) refuses its URL
+    meanwhile (409), and its pending removal would drop an entry replaced with C(PUT).
+  - O(state=query) only reads whether the worker is in the router.
+  - Both changes are asynchronous in the gateway (it answers 202); the module reads C(/workers) until the
     change shows, up to O(timeout).
 author:
   - gpuops.sglang maintainers (@gpuops)
@@ -50,7 +58,9 @@ options:
     choices: [present, absent, query]
     default: present
   timeout:
-    description: Seconds the router may take to show the change (and, for V(present), to find the worker healthy).
+    description:
+      - Seconds the router may take to show the change (and, for V(present), to find the worker ready).
+      - With C(smg), V(present) right after a removal also waits out the drain settle time (5 s from the removal).
     type: float
     default: 30
   request_timeout:
@@ -69,7 +79,10 @@ options:
       - Never logged nor returned.
     type: str
 notes:
-  - Tested with sglang-router 0.3.2 (C(GET /workers), C(DELETE /workers/{id}), C(POST /workers)).
+  - Tested with smg 1.13.0 and sglang-router 0.3.2 (C(GET /workers), C(DELETE /workers/{id}), C(POST /workers)).
+    On removal sglang-router 0.3.2 drops the worker from C(GET /workers) within about a second; smg 1.13.0
+    marks it C(draining) at once, waits C(drain_settle_secs) (5 s by default, not counting requests in flight)
+    and then drops it. docs/router.md has the measurements.
 seealso:
   - module: gpuops.sglang.sglang_server
 '''
@@ -91,19 +104,28 @@ EXAMPLES = r'''
 
 RETURN = r'''
 member_before:
-  description: Whether the router listed the worker when the module began (null when it could not be read).
+  description:
+    - Whether the worker was in the router when the module began (listed, and not draining); null when the router
+      could not be read.
   returned: always
   type: bool
 member:
   description:
-    - Whether the router lists the worker at the end (in check mode, whether it would).
+    - Whether the worker is in the router at the end (in check mode, whether it would be).
     - Null when the router could not be read after the change was asked (or at all), since it is then unknown.
   returned: always
   type: bool
 healthy:
-  description: The router's own view of the worker's health at the end (null when not listed).
+  description: The router's own view of the worker's health at the end (null when not in the router).
   returned: always
   type: bool
+status:
+  description:
+    - The gateway's status of the worker at the end where it gives one (smg, C(ready); C(not_ready), then
+      C(failed), while its health checks fail; C(draining) while it is removed); null when not listed or with
+      sglang-router 0.3, which gives none.
+  returned: always
+  type: str
 worker_id:
   description: The router's id of the worker (null when not listed).
   returned: always
@@ -129,7 +151,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError, entry_for, normalize_url
+from ansible_collections.gpuops.sglang.plugins.module_utils._router import (
+    Router, RouterError, entry_for, in_router, normalize_url, ready)
 
 ARGUMENT_SPEC = dict(
     router_url=dict(type='str', required=True),
@@ -148,19 +171,18 @@ def converge(module, router, worker_url, result):
     workers = router.workers()
     result['workers_total'] = len(workers)
     worker = entry_for(workers, worker_url)
-    result['member_before'] = worker is not None
+    result['member_before'] = in_router(worker)
     wanted = {'present': True, 'absent': False, 'query': result['member_before']}[params['state']]
     result['changed'] = wanted != result['member_before']
-    # Listed but unhealthy is not yet "present": wait for the router's own health check below.
-    listed_unhealthy = params['state'] == 'present' and worker is not None and worker.get('is_healthy') is False
-    if (not result['changed'] and not listed_unhealthy) or module.check_mode:
+    # In the router but not ready is not yet "present": wait for the gateway's own health check below.
+    listed_not_ready = params['state'] == 'present' and in_router(worker) and not ready(worker)
+    if (not result['changed'] and not listed_not_ready) or module.check_mode:
         return worker, wanted
     if wanted:
-        worker = router.admit(worker_url, params['timeout'], listed=result['member_before'],
-                              worker_api_key=params['worker_api_key'])
+        worker = router.admit(worker_url, params['timeout'], worker=worker, worker_api_key=params['worker_api_key'])
     else:
         router.take_out(worker_url, params['timeout'], worker=worker)
-        worker = None
+        worker = entry_for(router.last_workers, worker_url)
     result['workers_total'] = len(router.last_workers)
     return worker, wanted
 
@@ -176,11 +198,13 @@ def manage(module, router, worker_url, begun, result):
         listed = router.last_workers
         worker = entry_for(listed, worker_url)
         result['workers_total'] = len(listed) if listed is not None else result['workers_total']
-        member = None if listed is None else worker is not None
+        member = None if listed is None else in_router(worker)
         msg = 'sglang_router_worker %s of %s at %s failed: %s' % (
             params['state'], worker_url, params['router_url'], to_native(exc))
-    result.update(member=member, healthy=worker.get('is_healthy') if worker else None,
-                  worker_id=worker.get('id') if worker else None, elapsed=round(time.time() - begun, 3))
+    routed = worker if in_router(worker) else None
+    result.update(member=member, healthy=routed.get('is_healthy') if routed else None,
+                  worker_id=routed.get('id') if routed else None, status=worker.get('status') if worker else None,
+                  elapsed=round(time.time() - begun, 3))
     if module._diff:
         result['diff'] = {'before': {'member': result['member_before']}, 'after': {'member': member}}
     if msg:
@@ -192,7 +216,7 @@ def main():
     params = module.params
     begun = time.time()
     router = Router(params['router_url'], params['request_timeout'], params['api_key'])
-    result = new_result(member_before=None, member=None, healthy=None, worker_id=None, workers_total=0,
+    result = new_result(member_before=None, member=None, healthy=None, worker_id=None, status=None, workers_total=0,
                         elapsed=0.0, requests=router.requests)
     run_module(module, result, lambda: manage(module, router, normalize_url(params['worker_url']), begun, result))
 

@@ -15,6 +15,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_text
 
 SLOT_KEYS = ('slot', 'waited_s', 'held_by', 'unavailable')
@@ -208,3 +210,16 @@ def window_open(run, settings, opened_at, guard_dir):
         ' the previous server %s (%s) and writes its report to %s/fired.json'
         % (_guard_acts(settings), opened_at, guard_dir)))
     return whole
+
+
+def failure_note(task, result, limit=600):
+    """`STEP: MESSAGE` for a rescue: the failed task's name and its msg on one line, the message cut to `limit`.
+
+    Whitespace runs become one space and the cut is Jinja's truncate(limit) (5 characters of leeway, then at a
+    word, with '...'): what the role's rescues wrote in Jinja before.
+    """
+    name = (task or {}).get('name') or 'a step'
+    message = re.sub(r'\s+', ' ', str((result or {}).get('msg') or 'failed'))
+    if len(message) > limit + 5:
+        message = message[:limit - 3].rsplit(' ', 1)[0] + '...'
+    return '%s: %s' % (name, message)

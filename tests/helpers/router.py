@@ -1,5 +1,6 @@
-"""The real SGLang router (sglang-router, from the venv) on a free loopback port, for the tests."""
+"""The real SGLang gateway (sglang-router 0.3 or smg, from the venv) on a free loopback port, for the tests."""
 import json
+import os
 import subprocess
 import sys
 import urllib.error
@@ -20,17 +21,29 @@ def http_json(method, url, document=None, timeout=10):
         return None, None
 
 
-class Router(object):
-    """The real router on a free loopback port, started with no worker."""
+# The two gateways the tests run, both from the venv: sglang-router 0.3 (the integration tests' default) and
+# smg with the lab's flags (lab/lab): health checked every second, no retries (with them off smg forwards a
+# client's body chunked, measured), no tokenizer.
+GATEWAYS = {
+    'sglang-router': [sys.executable, '-m', 'sglang_router.launch_router'],
+    'smg': [os.path.join(os.path.dirname(sys.executable), 'smg'), 'launch', '--disable-tokenizer-autoload',
+            '--health-check-interval-secs', '1', '--health-failure-threshold', '1', '--health-success-threshold', '1',
+            '--disable-retries', '--prometheus-host', '127.0.0.1'],
+}
 
-    def __init__(self, tmp_path):
+
+class Router(object):
+    """The real router (gateway: a GATEWAYS key) on a free loopback port, started with no worker."""
+
+    def __init__(self, tmp_path, gateway='sglang-router'):
         self.port = free_port()
         self.url = 'http://127.0.0.1:%d' % self.port
-        self.log = open(str(tmp_path / 'router.log'), 'wb')
+        self.log = open(str(tmp_path / ('%s.log' % gateway)), 'wb')
         self.proc = subprocess.Popen(
-            [sys.executable, '-m', 'sglang_router.launch_router', '--host', '127.0.0.1', '--port', str(self.port),
-             '--prometheus-port', str(free_port()), '--policy', 'round_robin'],
-            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+            GATEWAYS[gateway] + ['--host', '127.0.0.1', '--port', str(self.port), '--prometheus-port', str(free_port()),
+                                 '--policy', 'round_robin'],
+            stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=dict(os.environ, HF_ENDPOINT='http://127.0.0.1:9'))
         wait_for(lambda: http_json('GET', self.url + '/workers', timeout=1)[0] == 200, timeout=60, what='router')
 
     def urls(self):

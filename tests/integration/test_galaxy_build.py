@@ -12,14 +12,16 @@ from helpers.ansible_run import REPO, TARGET_PYTHON
 BIN = os.path.dirname(sys.executable)
 MODULES = ['gpu_release', 'pct_exec_kill', 'sglang_guard', 'sglang_patch', 'sglang_server']
 # What a user installs, and nothing else at the top of the tarball.
-SHIPPED_TOP = {'COPYING', 'README.md', 'MANIFEST.json', 'FILES.json', 'changelogs', 'docs', 'files', 'inventory',
-               'meta', 'playbooks', 'plugins', 'roles', 'tests'}
+SHIPPED_TOP = {'COPYING', 'README.md', 'MANIFEST.json', 'FILES.json', 'bindep.txt', 'changelogs', 'docs', 'files',
+               'inventory', 'meta', 'playbooks', 'plugins', 'roles', 'tests'}
 MUST_SHIP = ['COPYING', 'README.md', 'meta/runtime.yml', 'changelogs/changelog.yaml', 'changelogs/config.yaml',
              'playbooks/redeploy.yml', 'roles/sglang/tasks/main.yml', 'roles/sglang/meta/argument_specs.yml',
              'plugins/doc_fragments/attributes.py', 'plugins/filter/sglang_flags.py',
              'files/eagle_dynamic_spec_threshold.diff', 'inventory/example/hosts.yml',
              'tests/integration/targets/sglang_patch/tasks/main.yml',
-             'tests/integration/targets/sglang_patch/aliases'] + ['plugins/modules/%s.py' % name for name in MODULES]
+             'tests/integration/targets/sglang_patch/aliases',
+             # What ansible-builder reads from the installed collection (test_execution_environment.py).
+             'meta/execution-environment.yml', 'meta/ee-requirements.txt', 'bindep.txt'] + ['plugins/modules/%s.py' % name for name in MODULES]
 # Development of this checkout only: the lab and its inventory, molecule, bench, the pytest suites.
 NEVER_SHIP = ['lab', 'molecule', 'bench', 'Makefile', 'ansible.cfg', 'pytest.ini', 'requirements.txt',
               'requirements-lab.txt', 'requirements-lab-native.txt', 'requirements-matrix.txt', '.ci', '.cache', '.venv', '.gitignore', '.ansible-lint', 'inventory/lab',

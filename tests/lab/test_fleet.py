@@ -1,4 +1,7 @@
-"""A fleet of three lab gpu hosts behind the real SGLang router (sglang-router 0.3.2, started by the lab).
+"""A fleet of three lab gpu hosts behind the SGLang project's gateway (smg 1.13, started by the lab).
+
+gpu3 is the lab's Debian 13 host under systemd (an LXC container on pve2), beside gpu1 (Debian 12, systemd)
+and gpu2 (Debian 13, no systemd): the fleet covers the systemd unit on both Debian releases.
 
 Every test starts from the fleet as the module fixture leaves it: three servers redeployed, healthy, all in
 the router. What a test breaks, it mends before it ends. Requests are held in flight by the stand-in's
@@ -95,6 +98,24 @@ def test_rolling_redeploy_under_load_drops_no_request(fleet, rollout, tmp_path):
         assert written['router']['readmitted'] is True and written['router']['drain']['idle'] is True
         assert after[name] != before[name]
     assert router_urls() == sorted(url(fleet, name) for name in FLEET)
+
+
+def test_the_debian_13_host_runs_the_server_as_a_systemd_unit_and_is_redeployed_through_it(fleet, rollout):
+    host = fleet['gpu3']
+    assert host.target() == ('13', '3.13')
+    before = host.server_pid()
+    run = rollout({'sglang_force_restart': True}, name='debian13-systemd', limit='gpu3')
+    assert run.rc == 0, run.stdout[-3000:]
+    written = report('gpu3')
+    assert written['status'] == 'redeployed' and written['healthy'] is True, written
+    assert written['service_manager'] == 'systemd'
+    # systemd, not a detached process, holds the new server: the unit is active and its main PID serves.
+    unit = dict(line.split('=', 1) for line in host.exec_(
+        'systemctl', 'show', 'sglang', '--property=ActiveState,MainPID').split())
+    assert unit['ActiveState'] == 'active'
+    assert int(unit['MainPID']) == host.server_pid() != before
+    assert written['router']['removed'] is True and written['router']['readmitted'] is True
+    assert url(fleet, 'gpu3') in router_urls()
 
 
 def test_a_canary_that_fails_stops_the_rollout_with_the_others_untouched(fleet, rollout, tmp_path):

@@ -358,13 +358,26 @@ def make_handler(server):
             self.end_headers()
             self.wfile.write(data)
 
+        def read_body(self):
+            """The request body, sent with a Content-Length or chunked: smg forwards a client's body chunked,
+            which SGLang's server (uvicorn) reads as any other."""
+            if 'chunked' not in (self.headers.get('Transfer-Encoding') or '').lower():
+                return self.rfile.read(int(self.headers.get('Content-Length') or 0))
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b';', 1)[0].strip() or b'0', 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b'\r\n', b'\n', b''):  # trailers, then the blank line
+                        pass
+                    return b''.join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+
         def refused(self, path):
             """401 as SGLang's auth middleware answers it, before any routing (unknown paths included)."""
             if authorized(path, self.headers.get('Authorization'), server.resolved['api_key']):
                 return False
-            length = int(self.headers.get('Content-Length') or 0)
-            if length:
-                self.rfile.read(length)
+            self.read_body()
             self._send(401, {'error': 'Unauthorized'})
             return True
 
@@ -398,8 +411,7 @@ def make_handler(server):
                 self._send(404, {'error': 'not found'})
                 return
             try:
-                length = int(self.headers.get('Content-Length') or 0)
-                request = json.loads(self.rfile.read(length) or b'null')
+                request = json.loads(self.read_body() or b'null')
                 if not isinstance(request, dict):
                     raise ValueError('the body must be a JSON object')
             except ValueError as exc:

@@ -191,3 +191,126 @@ def test_the_worker_url_is_matched_whatever_its_trailing_slash(run_module, http_
     result, _ = run_module(sglang_router_worker.main, args(router, state='present', worker_url=WORKER + '/'),
                            no_commands)
     assert not result['failed'] and result['changed'] is False and result['worker_id'] == 'w-0'
+
+
+class SmgImitation(RouterImitation):
+    """The worker API as smg 1.13.0 answers it (tests/fixtures/smg-1.13.0-workers*.json, recorded on loopback).
+
+    Every entry has a status. DELETE marks the worker draining (is_healthy false) at once and drops it from the
+    listing `settle_reads` reads later (smg's drain settle time); POST for a URL it still lists answers 409; an
+    added worker is listed once ready. A worker given `not_ready_reads` is listed not_ready that many reads.
+    """
+
+    def __init__(self, responder, workers=(), settle_reads=2):
+        super(SmgImitation, self).__init__(responder, workers)
+        for worker in self.workers:
+            worker.update(status='ready', not_ready_reads=0)
+        self.settle_reads = settle_reads
+
+    def listing(self, request, match):
+        super(SmgImitation, self).listing(request, match)  # applies the changes now due; its answer lacks status
+        for worker in self.workers:
+            if worker['status'] == 'not_ready':
+                if worker['not_ready_reads'] <= 0:
+                    worker.update(status='ready', is_healthy=True)
+                worker['not_ready_reads'] -= 1
+        listed = [dict((key, worker[key]) for key in ('id', 'url', 'is_healthy', 'status', 'load'))
+                  for worker in self.workers]
+        return Reply(json={'workers': listed, 'total': len(listed)})
+
+    def delete(self, request, match):
+        wanted = match.group('id')
+        worker = next((entry for entry in self.workers if entry['id'] == wanted), None)
+        if worker is None:
+            return Reply(404, json={'error': 'worker %s not found' % wanted})
+        worker.update(status='draining', is_healthy=False)
+
+        def remove():
+            self.workers = [entry for entry in self.workers if entry['id'] != wanted]
+        self.pending.append({'reads': self.settle_reads, 'apply': remove})
+        return Reply(202, json={'status': 'accepted', 'worker_id': wanted})
+
+    def add(self, request, match):
+        url = request.json['url']
+        if any(worker['url'] == url for worker in self.workers):
+            return Reply(409, json={'error': "Worker already exists at URL '%s'" % url,
+                                    'code': 'WORKER_ALREADY_EXISTS'})
+        entry = dict(id='w-new', url=url, is_healthy=True, status='ready', load=0, not_ready_reads=0)
+        self.pending.append({'reads': 0, 'apply': lambda: self.workers.append(entry)})
+        return Reply(202, json={'status': 'accepted', 'worker_id': 'w-new'})
+
+    def status_of(self, url):
+        return next((worker['status'] for worker in self.workers if worker['url'] == url), None)
+
+
+def test_absent_on_smg_is_done_once_the_worker_is_draining_without_waiting_for_its_settle_time(run_module,
+                                                                                              http_responder):
+    router = SmgImitation(http_responder, [WORKER, OTHER], settle_reads=10 ** 6)
+    result, _ = run_module(sglang_router_worker.main, args(router, state='absent'), no_commands)
+    assert not result['failed'], result.get('msg')
+    assert result['changed'] is True and result['member_before'] is True and result['member'] is False
+    assert router.calls() == ['GET /workers', 'DELETE /workers/w-0', 'GET /workers']
+    # Still listed, sent nothing new: reported as out of the router, with the gateway's own word for it.
+    assert router.status_of(WORKER) == 'draining'
+    assert result['status'] == 'draining' and result['worker_id'] is None and result['healthy'] is None
+    assert set(result) >= KEYS | {'status'}
+
+
+@pytest.mark.parametrize('state, changed, member', [('absent', False, False), ('query', False, False),
+                                                    ('present', True, True)])
+def test_a_draining_worker_on_smg_is_not_in_the_router(run_module, http_responder, state, changed, member):
+    router = SmgImitation(http_responder, [WORKER, OTHER], settle_reads=2)
+    router.workers[0].update(status='draining', is_healthy=False)
+    router.pending.append({'reads': 2, 'apply': lambda: router.workers.pop(0)})
+    result, _ = run_module(sglang_router_worker.main, args(router, state=state), no_commands)
+    assert not result['failed'], result.get('msg')
+    assert result['member_before'] is False
+    assert result['changed'] is changed and result['member'] is member
+    assert http_responder.requests_to('DELETE') == []
+
+
+def test_present_right_after_a_removal_on_smg_waits_until_the_draining_worker_is_dropped_then_adds_it(
+        run_module, http_responder):
+    router = SmgImitation(http_responder, [WORKER, OTHER], settle_reads=2)
+    removed, _ = run_module(sglang_router_worker.main, args(router, state='absent'), no_commands)
+    assert not removed['failed'] and router.status_of(WORKER) == 'draining'
+    before = len(http_responder.requests)
+    added, _ = run_module(sglang_router_worker.main, args(router, state='present'), no_commands)
+    assert not added['failed'], added.get('msg')
+    assert added['changed'] is True and added['member'] is True and added['status'] == 'ready'
+    assert added['worker_id'] == 'w-new' and added['healthy'] is True
+    calls = router.calls()[before:]
+    # Listed draining (first read), dropped at the next, then one POST (no 409), then listed ready.
+    assert calls == ['GET /workers', 'GET /workers', 'POST /workers', 'GET /workers']
+    assert [request.method for request in http_responder.requests_to('POST')] == ['POST']
+
+
+def test_a_worker_smg_keeps_draining_past_the_timeout_fails_saying_so(run_module, http_responder):
+    router = SmgImitation(http_responder, [WORKER], settle_reads=10 ** 6)
+    router.workers[0].update(status='draining', is_healthy=False)
+    result, _ = run_module(sglang_router_worker.main, args(router, state='present', timeout=0.3), no_commands)
+    assert result['failed'] and result['member'] is False and result['status'] == 'draining'
+    assert ('the router %s still lists %s as draining 0.3s on: smg removes a worker only after its drain settle '
+            'time (5 s)' % (router.responder.url, WORKER)) in result['msg']
+    assert http_responder.requests_to('POST') == []
+
+
+def test_a_worker_smg_lists_not_ready_is_waited_for_and_not_added_again(run_module, http_responder):
+    router = SmgImitation(http_responder, [WORKER])
+    router.workers[0].update(status='not_ready', is_healthy=False, not_ready_reads=2)
+    result, _ = run_module(sglang_router_worker.main, args(router, state='present'), no_commands)
+    assert not result['failed'], result.get('msg')
+    assert result['changed'] is False and result['member'] is True and result['status'] == 'ready'
+    assert result['healthy'] is True and result['worker_id'] == 'w-0'
+    assert http_responder.requests_to('POST') == []
+    assert router.calls().count('GET /workers') >= 3
+
+
+def test_a_worker_smg_never_lists_ready_fails_with_its_status(run_module, http_responder):
+    router = SmgImitation(http_responder, [WORKER])
+    router.workers[0].update(status='not_ready', is_healthy=False, not_ready_reads=10 ** 6)
+    result, _ = run_module(sglang_router_worker.main, args(router, state='present', timeout=0.3), no_commands)
+    assert result['failed'] and result['member'] is True and result['status'] == 'not_ready'
+    assert result['msg'].endswith('the router %s lists %s but as not_ready within 0.3s'
+                                  % (router.responder.url, WORKER))
+    assert http_responder.requests_to('POST') == []
