@@ -25,16 +25,17 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         self.validate_argument_spec(argument_spec={})
-        found = rendered(self._templar, task_vars, ('_sglang_plan', '_sglang_state', 'sglang_force_restart',
-                                                    'sglang_patch_file', 'sglang_python', 'inventory_hostname'))
-        plan, state = found['_sglang_plan'], found['_sglang_state']
-        check = rendered(self._templar, task_vars, ('_sglang_patch_check',), {'_sglang_patch_check': {}})
+        # The dry run's result is absent when the stamp proved the patch (or there is none to apply).
+        found = rendered(self._templar, task_vars, ('_sglang_plan', '_sglang_state', '_sglang_patch_check',
+                                                    'sglang_force_restart', 'sglang_patch_file', 'sglang_python',
+                                                    'inventory_hostname'), {'_sglang_patch_check': {}})
+        plan, state, patch_check = found['_sglang_plan'], found['_sglang_state'], found['_sglang_patch_check']
         problem = _decision.host_problems(state, found['sglang_python'], found['inventory_hostname'], plan['adaptive'])
         if problem:
             result.update(failed=True, msg=problem)
             return result
-        patch = _decision.patch_state(state, check['_sglang_patch_check'], found['sglang_patch_file'])
-        reasons = _decision.reasons(state, check['_sglang_patch_check'], as_bool(found['sglang_force_restart']))
+        patch = _decision.patch_state(state, patch_check, found['sglang_patch_file'])
+        reasons = _decision.reasons(state, patch_check, as_bool(found['sglang_force_restart']))
         pairs = _configs.pairs(plan['files'], state['service_manager'])
         changed = list(state.get('configs_changed', []))
         result.update(

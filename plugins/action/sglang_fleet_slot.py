@@ -21,8 +21,10 @@ import os
 import time
 
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils._fleet import unavailable_peers
 
 
@@ -98,10 +100,9 @@ class ActionModule(ActionBase):
                 result.update(held_by=sorted(held), unavailable=[{'host': h, 'why': w} for h, w in others])
                 if total <= args['max_unavailable']:
                     now = time.time()
-                    with open(slot_path + '.tmp', 'w') as handle:
-                        json.dump(dict(owner, host=args['host'], since=now,
-                                       expires=now + args['ttl'] if args['ttl'] > 0 else None), handle)
-                    os.rename(slot_path + '.tmp', slot_path)
+                    slot = dict(owner, host=args['host'], since=now,
+                                expires=now + args['ttl'] if args['ttl'] > 0 else None)
+                    write_atomic(slot_path, to_bytes(json.dumps(slot)), mode=0o644, durable=False)
                     result.update(changed=True, slot=True, waited_s=round(time.time() - begun, 3))
                     return result
             if time.time() - begun >= args['wait_timeout']:

@@ -21,6 +21,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _rollout, _rules
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, rendered
 
 TEMPLATES = ('sglang.service.j2', 'server_keys.yaml.j2')
@@ -69,7 +70,7 @@ class ActionModule(ActionBase):
         result.update(
             args=flags['args'], expected_server_info=flags['expected'],
             expected_environment=(_configs.dynamic_environment(settings)
-                                  if settings['sglang_verify_environment'] else {}),
+                                  if as_bool(settings['sglang_verify_environment']) else {}),
             # The launch configuration carries the secret environment, the API keys file the keys.
             secret=bool(settings['sglang_secret_environment']) or _configs.keyed(settings),
             configs=[dict((key, entry[key]) for key in ('label', 'path', 'content', 'systemd_only'))
@@ -78,6 +79,9 @@ class ActionModule(ActionBase):
             files=[dict((key, value) for key, value in entry.items() if key != 'content') for entry in files],
             peers=_rollout.peer_urls(settings['sglang_fleet_hosts'], self._inventory_vars(task_vars)),
         )
+        # The rendered files hold the keys or the secret environment: Ansible censors this result wherever it
+        # would show it. A refused plan (above) carries no file, so its messages are always shown.
+        result['_ansible_no_log'] = result['secret']
         return result
 
     @staticmethod

@@ -39,7 +39,7 @@ EXAMPLES = r'''
 
 RETURN = r'''
 _value:
-  description: C(STEP: MESSAGE) on one line.
+  description: "C(STEP: MESSAGE) on one line."
   type: str
 '''
 

@@ -72,4 +72,11 @@ written:
   returned: always
   type: list
   elements: str
+write_error:
+  description:
+    - Why the final report could not be written to O(report_dir) (null when it was, or nothing was to be written).
+      The report is still returned and published; the role fails the host for it after giving back its fleet
+      slot. With O(stage=opened) a failed write fails the task instead (the window must not open without it).
+  returned: always
+  type: str
 '''

@@ -18,7 +18,7 @@ import json
 
 import jinja2
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rules import adaptive, adaptive_config
 
 
@@ -52,7 +52,7 @@ def keyed(settings):
 
 def dynamic_environment(settings):
     """The patch's switch: the batch size from which the patched server stops drafting (env mode only)."""
-    if settings['sglang_dynamic_spec_enabled'] and settings['sglang_dynamic_spec_mode'] == 'env':
+    if as_bool(settings['sglang_dynamic_spec_enabled']) and settings['sglang_dynamic_spec_mode'] == 'env':
         return {settings['sglang_dynamic_spec_env_name']: as_text(settings['sglang_dynamic_spec_batch_size_threshold'])}
     return {}
 

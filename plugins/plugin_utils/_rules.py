@@ -15,7 +15,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_float, as_int, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 
 KEY_PATTERN = re.compile(r'^[!-~]*$')
 SECRET_FLAG = re.compile(r'--(admin-api-key|api-key|config)(=|$)')
@@ -23,7 +23,7 @@ SECRET_FLAG = re.compile(r'--(admin-api-key|api-key|config)(=|$)')
 
 def adaptive(settings):
     """Whether the server runs upstream's --speculative-adaptive (the tiers file), not the patch's env switch."""
-    return bool(settings['sglang_dynamic_spec_enabled'] and settings['sglang_dynamic_spec_mode'] == 'adaptive')
+    return as_bool(settings['sglang_dynamic_spec_enabled']) and settings['sglang_dynamic_spec_mode'] == 'adaptive'
 
 
 def adaptive_config(settings):

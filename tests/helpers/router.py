@@ -26,7 +26,8 @@ def http_json(method, url, document=None, timeout=10):
 # client's body chunked, measured), no tokenizer.
 GATEWAYS = {
     'sglang-router': [sys.executable, '-m', 'sglang_router.launch_router'],
-    'smg': [os.path.join(os.path.dirname(sys.executable), 'smg'), 'launch', '--disable-tokenizer-autoload',
+    # `-m smg`: sglang-router 0.3.2 installs a `smg` script too (whichever pip installed last owns it).
+    'smg': [sys.executable, '-m', 'smg', 'launch', '--disable-tokenizer-autoload',
             '--health-check-interval-secs', '1', '--health-failure-threshold', '1', '--health-success-threshold', '1',
             '--disable-retries', '--prometheus-host', '127.0.0.1'],
 }

@@ -68,6 +68,23 @@ def test_gate_only_reads_the_gate_again(run_action):
 
 def test_keys_make_the_plan_secret_and_add_the_keys_file(run_action):
     plan = run_action(ActionModule, host_vars(sglang_api_key='k3y'))
-    assert plan['secret'] is True
+    assert plan['secret'] is True and plan['_ansible_no_log'] is True
     assert plan['contents']['API keys'].endswith('api-key: "k3y"\n')
     assert plan['args'][-2:] == ['--config', '/etc/sglang/server.yaml']
+
+
+# Upstream SGLang does not report its environment: a verification the operator turned off with
+# -e sglang_verify_environment=false (the string 'false') must expect nothing of it.
+@pytest.mark.parametrize('verify, expected', [(False, {}), ('false', {}), ('no', {}),
+                                              (True, {'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE': '8'}),
+                                              ('true', {'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE': '8'})])
+def test_the_environment_is_verified_only_when_asked(run_action, verify, expected):
+    plan = run_action(ActionModule, host_vars(sglang_verify_environment=verify))
+    assert not plan.get('failed') and plan['expected_environment'] == expected
+
+
+def test_a_plan_without_secrets_is_shown_and_a_refused_one_always(run_action):
+    assert run_action(ActionModule, host_vars())['_ansible_no_log'] is False
+    refused = run_action(ActionModule, host_vars(sglang_api_key='k3y', sglang_model_path=''))
+    assert refused['failed'] and 'sglang_model_path is empty' in refused['msg']
+    assert not refused.get('_ansible_no_log') and 'contents' not in refused and 'k3y' not in repr(refused)

@@ -1,6 +1,9 @@
 """sglang_report builds the role's report from the registered results, writes it and publishes it."""
 import json
 
+import pytest
+from ansible.errors import AnsibleActionFail
+
 from ansible_collections.gpuops.sglang.plugins.action.sglang_report import ActionModule
 
 RUN = {
@@ -57,3 +60,22 @@ def test_a_given_report_is_published_as_it_is(run_action, tmp_path):
                                                 'report_dir': str(tmp_path / 'new')})
     assert result['report'] == {'status': 'failed', 'host': 'x'}
     assert json.loads((tmp_path / 'new' / 'x.json').read_text()) == {'status': 'failed', 'host': 'x'}
+
+
+def test_a_final_report_that_cannot_be_written_is_still_returned_and_published(run_action, tmp_path):
+    # The gate of the fleet's later hosts and the slot's release need the report; the role fails the host after.
+    blocked = tmp_path / 'not-a-folder'
+    blocked.write_text('')
+    result = run_action(ActionModule, dict(RUN), args={'report_dir': str(blocked), 'host': 'gpu1'})
+    assert not result.get('failed') and result['report']['status'] == 'redeployed'
+    assert result['written'] == [] and result['write_error'].startswith('could not write the report of gpu1 to ')
+    assert result['warnings'] == [result['write_error']]
+    assert result['ansible_stats']['data']['sglang_redeploy']['gpu1'] == result['report']
+
+
+def test_a_window_open_report_that_cannot_be_written_fails_before_the_window_opens(run_action, tmp_path):
+    blocked = tmp_path / 'not-a-folder'
+    blocked.write_text('')
+    with pytest.raises(AnsibleActionFail, match='could not write the report of gpu1 to '):
+        run_action(ActionModule, dict(RUN, _sglang_started={}),
+                   args={'report_dir': str(blocked), 'host': 'gpu1', 'stage': 'opened'})

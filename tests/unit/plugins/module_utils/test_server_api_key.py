@@ -146,7 +146,8 @@ class Recorder(object):
 
         self.httpd = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
         self.url = 'http://127.0.0.1:%d' % self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={'poll_interval': 0.01},
+                                       daemon=True)
         self.thread.start()
 
     def close(self):

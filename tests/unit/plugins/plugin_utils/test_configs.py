@@ -78,3 +78,23 @@ def test_paths_follow_the_service_name_and_folders(settings):
     assert where['pidfile'] == '/run/sglang/sg2.pid' and where['stop_marker'] == '/run/sglang/sg2.stopped_at'
     assert where['guard_dir'] == '/var/lib/gpuops-sglang/sg2' and where['base_url'] == 'http://0.0.0.0:30001'
     assert where['patch_stamp'] == '/etc/sglang/patch.stamp.json'
+
+
+# -e sglang_dynamic_spec_enabled=false arrives as the string 'false': off, as the operator meant.
+@pytest.mark.parametrize('enabled, mode, switched', [
+    (True, 'env', True), ('true', 'env', True), ('yes', 'env', True),
+    (False, 'env', False), ('false', 'env', False), ('no', 'env', False), ('0', 'env', False),
+    ('false', 'adaptive', False), ('true', 'adaptive', False),
+])
+def test_the_patchs_switch_is_set_only_when_env_mode_is_on(settings, enabled, mode, switched):
+    settings.update(sglang_dynamic_spec_enabled=enabled, sglang_dynamic_spec_mode=mode)
+    assert bool(_configs.dynamic_environment(settings)) is switched
+
+
+@pytest.mark.parametrize('enabled, labels', [
+    ('false', ['launch configuration', 'systemd unit']),
+    ('true', ['launch configuration', 'systemd unit', 'adaptive tiers']),
+], ids=['extra-var-false', 'extra-var-true'])
+def test_adaptive_mode_turned_off_from_the_command_line_renders_no_tiers(settings, templates, enabled, labels):
+    settings.update(sglang_dynamic_spec_enabled=enabled, sglang_dynamic_spec_mode='adaptive')
+    assert [entry['label'] for entry in _configs.configs(settings, [], templates)] == labels
