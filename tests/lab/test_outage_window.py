@@ -19,6 +19,8 @@ import time
 
 import ansible_runner
 
+from gpuops_dashboard import redeploy as dashboard_redeploy
+
 from helpers.ansible_run import ANSIBLE_ENV, REPO
 from helpers.lab_strays import orphan_in_container
 from helpers.simulated import wait_for
@@ -86,6 +88,13 @@ def run_in_background(tmp_path, extravars, name, limit=None):
     thread = threading.Thread(target=target)
     thread.start()
     return thread, holder
+
+
+def stats(runner):
+    for event in runner.events:
+        if event.get('event') == 'playbook_on_stats':
+            return event['event_data']
+    return {}
 
 
 def artifacts(runner):
@@ -323,11 +332,21 @@ def assert_restored_by_the_idle_bound(host, before, since, what):
     return elapsed
 
 
-def test_lease_sigkilled_playbook_with_default_timeouts_restores_within_the_idle_bound(lab, tmp_path):
+def slots(folder):
+    return dict((name[:-5], json.loads((folder / name).read_text()))
+                for name in os.listdir(str(folder)) if name.endswith('.json'))
+
+
+def test_lease_a_batch_cut_off_by_a_sigkill_restores_within_the_idle_bound_and_its_slots_lapse(lab, tmp_path):
+    """One batch of two hosts, each holding a slot of the fleet's budget; ansible-playbook is SIGKILLed with its
+    process group once both servers stopped."""
     hosts = [lab['gpu1'], lab['gpu2']]
     before = dict((host.name, files_state(host)) for host in hosts)
+    folder = tmp_path / 'slots'
+    budget = {'redeploy_max_unavailable': 2, 'sglang_fleet_slot_dir': str(folder)}
     argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
-            os.path.join(REPO, 'inventory/lab'), os.path.join(REPO, 'playbooks/redeploy.yml'), '-e', json.dumps(dict(CHANGE, **DEFAULTS))]
+            os.path.join(REPO, 'inventory/lab'), os.path.join(REPO, 'playbooks/redeploy.yml'),
+            '-e', json.dumps(dict(CHANGE, **dict(DEFAULTS, **budget)))]
     with stop_held(hosts):
         proc = subprocess.Popen(argv, env=dict(os.environ, **ANSIBLE_ENV), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
@@ -335,29 +354,73 @@ def test_lease_sigkilled_playbook_with_default_timeouts_restores_within_the_idle
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         killed = time.monotonic()
+    # Both hosts were down at once, each in its slot, held by the run just killed.
+    held = slots(folder)
+    assert sorted(held) == ['gpu1', 'gpu2'] and set(slot['pid'] for slot in held.values()) == {proc.pid}
     for host in hosts:
         # gpu1 runs its watcher as a systemd service, gpu2 as a detached process.
         assert_restored_by_the_idle_bound(host, before[host.name], killed, 'the SIGKILL')
+        # The controller-side report says the run was cut off and when the guard acts, not a stale success.
+        written = report(host.name)
+        assert written['status'] == 'failed' and 'the run stopped inside the outage window' in written['reason']
+        assert '%s s after its last renewal (sglang_rollback_idle)' % IDLE in written['reason']
+    # The dead run's slots lapsed: with room for one server down, a new run of gpu1 does not wait for them.
+    run = subprocess.run([argv[0], '-i', argv[2], argv[3], '--limit', 'gpu1', '-e', json.dumps(dict(
+        budget, redeploy_max_unavailable=1, sglang_fleet_wait_timeout=2, sglang_force_restart=True))],
+        env=dict(os.environ, **ANSIBLE_ENV), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        universal_newlines=True)
+    assert run.returncode == 0, run.stdout[-3000:]
+    written = report('gpu1')
+    assert written['status'] == 'redeployed' and written['fleet_slot']['held_by'] == [], written
+    assert 'gpu2' in slots(folder) and 'gpu1' not in slots(folder)
 
 
-def test_lease_runner_cancel_and_a_gpu_host_cut_off_restore_within_the_idle_bound(lab, tmp_path):
-    """One run, two faults: gpu1's sshd stops mid-window (the controller loses it), then the run is cancelled."""
-    hosts = [lab['gpu1'], lab['gpu2']]
-    before = dict((host.name, files_state(host)) for host in hosts)
-    try:
-        with stop_held(hosts):
-            thread, holder = run_in_background(tmp_path, dict(CHANGE, **DEFAULTS), 'lease-cancel')
-            wait_outage_started(hosts)
-            lab['gpu1'].exec_('systemctl', 'stop', 'lab-sshd.service')
-            cut_off = time.monotonic()
-            holder['cancel'] = True
-            thread.join(120)
-        assert not thread.is_alive() and holder['run'].status == 'canceled'
+def test_lease_an_ansible_runner_cancel_restores_within_the_idle_bound(lab, tmp_path):
+    """Cancelled as the dashboard cancels (gpuops_dashboard.redeploy: ansible-runner's cancel_callback, which
+    SIGKILLs ansible-playbook's process group), once gpu2's server stopped."""
+    host = lab['gpu2']
+    before = files_state(host)
+    with stop_held([host]):
+        run = dashboard_redeploy.start('inventory/lab', limit='gpu2', extra_vars=dict(CHANGE, **DEFAULTS),
+                                       runs_dir=str(tmp_path / 'runs'))
+        wait_outage_started([host])
+        notice = run.cancel()
         cancelled = time.monotonic()
-        assert_restored_by_the_idle_bound(lab['gpu1'], before['gpu1'], cut_off, 'its sshd stopped')
-        assert_restored_by_the_idle_bound(lab['gpu2'], before['gpu2'], cancelled, 'the cancel')
+        status = run.wait(120)
+    # What ansible-runner reports for a run its cancel_callback stopped.
+    assert status == 'canceled', (status, run.rc, run.error)
+    assert run.rc == 254
+    assert notice['hosts']['gpu2']['stage'] == 'in_window'
+    assert '%s s after the last step renewed its lease' % IDLE in notice['hosts']['gpu2']['expect']
+    written = report('gpu2')
+    assert written['status'] == 'failed' and 'the run stopped inside the outage window' in written['reason']
+    assert '%s s after its last renewal (sglang_rollback_idle)' % IDLE in written['reason']
+    assert_restored_by_the_idle_bound(host, before, cancelled, 'the cancel')
+
+
+def test_lease_a_gpu_host_whose_sshd_stops_mid_window_restores_within_the_idle_bound(lab, tmp_path):
+    """gpu1's sshd (and with it the step's session) stops once its server stopped: the controller loses the host,
+    finishes the run without it and says so; the guard on gpu1 restores at the idle bound."""
+    host = lab['gpu1']
+    before = files_state(host)
+    try:
+        with stop_held([host]):
+            thread, holder = run_in_background(tmp_path, dict(CHANGE, **DEFAULTS), 'sshd-stopped', limit='gpu1')
+            wait_outage_started([host])
+            host.exec_('systemctl', 'stop', 'lab-sshd.service')
+            cut_off = time.monotonic()
+        thread.join(300)
+        assert not thread.is_alive(), 'the run did not finish'
+        # The run is not cancelled: it ends on its own, failed, the host unreachable.
+        run = holder['run']
+        assert run.status == 'failed' and run.rc != 0
+        assert 'gpu1' in stats(run)['dark'], stats(run)
+        written = report('gpu1')
+        assert written['status'] == 'failed' and written['healthy'] is False, written
+        assert '%s s after its last renewal (sglang_rollback_idle)' % IDLE in written['reason'], written['reason']
+        assert_restored_by_the_idle_bound(host, before, cut_off, 'its sshd stopped')
     finally:
-        lab['gpu1'].exec_('systemctl', 'start', 'lab-sshd.service')
+        host.exec_('systemctl', 'start', 'lab-sshd.service')
 
 
 def fired_or_none(host):
