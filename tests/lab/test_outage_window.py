@@ -318,11 +318,12 @@ DEFAULTS = {'sglang_term_timeout': TERM, 'sglang_health_timeout': 900, 'sglang_g
 IN_FLIGHT_AND_RESTORE = TERM + 60
 
 
-def assert_restored_by_the_idle_bound(host, before, since, what):
+def assert_restored_by_the_idle_bound(host, before, since, what, previous):
+    """previous: the host's fired.json before the run (an earlier restore's), which must not be read as this one."""
     wait_for(host.healthy, IDLE + IN_FLIGHT_AND_RESTORE, '%s serving again through its lease' % host.name)
     elapsed = time.monotonic() - since
     # The guard writes fired.json once the previous server is healthy (and back in its router).
-    wait_for(lambda: fired_or_none(host) is not None, 30, '%s: the guard report' % host.name)
+    wait_for(lambda: fired_or_none(host) not in (None, previous), 30, '%s: the guard report' % host.name)
     by_guard = fired(host)
     assert by_guard['bound'] == 'idle' and by_guard['acted_by'] == 'idle' and by_guard['status'] == 'rolled_back'
     assert files_state(host) == before
@@ -342,6 +343,7 @@ def test_lease_a_batch_cut_off_by_a_sigkill_restores_within_the_idle_bound_and_i
     process group once both servers stopped."""
     hosts = [lab['gpu1'], lab['gpu2']]
     before = dict((host.name, files_state(host)) for host in hosts)
+    previous = dict((host.name, fired_or_none(host)) for host in hosts)
     folder = tmp_path / 'slots'
     budget = {'redeploy_max_unavailable': 2, 'sglang_fleet_slot_dir': str(folder)}
     argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i',
@@ -359,7 +361,7 @@ def test_lease_a_batch_cut_off_by_a_sigkill_restores_within_the_idle_bound_and_i
     assert sorted(held) == ['gpu1', 'gpu2'] and set(slot['pid'] for slot in held.values()) == {proc.pid}
     for host in hosts:
         # gpu1 runs its watcher as a systemd service, gpu2 as a detached process.
-        assert_restored_by_the_idle_bound(host, before[host.name], killed, 'the SIGKILL')
+        assert_restored_by_the_idle_bound(host, before[host.name], killed, 'the SIGKILL', previous[host.name])
         # The controller-side report says the run was cut off and when the guard acts, not a stale success.
         written = report(host.name)
         assert written['status'] == 'failed' and 'the run stopped inside the outage window' in written['reason']
@@ -379,7 +381,7 @@ def test_lease_an_ansible_runner_cancel_restores_within_the_idle_bound(lab, tmp_
     """Cancelled as the dashboard cancels (gpuops_dashboard.redeploy: ansible-runner's cancel_callback, which
     SIGKILLs ansible-playbook's process group), once gpu2's server stopped."""
     host = lab['gpu2']
-    before = files_state(host)
+    before, previous = files_state(host), fired_or_none(host)
     with stop_held([host]):
         run = dashboard_redeploy.start('inventory/lab', limit='gpu2', extra_vars=dict(CHANGE, **DEFAULTS),
                                        runs_dir=str(tmp_path / 'runs'))
@@ -395,14 +397,14 @@ def test_lease_an_ansible_runner_cancel_restores_within_the_idle_bound(lab, tmp_
     written = report('gpu2')
     assert written['status'] == 'failed' and 'the run stopped inside the outage window' in written['reason']
     assert '%s s after its last renewal (sglang_rollback_idle)' % IDLE in written['reason']
-    assert_restored_by_the_idle_bound(host, before, cancelled, 'the cancel')
+    assert_restored_by_the_idle_bound(host, before, cancelled, 'the cancel', previous)
 
 
 def test_lease_a_gpu_host_whose_sshd_stops_mid_window_restores_within_the_idle_bound(lab, tmp_path):
     """gpu1's sshd (and with it the step's session) stops once its server stopped: the controller loses the host,
     finishes the run without it and says so; the guard on gpu1 restores at the idle bound."""
     host = lab['gpu1']
-    before = files_state(host)
+    before, previous = files_state(host), fired_or_none(host)
     try:
         with stop_held([host]):
             thread, holder = run_in_background(tmp_path, dict(CHANGE, **DEFAULTS), 'sshd-stopped', limit='gpu1')
@@ -418,7 +420,7 @@ def test_lease_a_gpu_host_whose_sshd_stops_mid_window_restores_within_the_idle_b
         written = report('gpu1')
         assert written['status'] == 'failed' and written['healthy'] is False, written
         assert '%s s after its last renewal (sglang_rollback_idle)' % IDLE in written['reason'], written['reason']
-        assert_restored_by_the_idle_bound(host, before, cut_off, 'its sshd stopped')
+        assert_restored_by_the_idle_bound(host, before, cut_off, 'its sshd stopped', previous)
     finally:
         host.exec_('systemctl', 'start', 'lab-sshd.service')
 
