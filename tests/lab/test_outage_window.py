@@ -409,8 +409,11 @@ def test_lease_a_gpu_host_whose_sshd_stops_mid_window_restores_within_the_idle_b
         with stop_held([host]):
             thread, holder = run_in_background(tmp_path, dict(CHANGE, **DEFAULTS), 'sshd-stopped', limit='gpu1')
             wait_outage_started([host])
-            host.exec_('systemctl', 'stop', 'lab-sshd.service')
+            # Counted from the stop's request: systemd signals sshd and its sessions at once, but the stop
+            # itself may wait (up to its 90 s stop timeout) for a session process to end.
             cut_off = time.monotonic()
+            host.exec_('systemctl', 'stop', 'lab-sshd.service')
+            print('gpu1: systemctl stop lab-sshd.service returned after %.1f s' % (time.monotonic() - cut_off))
         thread.join(300)
         assert not thread.is_alive(), 'the run did not finish'
         # The run is not cancelled: it ends on its own, failed, the host unreachable.
