@@ -38,7 +38,8 @@ RESULTS = {
     'window_opened': '_sglang_window_opened', 'skip_reason': '_sglang_skip_reason', 'decision': '_sglang_decision',
     'plan': '_sglang_plan',
 }
-SETTINGS = ('sglang_patch_file', 'sglang_router_url', 'sglang_rollback_deadline', 'inventory_hostname')
+SETTINGS = ('sglang_patch_file', 'sglang_router_url', 'sglang_rollback_deadline', 'sglang_rollback_idle',
+            'inventory_hostname')
 
 
 def write_report(folder, host, report):
@@ -98,7 +99,8 @@ class ActionModule(ActionBase):
                    reasons=decision.get('reasons', []), redeploy_needed=decision.get('redeploy_needed', False),
                    patch_state=decision.get('patch_state', {}))
         settings = {'host': found['inventory_hostname'], 'patch_file': found['sglang_patch_file'],
-                    'router_url': found['sglang_router_url'], 'rollback_deadline': found['sglang_rollback_deadline']}
+                    'router_url': found['sglang_router_url'], 'rollback_deadline': found['sglang_rollback_deadline'],
+                    'rollback_idle': found['sglang_rollback_idle']}
         if stage == 'opened':
             opened_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
             return _report.window_open(run, settings, opened_at, plan['paths']['guard_dir'])

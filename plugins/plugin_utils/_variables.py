@@ -18,7 +18,7 @@ ROLE_SETTINGS = (
     'sglang_fleet_wait_timeout', 'sglang_gpu_release_timeout', 'sglang_guard_dir', 'sglang_health_poll_interval',
     'sglang_health_timeout', 'sglang_host', 'sglang_kill_patterns', 'sglang_launch_module', 'sglang_log_file',
     'sglang_max_fail_percentage', 'sglang_max_running_requests', 'sglang_max_unavailable', 'sglang_model_path',
-    'sglang_port', 'sglang_python', 'sglang_ready_checks', 'sglang_redeploy_skip', 'sglang_rollback_deadline',
+    'sglang_port', 'sglang_python', 'sglang_ready_checks', 'sglang_redeploy_skip', 'sglang_rollback_deadline', 'sglang_rollback_idle',
     'sglang_router_timeout', 'sglang_router_url', 'sglang_run_dir', 'sglang_secret_environment',
     'sglang_service_name', 'sglang_speculative_algorithm', 'sglang_speculative_eagle_topk',
     'sglang_speculative_num_draft_tokens', 'sglang_speculative_num_steps', 'sglang_term_timeout', 'sglang_tp_size',
