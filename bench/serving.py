@@ -64,6 +64,7 @@ PROMPT = 'Summarise the history of the printing press in one paragraph.'
 THRESHOLD = 8
 EAGLE3 = ['--speculative-algorithm', 'EAGLE3', '--speculative-draft-model-path', '/models/draft',
           '--speculative-num-steps', '3', '--speculative-eagle-topk', '1', '--speculative-num-draft-tokens', '4']
+ORDER = ['plain', 'eagle3', 'eagle3-adaptive', 'eagle3-env-demo']
 TIERS = {'1': {'candidate_steps': [1, 3]}, str(THRESHOLD): {'candidate_steps': [0]}}
 
 
@@ -174,7 +175,7 @@ def noise(url, runs):
 
 def table(results):
     """Markdown: output tok/s and p95 ITL (ms) per variant and concurrency."""
-    names = list(results['variants'])
+    names = [name for name in ORDER if name in results['variants']]
     lines = ['| concurrency | ' + ' | '.join('%s tok/s | %s p95 ITL ms' % (n, n) for n in names) + ' |',
              '|---|' + '---|---|' * len(names)]
     for index, concurrency in enumerate(LEVELS):
@@ -195,10 +196,13 @@ def chart(results, path):
         print('matplotlib is not installed (pip install -r requirements-bench.txt): no chart')
         return None
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
-    for name, variant in results['variants'].items():
-        levels = variant['levels']
-        top.plot(LEVELS, [level['output_tok_s'] for level in levels], marker='o', label=name)
-        bottom.plot(LEVELS, [1000 * (level['itl_p95_s'] or 0) for level in levels], marker='o', label=name)
+    # eagle3 and eagle3-env-demo coincide (the demo patch only counts): dashed and hollow, so both show.
+    styles = {'eagle3-env-demo': dict(linestyle='--', marker='s', markerfacecolor='none', markersize=9)}
+    for name in [name for name in ORDER if name in results['variants']]:
+        levels = results['variants'][name]['levels']
+        style = styles.get(name, dict(marker='o'))
+        top.plot(LEVELS, [level['output_tok_s'] for level in levels], label=name, **style)
+        bottom.plot(LEVELS, [1000 * (level['itl_p95_s'] or 0) for level in levels], label=name, **style)
     top.set_ylabel('output tok/s (total)')
     top.set_title('Stand-in decode model (a model, not a measurement of a GPU), %d tokens a request' % MAX_NEW_TOKENS)
     top.legend(fontsize=8)
@@ -231,7 +235,14 @@ def main():
     parser.add_argument('--noise-runs', type=int, default=5)
     parser.add_argument('--out', default=os.path.join(REPO, 'docs', 'measurements'))
     parser.add_argument('--chart', default=os.path.join(REPO, 'docs', 'benchmarks-serving.png'))
+    parser.add_argument('--chart-from', metavar='JSON', help='only draw the chart (and print the table) of a past run')
     options = parser.parse_args()
+    if options.chart_from:
+        with open(options.chart_from) as handle:
+            results = json.load(handle)
+        print(table(results))
+        print('wrote', chart(results, options.chart) or '')
+        return 0
     root = tempfile.mkdtemp(prefix='bench-serving-')
     started = time.monotonic()
     results = {'date': datetime.datetime.utcnow().strftime('%Y-%m-%dT%H:%M:%SZ'), 'levels': LEVELS,
