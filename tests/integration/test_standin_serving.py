@@ -17,11 +17,13 @@ import urllib.request
 import pytest
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark import run_benchmark
+from helpers.ansible_run import REPO, run_task
 from helpers.simulated import free_port, wait_for
 from helpers.standin import write_standin_module
 
 EAGLE3 = ['--speculative-algorithm', 'EAGLE3', '--speculative-draft-model-path', '/models/draft',
           '--speculative-num-steps', '3', '--speculative-eagle-topk', '1', '--speculative-num-draft-tokens', '4']
+PATCH = os.path.join(REPO, 'files', 'eagle_dynamic_spec_threshold.diff')
 # The tiers the role writes for threshold 8 with 3 draft steps (roles/sglang/vars/main.yml).
 ROLE_TIERS = {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0]}}
 
@@ -169,3 +171,14 @@ def test_draft_steps_follow_the_installed_release(standins, native_sglang, tmp_p
     assert accept['1'] == eagle['accept_length_by_batch_size']['1'] > 2 and accept['16'] == 1.0
     # Drafting stopped from the threshold: a step there costs what plain decoding's does (no draft passes).
     assert adaptive['step_time_s_by_batch_size']['16'] < eagle['step_time_s_by_batch_size']['16']
+
+
+def test_env_mode_with_the_demo_patch_drafts_at_every_batch_size(standins, sglang_venv, tmp_path):
+    """The demo patch defines the variable and counts the batches over it; it never stops drafting."""
+    python, dummy = sglang_venv
+    applied = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': python}, name='apply')
+    assert not applied.failed, applied['msg']
+    dummy, dummy, env_mode = standins.start(*EAGLE3, python=python,
+                                            env={'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE': '8'})
+    assert set(env_mode['draft_steps_by_batch_size'].values()) == {3}
+    assert env_mode['accept_length_by_batch_size']['16'] > 2
