@@ -19,7 +19,7 @@ reads adaptive mode with the release's own parser and env mode checks the patch 
 Every level is measured with plugins/module_utils/_serving_benchmark.py (what the role's gate uses):
 streamed /generate, 64 output tokens a request (ignore_eos, greedy), max(16, 2 x concurrency) requests a
 level, at concurrency 1, 2, 4, 8, 16, 32, 64. Then the noise: the eagle3-adaptive server, unchanged,
-measured --noise-runs times at levels 1 and 16 (16 requests each): the spread of output tok/s and p95
+measured --noise-runs times at levels 1 and 16 (--noise-requests each, 16): the spread of output tok/s and p95
 ITL per level, which the gate's tolerances must exceed. Writes docs/measurements/DATE-serving.json and,
 with matplotlib (requirements-bench.txt), docs/benchmarks-serving.png; prints the Markdown table.
 Loopback only.
@@ -161,12 +161,12 @@ def spread(values):
             'max_rel_from_median': round(max(abs(v - middle) for v in values) / middle, 4) if middle else None}
 
 
-def noise(url, runs):
-    """The same unchanged server measured runs times at NOISE_LEVELS."""
+def noise(url, runs, requests):
+    """The same unchanged server measured runs times at NOISE_LEVELS, requests a level."""
     samples = dict((level, {'output_tok_s': [], 'itl_p95_s': [], 'ttft_p95_s': []}) for level in NOISE_LEVELS)
     for run in range(runs):
         print('noise run %d/%d' % (run + 1, runs), flush=True)
-        for level in measure(url, NOISE_LEVELS, lambda concurrency: 16):
+        for level in measure(url, NOISE_LEVELS, lambda concurrency: requests):
             for key in samples[level['concurrency']]:
                 samples[level['concurrency']][key].append(level[key])
     return dict((str(level), dict((key, dict(spread(values), samples=values)) for key, values in figures.items()))
@@ -233,6 +233,8 @@ def variants(root):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--noise-runs', type=int, default=5)
+    parser.add_argument('--noise-requests', type=int, default=16, help='requests a level in the noise runs')
+    parser.add_argument('--noise-only', action='store_true', help='only the noise (eagle3-adaptive), no table')
     parser.add_argument('--out', default=os.path.join(REPO, 'docs', 'measurements'))
     parser.add_argument('--chart', default=os.path.join(REPO, 'docs', 'benchmarks-serving.png'))
     parser.add_argument('--chart-from', metavar='JSON', help='only draw the chart (and print the table) of a past run')
@@ -251,23 +253,32 @@ def main():
                    os.cpu_count(), ' '.join('%.2f' % x for x in os.getloadavg())), 'variants': {}}
     try:
         for name, python, args, env in variants(root):
+            if options.noise_only and name != 'eagle3-adaptive':
+                continue
             print(name, flush=True)
             standin = Standin(root, python, args, env)
             try:
-                results['variants'][name] = {'args': args, 'env': env, 'model': standin.model(),
-                                             'levels': measure(standin.url, LEVELS, lambda c: max(16, 2 * c))}
+                if not options.noise_only:
+                    results['variants'][name] = {'args': args, 'env': env, 'model': standin.model(),
+                                                 'levels': measure(standin.url, LEVELS, lambda c: max(16, 2 * c))}
                 if name == 'eagle3-adaptive' and options.noise_runs:
-                    results['noise'] = {'variant': name, 'runs': options.noise_runs, 'requests_per_level': 16,
-                                        'levels': noise(standin.url, options.noise_runs)}
+                    results['noise'] = {'variant': name, 'runs': options.noise_runs,
+                                        'requests_per_level': options.noise_requests,
+                                        'levels': noise(standin.url, options.noise_runs, options.noise_requests)}
             finally:
                 standin.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results['elapsed_s'] = round(time.monotonic() - started, 1)
     os.makedirs(options.out, exist_ok=True)
-    path = os.path.join(options.out, '%s-serving.json' % results['date'][:10])
+    path = os.path.join(options.out, '%s-serving%s.json' % (
+        results['date'][:10], '-noise-%d' % options.noise_requests if options.noise_only else ''))
     with open(path, 'w') as handle:
         json.dump(results, handle, indent=1, sort_keys=True)
+    if options.noise_only:
+        print(json.dumps(results['noise'], indent=1))
+        print('wrote', path)
+        return 0
     print(table(results))
     print(json.dumps(results.get('noise', {}).get('levels'), indent=1))
     print('wrote', path, chart(results, options.chart) or '')
