@@ -90,10 +90,10 @@ def candidate_problem(concurrency, after):
     return None
 
 
-def baseline_gap(concurrency, before):
+def baseline_gap(concurrency, before, missing='no baseline'):
     """Why the baseline cannot speak for a level (None when it can)."""
     if before is None:
-        return 'concurrency %d: no baseline' % concurrency
+        return 'concurrency %d: %s' % (concurrency, missing)
     if before.get('timed_out'):
         return 'concurrency %d: the baseline did not finish in time, not compared' % concurrency
     if not before.get('output_tok_s'):
@@ -101,12 +101,12 @@ def baseline_gap(concurrency, before):
     return None
 
 
-def _judge_level(concurrency, before, after, tolerances):
+def _judge_level(concurrency, before, after, tolerances, missing):
     """(problems, gap) of one level: what fails it, and why it was not compared (None when it was)."""
     problem = candidate_problem(concurrency, after)
     if problem is not None:
         return [problem], None
-    gap = baseline_gap(concurrency, before)
+    gap = baseline_gap(concurrency, before, missing)
     if gap is not None:
         return [], gap
     found = [throughput_problem(concurrency, before, after, tolerances[0]),
@@ -114,17 +114,18 @@ def _judge_level(concurrency, before, after, tolerances):
     return [text for text in found if text is not None], None
 
 
-def verdict(levels, before, after, throughput_tolerance, itl_tolerance, baseline='measure'):
+def verdict(levels, before, after, throughput_tolerance, itl_tolerance, baseline='measure', missing='no baseline'):
     """The gate's verdict over the levels: {verdict, reason, baseline, levels, metrics, elapsed_s}.
 
     before and after: benchmark results (before None: no baseline). pass: every level compared and within
     the tolerances; fail: a level regressed or the candidate failed one; skipped: no level could be compared.
+    missing: what a level without a baseline says (why there is none).
     """
     old, new = by_level(before), by_level(after)
     tolerances = (as_float(throughput_tolerance), as_float(itl_tolerance))
     problems, gaps, rows = [], [], []
     for concurrency in levels:
-        found, gap = _judge_level(concurrency, old.get(concurrency), new.get(concurrency), tolerances)
+        found, gap = _judge_level(concurrency, old.get(concurrency), new.get(concurrency), tolerances, missing)
         problems.extend(found)
         gaps.extend([gap] if gap is not None else [])
         rows.append({'concurrency': concurrency, 'before': figures(old.get(concurrency)),
