@@ -1,0 +1,252 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A bounded serving benchmark against one SGLang server: streamed /generate at fixed concurrency levels.
+
+Domain layer, standard library only. It speaks SGLang's own API, so the same code measures the lab's
+stand-in and a real server: POST /generate with ``"stream": true`` answers server-sent events, one
+``data: {json}`` event per decode output (``text`` so far, ``meta_info`` with ``completion_tokens`` so
+far and ``finish_reason`` null until the last one), then ``data: [DONE]``. Every request asks for a
+fixed length (``max_new_tokens``, ``ignore_eos``, greedy), so levels and runs compare.
+
+Measured per request from the arrival times of its events, as SGLang's own bench_serving does:
+time to first token (TTFT: request sent to the first event that carries output) and inter-token latency
+(ITL: the gap between two events divided by the tokens the later one added, one sample per token, so a
+speculative step that accepts three tokens counts three gaps of a third). Per level: output tokens per
+second (every token streamed in the level over the level's wall time), TTFT and ITL p50/p95 over all
+samples of the level, errors (refused, an HTTP error, an ``error`` event, a stream that ends unfinished).
+
+Bounded: requests_per_level requests per level, and a level stops at timeout_s (its requests in flight
+are cut, it reports ``timed_out``). The connections go straight to the server (http.client: never an
+http_proxy from the environment), with the API key as a Bearer token.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import math
+import threading
+import time
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import bearer, http_request
+
+try:  # Python 3
+    from http.client import HTTPConnection, HTTPException
+    from urllib.parse import urlsplit
+except ImportError:  # pragma: no cover - Python 2 targets are not supported
+    HTTPConnection = HTTPException = urlsplit = None
+
+# SGLang's Prometheus names (--enable-metrics) and the keys run_benchmark reports them under.
+METRICS = (('sglang:gen_throughput', 'gen_throughput'), ('sglang:spec_accept_length', 'spec_accept_length'))
+PROGRESS_INTERVAL_S = 1.0
+# The shortest socket wait: a request whose level is out of time still gets one last read.
+MIN_READ_S = 0.05
+
+
+def percentile(samples, fraction):
+    """The fraction (0..1) percentile of samples by linear interpolation between closest ranks.
+
+    The method numpy calls 'linear' and statistics.quantiles 'inclusive': rank (n - 1) * fraction,
+    interpolated between the samples either side; None for no sample.
+    """
+    ordered = sorted(samples)
+    if not ordered:
+        return None
+    rank = (len(ordered) - 1) * fraction
+    low = int(math.floor(rank))
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def request_timings(sent, arrivals):
+    """(ttft_s or None, itl samples) of one request from (arrival time, completion_tokens) per event.
+
+    Events that add no token (SGLang may send one with the finish reason only) are skipped; the
+    first event with output gives the TTFT, each later one gap / tokens-added samples.
+    """
+    ttft, itl = None, []
+    last_time, last_tokens = None, 0
+    for arrived, tokens in arrivals:
+        added = tokens - last_tokens
+        if added <= 0:
+            continue
+        if ttft is None:
+            ttft = arrived - sent
+        else:
+            itl.extend([(arrived - last_time) / added] * added)
+        last_time, last_tokens = arrived, tokens
+    return ttft, itl
+
+
+def summarize_level(concurrency, requests, outcomes, wall_s, timed_out):
+    """One level's figures from its request outcomes (see stream_request)."""
+    ttft = [o['ttft_s'] for o in outcomes if o['ttft_s'] is not None]
+    itl = [sample for o in outcomes for sample in o['itl_s']]
+    tokens = sum(o['output_tokens'] for o in outcomes)
+
+    def rounded(value):
+        return None if value is None else round(value, 6)
+    return {'concurrency': concurrency, 'requests': requests,
+            'completed': sum(1 for o in outcomes if o['completed']),
+            'errors': sum(1 for o in outcomes if o['error'] is not None),
+            'output_tokens': tokens, 'wall_s': round(wall_s, 4),
+            'output_tok_s': round(tokens / wall_s, 2) if wall_s > 0 else 0.0,
+            'ttft_p50_s': rounded(percentile(ttft, 0.5)), 'ttft_p95_s': rounded(percentile(ttft, 0.95)),
+            'itl_p50_s': rounded(percentile(itl, 0.5)), 'itl_p95_s': rounded(percentile(itl, 0.95)),
+            'timed_out': bool(timed_out)}
+
+
+def parse_event(line):
+    """('done', None), ('chunk', dict) or (None, None) for one line of SGLang's event stream."""
+    line = line.strip()
+    if not line.startswith(b'data:'):
+        return None, None
+    payload = line[len(b'data:'):].strip()
+    if payload == b'[DONE]':
+        return 'done', None
+    try:
+        chunk = json.loads(payload.decode('utf-8'))
+    except ValueError:
+        return 'chunk', {'error': {'message': 'an event that is not JSON'}}
+    return 'chunk', chunk if isinstance(chunk, dict) else {'error': {'message': 'an event that is not an object'}}
+
+
+def parse_metrics(text):
+    """{'gen_throughput', 'spec_accept_length'} from Prometheus text (None for a name absent).
+
+    A gauge exported once per rank or model (several labelled samples) gives their sum for the
+    throughput and their mean for the acceptance length.
+    """
+    found = dict((key, []) for dummy, key in METRICS)
+    names = dict(METRICS)
+    for line in text.splitlines():
+        if not line or line.startswith('#'):
+            continue
+        name = line.split('{', 1)[0].split(' ', 1)[0]
+        if name not in names:
+            continue
+        fields = line.rsplit('}', 1)[-1].split() if '{' in line else line.split()[1:]
+        try:
+            found[names[name]].append(float(fields[0]))
+        except (IndexError, ValueError):
+            continue
+    throughput, accept = found['gen_throughput'], found['spec_accept_length']
+    return {'gen_throughput': sum(throughput) if throughput else None,
+            'spec_accept_length': sum(accept) / len(accept) if accept else None}
+
+
+def read_metrics_from(base_url, timeout, api_key=None):
+    """The server's figures from /metrics, or None where it exports none (404, no answer, not text)."""
+    status, body = http_request('GET', base_url + '/metrics', timeout, headers=bearer(api_key))
+    if status != 200:
+        return None
+    try:
+        return parse_metrics(body.decode('utf-8'))
+    except UnicodeDecodeError:
+        return None
+
+
+def generate_body(prompt, max_new_tokens):
+    """A fixed-length, repeatable streamed request: greedy, the end-of-sequence token ignored."""
+    return json.dumps({'text': prompt, 'stream': True, 'sampling_params': {
+        'max_new_tokens': max_new_tokens, 'ignore_eos': True, 'temperature': 0}}).encode('utf-8')
+
+
+def stream_request(base_url, body, api_key, deadline, clock):
+    """One streamed /generate: {'completed', 'error', 'cut', 'ttft_s', 'itl_s', 'output_tokens'}.
+
+    Every socket wait ends by the level's deadline, so a server that stops answering cannot hold
+    the benchmark: the request is then 'cut' (not an error: the level says it timed out).
+    """
+    parts = urlsplit(base_url)
+    arrivals, sent, finished, error = [], clock(), False, None
+    headers = dict(bearer(api_key), **{'Content-Type': 'application/json', 'Accept': 'text/event-stream'})
+    connection = HTTPConnection(parts.hostname, parts.port or 80, timeout=max(MIN_READ_S, deadline - clock()))
+    try:
+        connection.request('POST', '/generate', body=body, headers=headers)
+        # Held here: getresponse() drops the connection's reference when the server closes after the answer.
+        sock = connection.sock
+        response = connection.getresponse()
+        if response.status != 200:
+            error = 'HTTP %d' % response.status
+        while error is None:
+            sock.settimeout(max(MIN_READ_S, deadline - clock()))
+            line = response.readline()  # the response's own reader: uvicorn streams chunked
+            if not line:
+                error = None if finished else 'the stream ended before the request finished'
+                break
+            kind, chunk = parse_event(line)
+            if kind == 'done':
+                break
+            if kind is None:
+                continue
+            if 'error' in chunk:
+                error = 'the server answered an error: %s' % (chunk['error'],)
+                break
+            meta = chunk.get('meta_info') or {}
+            arrivals.append((clock(), int(meta.get('completion_tokens') or 0)))
+            finished = finished or meta.get('finish_reason') is not None
+        if error is None and not finished:
+            error = 'the stream ended without a finish reason'
+    except (HTTPException, OSError, ValueError) as exc:
+        error = '%s: %s' % (type(exc).__name__, exc)
+    finally:
+        connection.close()
+    cut = error is not None and clock() >= deadline
+    ttft, itl = request_timings(sent, arrivals)
+    return {'completed': error is None, 'error': None if cut else error, 'cut': cut, 'ttft_s': ttft, 'itl_s': itl,
+            'output_tokens': arrivals[-1][1] if arrivals else 0}
+
+
+def run_level(base_url, concurrency, requests, body, timeout_s, api_key, on_progress, clock):
+    """requests streamed requests, concurrency at a time, within timeout_s: the level's figures."""
+    started = clock()
+    deadline = started + timeout_s
+    outcomes, lock = [], threading.Lock()
+    issued = [0]
+
+    def worker():
+        while True:
+            with lock:
+                if issued[0] >= requests or clock() >= deadline:
+                    return
+                issued[0] += 1
+            outcome = stream_request(base_url, body, api_key, deadline, clock)
+            with lock:
+                outcomes.append(outcome)
+    threads = [threading.Thread(target=worker) for dummy in range(min(concurrency, requests))]
+    for thread in threads:
+        thread.daemon = True
+        thread.start()
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(PROGRESS_INTERVAL_S)
+            if on_progress is not None:
+                on_progress()
+    wall = clock() - started
+    timed_out = issued[0] < requests or any(o['cut'] for o in outcomes)
+    return summarize_level(concurrency, requests, outcomes, wall, timed_out)
+
+
+def run_benchmark(base_url, levels, requests_per_level, max_new_tokens, prompt, timeout_s,
+                  api_key=None, read_metrics=True, on_progress=None, clock=time.monotonic):
+    """Measure levels (concurrencies) in order, then read /metrics where asked.
+
+    -> {'levels': [{'concurrency', 'requests', 'completed', 'errors', 'output_tokens', 'wall_s',
+                    'output_tok_s', 'ttft_p50_s', 'ttft_p95_s', 'itl_p50_s', 'itl_p95_s', 'timed_out'}],
+        'metrics': {'gen_throughput', 'spec_accept_length'} or None, 'elapsed_s'}
+
+    timeout_s bounds each level (the whole run: len(levels) * timeout_s and one /metrics read).
+    'metrics' is SGLang's gauges as the server last logged them (during the last level); None when
+    read_metrics is false or the server exports none. on_progress() is called about every second
+    while a level runs (a caller renews a lease there).
+    """
+    started = clock()
+    base_url = base_url.rstrip('/')
+    body = generate_body(prompt, max_new_tokens)
+    results = [run_level(base_url, int(concurrency), int(requests_per_level), body, float(timeout_s), api_key,
+                         on_progress, clock) for concurrency in levels]
+    metrics = read_metrics_from(base_url, min(10.0, float(timeout_s)), api_key) if read_metrics else None
+    return {'levels': results, 'metrics': metrics, 'elapsed_s': round(clock() - started, 3)}
