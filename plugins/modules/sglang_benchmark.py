@@ -63,9 +63,9 @@ options:
     type: str
     default: Write a short story about a lighthouse keeper who finds a message in a bottle.
   timeout:
-    description: Seconds the whole benchmark may take; a level cut off by it is marked RV(levels[].timed_out).
+    description: Seconds each level may take; a level cut off by it is marked RV(levels[].timed_out).
     type: float
-    default: 120
+    default: 60
   read_metrics:
     description: Read the server's C(/metrics) after the load.
     type: bool
@@ -184,7 +184,7 @@ ARGUMENT_SPEC = dict(
     requests=dict(type='int', default=32),
     max_new_tokens=dict(type='int', default=64),
     prompt=dict(type='str', default='Write a short story about a lighthouse keeper who finds a message in a bottle.'),
-    timeout=dict(type='float', default=120),
+    timeout=dict(type='float', default=60),
     read_metrics=dict(type='bool', default=True),
     drain_timeout=dict(type='float', default=0),
 )
@@ -223,7 +223,8 @@ def measure(module, result):
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = new_result(measured=False, levels=[], metrics=None, elapsed_s=0.0, drain=None, msg='')
+    # msg is set by measure() on success, by the failure otherwise.
+    result = new_result(measured=False, levels=[], metrics=None, elapsed_s=0.0, drain=None)
     run_module(module, result, lambda: measure(module, result))
 
 

@@ -14,7 +14,7 @@ short_description: The performance gate's verdict, a new server's benchmark agai
 version_added: 0.3.0
 description:
   - Compares, level by level, the M(gpuops.sglang.sglang_benchmark) result of a new server (O(after)) with a
-    baseline: the old server's (O(before)), or with O(baseline=stored) the C(after) figures of the host's last
+    baseline, the old server's (O(before)), or with O(baseline=stored) the C(after) figures of the host's last
     redeploy report (O(report_dir)/<host>.last-redeploy.json).
   - A level fails when its output tokens per second drop by more than O(throughput_tolerance), its p95
     inter-token latency rises by more than O(itl_tolerance) (fractions of the baseline), any of its requests
@@ -97,9 +97,19 @@ performance:
       description: V(measure) or V(stored).
       type: str
     levels:
-      description: Per level, C(concurrency) and the C(before) and C(after) figures (C(output_tok_s), C(ttft_p95_s), C(itl_p95_s), C(errors)).
+      description: One entry per level judged.
       type: list
       elements: dict
+      contains:
+        concurrency:
+          description: The level.
+          type: int
+        before:
+          description: The baseline's C(output_tok_s), C(ttft_p95_s), C(itl_p95_s) and C(errors) (null without one).
+          type: dict
+        after:
+          description: The new server's same four figures (null when the level was not measured).
+          type: dict
     metrics:
       description: The servers' own Prometheus figures, C(before) and C(after) (null where not exported).
       type: dict

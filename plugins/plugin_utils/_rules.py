@@ -15,6 +15,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
 
 KEY_PATTERN = re.compile(r'^[!-~]*$')
 SECRET_FLAG = re.compile(r'--(admin-api-key|api-key|config)(=|$)')
@@ -48,14 +49,16 @@ def candidate_steps(tiers):
 
 
 def window_budget(settings):
-    """How long the outage window may last: 2 x term + GPU release + health (+ drain + 2 x router with a router)."""
+    """How long the outage window may last: 2 x term + GPU release + health (+ drain + 2 x router with a router,
+    + two benchmarks with the performance gate)."""
     budget = (2 * as_float(settings['sglang_term_timeout']) + as_float(settings['sglang_gpu_release_timeout'])
               + as_float(settings['sglang_health_timeout']))
     if settings['sglang_router_url']:
         budget += as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])
     if as_bool(settings['sglang_perf_gate']):
-        # The baseline and the candidate are benchmarked inside the window.
-        budget += 2 * as_float(settings['sglang_perf_timeout'])
+        # The baseline and the candidate are benchmarked inside the window, each level within the timeout.
+        levels = levels_to_measure(settings['sglang_perf_levels'], settings['sglang_dynamic_spec_batch_size_threshold'])
+        budget += 2 * len(levels) * as_float(settings['sglang_perf_timeout'])
     return budget
 
 
@@ -162,7 +165,7 @@ def _deadline_problems(settings):
          ' + sglang_gpu_release_timeout + sglang_health_timeout%s); the guard would roll back a server that is still'
          ' loading.' % (as_text(settings['sglang_rollback_deadline']), as_text(budget),
                         (' + sglang_drain_timeout + 2 x sglang_router_timeout' if settings['sglang_router_url'] else '')
-                        + (' + 2 x sglang_perf_timeout' if as_bool(settings['sglang_perf_gate']) else '')),
+                        + (' + 2 x levels x sglang_perf_timeout' if as_bool(settings['sglang_perf_gate']) else '')),
          as_float(settings['sglang_rollback_deadline']) < budget),
     ]
 

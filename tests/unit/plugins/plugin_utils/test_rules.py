@@ -36,11 +36,12 @@ PATTERNS = ('sglang_kill_patterns must list at least one pattern, and no empty o
     # The env mode never reads the tiers.
     {'sglang_dynamic_spec_adaptive_config': TIERS_WITHOUT_3},
     {'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_rollback_deadline': 1680},
-    dict(GATE, sglang_perf_levels=[1, 4, 32], sglang_perf_requests='32', sglang_rollback_deadline=1260),
+    dict(GATE, sglang_perf_levels=[1, 4, 32], sglang_perf_requests='32', sglang_rollback_deadline=1380),
+    dict(GATE, sglang_router_url='http://127.0.0.1:30080'),
     dict(GATE, sglang_perf_baseline='stored', sglang_report_dir='/var/lib/reports'),
     {'sglang_perf_requests': 0, 'sglang_perf_throughput_tolerance': 2, 'sglang_perf_baseline': 'stored'},
 ], ids=['env', 'adaptive', 'adaptive-5-steps', 'no-speculation', 'strings-from-extra-vars', 'env-ignores-tiers',
-        'router-budget-just-fits', 'perf-gate', 'perf-gate-stored', 'perf-gate-off-ignores-its-values'])
+        'router-budget-just-fits', 'perf-gate', 'perf-gate-behind-a-router-fits-the-default-deadline', 'perf-gate-stored', 'perf-gate-off-ignores-its-values'])
 def test_consistent_settings_pass(settings, overrides):
     settings.update(overrides)
     assert _rules.variable_problems(settings, PVE) == []
@@ -108,8 +109,8 @@ def test_consistent_settings_pass(settings, overrides):
     (dict(GATE, sglang_perf_baseline='last'), PVE, PERF_BASELINE),
     (dict(GATE, sglang_rollback_deadline=1200), PVE,
      'sglang_rollback_deadline (1200 s) is shorter than the outage window may last (1260.0 s: 2 x sglang_term_timeout'
-     ' + sglang_gpu_release_timeout + sglang_health_timeout + 2 x sglang_perf_timeout); the guard would roll back a'
-     ' server that is still loading.'),
+     ' + sglang_gpu_release_timeout + sglang_health_timeout + 2 x levels x sglang_perf_timeout); the guard would roll'
+     ' back a server that is still loading.'),
 ])
 def test_each_broken_rule_says_its_message(settings, overrides, inventory, message):
     settings.update(overrides)
@@ -132,9 +133,10 @@ def test_every_broken_rule_is_said_once_in_the_preflight_order(settings):
 @pytest.mark.parametrize('overrides, budget', [
     ({}, 1020.0),
     ({'sglang_router_url': 'http://router:30080'}, 1380.0),
-    ({'sglang_perf_gate': 'true', 'sglang_perf_timeout': 60}, 1140.0),
+    ({'sglang_perf_gate': 'true', 'sglang_perf_timeout': 60}, 1260.0),
+    ({'sglang_perf_gate': True, 'sglang_perf_levels': [1, 2, 4], 'sglang_perf_timeout': '10'}, 1080.0),
     ({'sglang_term_timeout': '10', 'sglang_gpu_release_timeout': 5, 'sglang_health_timeout': 60.5}, 85.5),
-], ids=['defaults', 'with-router', 'with-perf-gate', 'strings'])
+], ids=['defaults', 'with-router', 'with-perf-gate', 'with-perf-gate-3-levels', 'strings'])
 def test_window_budget_adds_every_wait_of_the_outage(settings, overrides, budget):
     settings.update(overrides)
     assert _rules.window_budget(settings) == budget
