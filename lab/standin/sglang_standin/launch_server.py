@@ -47,6 +47,7 @@ import uuid
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from sglang_standin import decode
 from sglang_standin.adaptive import resolve_adaptive
 
 HOLDER = '/opt/lab/simulators/gpu_holder.py'
@@ -91,6 +92,7 @@ def build_parser():
     add('--cuda-graph-max-bs', type=int)
     add('--api-key')
     add('--admin-api-key')
+    add('--enable-metrics', action='store_true')
     add('--config')
     return parser
 
@@ -223,6 +225,7 @@ class Server(object):
         self.draining = threading.Event()
         self.in_flight = 0
         self.in_flight_changed = threading.Condition()
+        self.scheduler = decode.scheduler_for(resolved, adaptive, os.environ)
 
     def ready(self):
         return time.monotonic() - self.started >= self.warmup
@@ -252,7 +255,9 @@ class Server(object):
 
     def loads(self):
         """/v1/loads as SGLang 0.5.x builds it: one entry per DP rank plus an aggregate."""
-        running = self.in_flight
+        # Requests still in their generate delay count as running, as they did before the scheduler.
+        waiting = self.scheduler.counts()[1]
+        running = max(0, self.in_flight - waiting)
         max_tokens = 500000
         used = running * 64  # a nominal KV footprint per running request; nothing real to report
         entries = []
@@ -260,13 +265,13 @@ class Server(object):
             # The stand-in has no scheduler per rank: everything runs on rank 0.
             n = running if rank == 0 else 0
             entries.append({
-                'dp_rank': rank, 'num_running_reqs': n, 'num_waiting_reqs': 0,
+                'dp_rank': rank, 'num_running_reqs': n, 'num_waiting_reqs': waiting if rank == 0 else 0,
                 'num_used_tokens': used if rank == 0 else 0, 'num_total_tokens': used if rank == 0 else 0,
                 'max_total_num_tokens': max_tokens, 'token_usage': round(float(used if rank == 0 else 0) / max_tokens, 4),
-                'gen_throughput': 0.0, 'cache_hit_rate': 0.0,
+                'gen_throughput': round(self.scheduler.gen_throughput, 2) if rank == 0 else 0.0, 'cache_hit_rate': 0.0,
                 'utilization': round(float(n) / (self.resolved['max_running_requests'] or 48), 4),
                 'max_running_requests': self.resolved['max_running_requests'] or 48,
-                'num_total_reqs': n})
+                'num_total_reqs': n + (waiting if rank == 0 else 0)})
         count = len(entries)
         aggregate = {
             'total_running_reqs': sum(e['num_running_reqs'] for e in entries),
@@ -294,28 +299,47 @@ class Server(object):
                 'has_image_understanding': False, 'has_audio_understanding': False, 'model_type': 'llama',
                 'architectures': ['LlamaForCausalLM']}
 
-    def generate(self, request):
-        """One /generate answer in SGLang's non-streaming shape (a list for a batch of prompts)."""
-        started = time.monotonic()
+    def generate_input(self, request):
+        """(prompts, whether the request was a list, max_new_tokens) of a /generate body, as SGLang checks it."""
         texts = request.get('text')
         if texts is None and request.get('input_ids') is None:
             raise ValueError('Either text or input_ids should be provided.')
         params = request.get('sampling_params') or {}
         if not isinstance(params, dict):
             raise ValueError('sampling_params must be an object')
-        max_new = int(params.get('max_new_tokens', 16))
-        time.sleep(self.generate_delay)
+        # ignore_eos and temperature 0 change nothing here: the stand-in always runs to max_new_tokens.
+        max_new = int(params.get('max_new_tokens', 16))  # SGLang's default
+        batch = texts if isinstance(texts, list) else [texts if texts is not None else request.get('input_ids')]
+        return batch, isinstance(texts, list), max_new
+
+    def admit(self, prompts, max_new, delay):
+        """The generate delay and gate (lab knobs), then each prompt into the scheduler: (request, id, prompt tokens)."""
+        time.sleep(delay)
         gate_deadline = time.monotonic() + 120
         while gate_holds(GENERATE_GATE) and time.monotonic() < gate_deadline:
             time.sleep(0.02)
-        batch = texts if isinstance(texts, list) else [texts if texts is not None else request.get('input_ids')]
-        outputs = []
-        for prompt in batch:
-            outputs.append({'text': ' standin' * max_new, 'meta_info': {
-                'id': uuid.uuid4().hex, 'finish_reason': {'type': 'length', 'length': max_new},
-                'prompt_tokens': len(str(prompt).split()), 'completion_tokens': max_new, 'cached_tokens': 0,
-                'e2e_latency': round(time.monotonic() - started, 4)}})
-        return outputs if isinstance(texts, list) else outputs[0]
+        return [(self.scheduler.submit(max_new), uuid.uuid4().hex, len(str(prompt).split())) for prompt in prompts]
+
+    def generate(self, request):
+        """One /generate answer in SGLang's non-streaming shape (a list for a batch of prompts)."""
+        prompts, is_list, max_new = self.generate_input(request)
+        answers = []
+        for scheduled, request_id, prompt_tokens in self.admit(prompts, max_new, self.generate_delay):
+            last = None
+            for last in decode.outputs(scheduled, request_id, prompt_tokens, self.scheduler.speculative,
+                                       time.monotonic() + 600):
+                pass
+            answers.append(last)
+        return answers if is_list else answers[0]
+
+    def stream(self, request):
+        """The outputs of one streamed /generate, step by step. No generate delay: a streamed request
+        is in flight for as long as it decodes, and the delay would only add to its time to first token."""
+        prompts, is_list, max_new = self.generate_input(request)
+        if is_list:
+            raise ValueError('the stand-in streams one prompt a request')
+        (scheduled, request_id, prompt_tokens), = self.admit(prompts, max_new, 0)
+        return decode.outputs(scheduled, request_id, prompt_tokens, self.scheduler.speculative, time.monotonic() + 600)
 
     def info(self):
         info = dict(self.resolved)
@@ -325,6 +349,8 @@ class Server(object):
         if self.adaptive is not None:
             # Not an upstream field: what the installed release's own parser made of the adaptive config.
             info['internal_states'][0]['standin_adaptive'] = self.adaptive
+        # Not an upstream field either: the stand-in's decode model per batch size.
+        info['internal_states'][0]['standin_decode'] = decode.decode_report(self.scheduler)
         info['version'] = 'standin'
         return info
 
@@ -348,6 +374,12 @@ class Server(object):
                 child.wait()
 
 
+class HTTPServer(ThreadingHTTPServer):
+    # uvicorn's listen backlog (2048), not socketserver's 5: a benchmark's 64 connections at once
+    # would otherwise overflow the accept queue and be reset.
+    request_queue_size = 2048
+
+
 def make_handler(server):
     class Handler(BaseHTTPRequestHandler):
         def _send(self, code, body):
@@ -357,6 +389,27 @@ def make_handler(server):
             self.send_header('Content-Length', str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def send_text(self, code, text):
+            data = text.encode()
+            self.send_response(code)
+            self.send_header('Content-Type', 'text/plain; version=0.0.4; charset=utf-8')
+            self.send_header('Content-Length', str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def send_stream(self, outputs):
+            """Server-sent events as SGLang's generate_request streams them: each output, then [DONE]."""
+            self.send_response(200)
+            self.send_header('Content-Type', 'text/event-stream')
+            self.send_header('Cache-Control', 'no-cache')
+            self.end_headers()
+            try:
+                for output in outputs:
+                    self.wfile.write(b'data: ' + json.dumps(output).encode() + b'\n\n')
+                self.wfile.write(b'data: [DONE]\n\n')
+            except OSError:
+                pass  # the client went away; its request still decodes to the end (the stand-in does not abort)
 
         def read_body(self):
             """The request body, sent with a Content-Length or chunked: smg forwards a client's body chunked,
@@ -398,6 +451,8 @@ def make_handler(server):
                 self._send(200, server.loads())
             elif path == '/get_load':
                 self._send(200, server.legacy_load())
+            elif path == '/metrics' and server.resolved['enable_metrics']:
+                self.send_text(200, decode.metrics_text(server.scheduler, server.resolved['served_model_name']))
             elif path in ('/v1/models',):
                 self._send(200, {'data': [{'id': server.resolved['served_model_name']}]})
             else:
@@ -423,11 +478,14 @@ def make_handler(server):
                 return
             try:
                 try:
-                    answer = server.generate(request)
+                    answer = server.stream(request) if request.get('stream') else server.generate(request)
                 except ValueError as exc:
                     self._send(400, {'error': {'message': str(exc)}})
                     return
-                self._send(200, answer)
+                if request.get('stream'):
+                    self.send_stream(answer)
+                else:
+                    self._send(200, answer)
             finally:
                 server.end_request()
 
@@ -446,7 +504,7 @@ def main(argv=None):
     # As SGLang: only a server started with --speculative-adaptive reads its config file.
     adaptive = resolve_adaptive(resolved) if resolved['speculative_adaptive'] else None
     server = Server(resolved, adaptive)
-    httpd = ThreadingHTTPServer((resolved['host'], resolved['port']), make_handler(server))
+    httpd = HTTPServer((resolved['host'], resolved['port']), make_handler(server))
     server.spawn_children()
     stopping = threading.Event()
 

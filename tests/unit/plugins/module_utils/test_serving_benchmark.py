@@ -97,16 +97,16 @@ def test_event_lines_as_sglang_writes_them(line, expected):
     assert parse_event(line) == expected
 
 
-# Recorded from SGLang's exporter shape (prometheus_client text format, labels as upstream sets them).
+# SGLang's exporter shape (prometheus_client text, labelled {model_name=...} as upstream's production-metrics docs show it).
 METRICS_TEXT = '''# HELP sglang:gen_throughput The generation throughput (token/s).
 # TYPE sglang:gen_throughput gauge
-sglang:gen_throughput{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0"} 412.5
+sglang:gen_throughput{model_name="meta-llama/Llama-3.1-8B-Instruct"} 412.5
 # HELP sglang:spec_accept_length The average acceptance length of speculative decoding.
 # TYPE sglang:spec_accept_length gauge
-sglang:spec_accept_length{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0"} 2.75
+sglang:spec_accept_length{model_name="meta-llama/Llama-3.1-8B-Instruct"} 2.75
 # HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge
-sglang:num_running_reqs{engine_type="unified",model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0"} 16.0
+sglang:num_running_reqs{model_name="meta-llama/Llama-3.1-8B-Instruct"} 16.0
 '''
 
 

@@ -1,0 +1,245 @@
+"""STAND-IN part: a batched decode scheduler, a MODEL of SGLang's, not a measurement of anything.
+
+One scheduler thread advances every running request one step at a time, as SGLang's scheduler runs
+one forward pass over its running batch. The stand-in knows no tokens: one "token" is one unit of
+decode output, and text is ``" tok"`` per unit.
+
+Step time (seconds) for a batch of b requests drafting s steps (s = 0: plain decoding):
+
+    STEP_BASE + b * TOKEN_COST * (s + 1) + s * (DRAFT_BASE + b * DRAFT_COST)
+
+(a fixed cost per forward pass, the verify pass over s + 1 tokens per request, then s draft passes),
+plus PREFILL_COST for each request admitted in that step; every step time is multiplied by
+LAB_STANDIN_SLOWDOWN (default 1). Tokens a request gains per step: 1 without drafting, the
+acceptance length 1 + a + a^2 + ... + a^s with drafting (ACCEPT_RATE a), credited exactly (a request
+carries the fraction over to its next step), so runs are deterministic in tokens.
+
+The constants are chosen to reproduce the shape the operator measured on a Blackwell host, not its
+hardware: plain decoding saturates near 773 tok/s in total (771 at a batch of 64), EAGLE-3 with 3
+steps near 354 (its batch is capped at 48 by SGLang's default with speculation: 354 at 48), and EAGLE-3
+is ahead at concurrency 1 (about 140 against 90 tok/s; the two cross between a batch of 3 and 4).
+
+Draft steps per batch size follow what the installed sglang does (``draft_steps_by_batch_size``):
+0 without speculation; the configured --speculative-num-steps with a speculative algorithm (3, EAGLE-3's
+usual choice, when none is given); with --speculative-adaptive, the steps the release's own parser
+chose for that batch size (adaptive.py); with SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE (env mode),
+the configured steps: the demo patch only counts the batches over its threshold, it never stops
+drafting, and the stand-in implements no more than the patch does.
+"""
+import collections
+import threading
+import time
+
+STEP_BASE = 0.010
+TOKEN_COST = 0.00114
+DRAFT_BASE = 0.00077
+DRAFT_COST = 0.00103
+PREFILL_COST = 0.001
+ACCEPT_RATE = 0.77
+DEFAULT_DRAFT_STEPS = 3
+# SGLang's gen_throughput is logged every decode_log_interval (40) steps; the stand-in's window.
+THROUGHPUT_WINDOW_STEPS = 40
+SLOWDOWN_ENV = 'LAB_STANDIN_SLOWDOWN'
+UNBOUNDED_BATCH = 1024
+
+
+def step_time(batch_size, draft_steps, admitted=0, slowdown=1.0):
+    """Seconds of one decode step (see the module's docstring)."""
+    verify = STEP_BASE + batch_size * TOKEN_COST * (draft_steps + 1)
+    draft = draft_steps * (DRAFT_BASE + batch_size * DRAFT_COST)
+    return (verify + draft + admitted * PREFILL_COST) * slowdown
+
+
+def accept_length(draft_steps):
+    """Tokens one step yields per request: 1 plain, 1 + a + ... + a^s with s draft steps."""
+    return sum(ACCEPT_RATE ** i for i in range(draft_steps + 1))
+
+
+def draft_steps_by_batch_size(resolved, adaptive, max_batch):
+    """{batch size: draft steps} for 1..max_batch, from the server's resolved arguments."""
+    if not resolved.get('speculative_algorithm'):
+        return dict((size, 0) for size in range(1, max_batch + 1))
+    configured = resolved.get('speculative_num_steps') or DEFAULT_DRAFT_STEPS
+    routed = (adaptive or {}).get('initial_steps_by_batch_size') if resolved.get('speculative_adaptive') else None
+    if not routed:
+        return dict((size, configured) for size in range(1, max_batch + 1))
+    largest = max(int(size) for size in routed)
+    return dict((size, int(routed[str(min(size, largest))])) for size in range(1, max_batch + 1))
+
+
+class Request(object):
+    """One sequence in the scheduler: its target length and what it has produced so far."""
+
+    def __init__(self, max_new_tokens):
+        self.max_new_tokens = max_new_tokens
+        self.submitted = time.monotonic()
+        self.produced = 0
+        self.credit = 0.0
+        self.events = collections.deque()
+        self.changed = threading.Condition()
+        self.finished = False
+
+    def advance(self, tokens_per_step):
+        """One step's output: the whole tokens credited so far, never past max_new_tokens."""
+        self.credit += tokens_per_step
+        gained = min(int(self.credit + 1e-9) - self.produced, self.max_new_tokens - self.produced)
+        self.produced += gained
+        self.finished = self.produced >= self.max_new_tokens
+        with self.changed:
+            self.events.append((self.produced, self.finished))
+            self.changed.notify_all()
+
+    def next_event(self, timeout):
+        """(tokens so far, finished) of the next step, or None if none came within timeout."""
+        with self.changed:
+            if not self.events:
+                self.changed.wait(timeout)
+            return self.events.popleft() if self.events else None
+
+
+class Scheduler(object):
+    """The batch: requests wait in a queue and run max_running at a time, one step for all of them."""
+
+    def __init__(self, steps_by_batch_size, max_running, speculative, slowdown=1.0, sleep=time.sleep):
+        self.steps_by_batch_size = steps_by_batch_size
+        self.speculative = speculative
+        self.max_running = max_running
+        self.slowdown = slowdown
+        self.sleep = sleep
+        self.waiting = collections.deque()
+        self.running = []
+        self.lock = threading.Condition()
+        self.window = collections.deque(maxlen=THROUGHPUT_WINDOW_STEPS)
+        self.gen_throughput = 0.0
+        self.spec_accept_length = 0.0
+        self.last_draft_steps = 0
+        self.stopped = False
+
+    def steps_for(self, batch_size):
+        return self.steps_by_batch_size.get(batch_size, self.steps_by_batch_size[max(self.steps_by_batch_size)])
+
+    def submit(self, max_new_tokens):
+        request = Request(max(1, int(max_new_tokens)))
+        with self.lock:
+            self.waiting.append(request)
+            self.lock.notify_all()
+        return request
+
+    def counts(self):
+        """(running, waiting) as SGLang's scheduler reports them."""
+        with self.lock:
+            return len(self.running), len(self.waiting)
+
+    def step(self):
+        """Admit, run one step over the batch, retire the finished; False when there was nothing to run."""
+        with self.lock:
+            admitted = 0
+            while self.waiting and len(self.running) < self.max_running:
+                self.running.append(self.waiting.popleft())
+                admitted += 1
+            batch = list(self.running)
+        if not batch:
+            return False
+        draft_steps = self.steps_for(len(batch))
+        took = step_time(len(batch), draft_steps, admitted, self.slowdown)
+        self.sleep(took)
+        before = sum(request.produced for request in batch)
+        for request in batch:
+            request.advance(accept_length(draft_steps))
+        self.record(sum(request.produced for request in batch) - before, took, draft_steps, len(batch))
+        with self.lock:
+            self.running = [request for request in self.running if not request.finished]
+        return True
+
+    def record(self, tokens, took, draft_steps, batch_size):
+        """SGLang's gauges: throughput over the last window of steps, acceptance of the last step."""
+        self.window.append((tokens, took, batch_size))
+        seconds = sum(entry[1] for entry in self.window)
+        self.gen_throughput = sum(entry[0] for entry in self.window) / seconds if seconds else 0.0
+        # Accepted tokens per request and verify step over the window, the bonus token included (1.0 while
+        # drafting is off; a request's last step, cut at max_new_tokens, counts what it kept).
+        verified = sum(entry[2] for entry in self.window)
+        self.spec_accept_length = sum(entry[0] for entry in self.window) / float(verified) if self.speculative else 0.0
+        self.last_draft_steps = draft_steps
+
+    def run(self):
+        """The scheduler thread's loop: step while there is work, wait for a request otherwise."""
+        while not self.stopped:
+            if not self.step():
+                with self.lock:
+                    if not self.waiting and not self.stopped:
+                        self.lock.wait(0.5)
+
+    def start(self):
+        thread = threading.Thread(target=self.run, name='standin-scheduler')
+        thread.daemon = True
+        thread.start()
+        return thread
+
+    def stop(self):
+        with self.lock:
+            self.stopped = True
+            self.lock.notify_all()
+
+
+def scheduler_for(resolved, adaptive, environ):
+    """The server's scheduler, started: its batch bound, its draft steps, LAB_STANDIN_SLOWDOWN."""
+    # Without --max-running-requests SGLang sizes the batch from the KV cache: no bound the lab reaches.
+    max_running = resolved.get('max_running_requests') or UNBOUNDED_BATCH
+    steps = draft_steps_by_batch_size(resolved, adaptive, min(max_running, 256))
+    scheduler = Scheduler(steps, max_running, bool(resolved.get('speculative_algorithm')),
+                          float(environ.get(SLOWDOWN_ENV) or 1.0))
+    scheduler.start()
+    return scheduler
+
+
+def output(request_id, prompt_tokens, produced, finished, started, verify_steps):
+    """One /generate output in SGLang's shape: the text so far (one " tok" a unit) and its meta_info."""
+    meta = {'id': request_id, 'finish_reason': {'type': 'length', 'length': produced} if finished else None,
+            'prompt_tokens': prompt_tokens, 'weight_version': 'default', 'completion_tokens': produced,
+            'cached_tokens': 0, 'e2e_latency': round(time.monotonic() - started, 4)}
+    if verify_steps is not None:
+        meta['spec_verify_ct'] = verify_steps
+    return {'text': ' tok' * produced, 'meta_info': meta}
+
+
+def outputs(request, request_id, prompt_tokens, speculative, deadline):
+    """Each step's output of one request, in order, until it finishes (or deadline: monotonic seconds)."""
+    started, steps = request.submitted, 0
+    while time.monotonic() < deadline:
+        event = request.next_event(min(1.0, max(0.0, deadline - time.monotonic())))
+        if event is None:
+            continue
+        steps += 1
+        produced, finished = event
+        yield output(request_id, prompt_tokens, produced, finished, started, steps if speculative else None)
+        if finished:
+            return
+
+
+def decode_report(scheduler, up_to=64):
+    """What /server_info reports of the model (not an upstream field): draft steps and tokens per step by batch size."""
+    sizes = range(1, up_to + 1)
+    return {'model': 'stand-in decode model (a model, not a measurement)', 'max_running_requests': scheduler.max_running,
+            'slowdown': scheduler.slowdown,
+            'draft_steps_by_batch_size': dict((str(b), scheduler.steps_for(b)) for b in sizes),
+            'accept_length_by_batch_size': dict((str(b), round(accept_length(scheduler.steps_for(b)), 4)) for b in sizes),
+            'step_time_s_by_batch_size': dict((str(b), round(step_time(b, scheduler.steps_for(b), 0, scheduler.slowdown), 6))
+                                              for b in sizes)}
+
+
+def metrics_text(scheduler, model_name):
+    """/metrics as SGLang's --enable-metrics exports these gauges (Prometheus text, labelled by model_name)."""
+    running, waiting = scheduler.counts()
+    label = '{model_name="%s"}' % model_name.replace('\\', '\\\\').replace('"', '\\"')
+    gauges = [('sglang:num_running_reqs', 'The number of running requests.', running),
+              ('sglang:num_queue_reqs', 'The number of requests in the waiting queue.', waiting),
+              ('sglang:gen_throughput', 'The generation throughput (token/s).', scheduler.gen_throughput),
+              ('sglang:spec_accept_length', 'The average acceptance length of speculative decoding.',
+               scheduler.spec_accept_length)]
+    if scheduler.speculative:
+        gauges.append(('sglang:spec_num_steps', 'The speculative draft steps of the last step.', scheduler.last_draft_steps))
+    lines = []
+    for name, text, value in gauges:
+        lines.extend(['# HELP %s %s' % (name, text), '# TYPE %s gauge' % name, '%s%s %s' % (name, label, float(value))])
+    return '\n'.join(lines) + '\n'
