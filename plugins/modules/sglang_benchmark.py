@@ -182,7 +182,8 @@ ARGUMENT_SPEC = dict(
     launch_file=dict(type='path'),
     levels=dict(type='list', elements='int', required=True),
     requests=dict(type='int', default=32),
-    max_new_tokens=dict(type='int', default=64),
+    # A count of tokens, not a secret.
+    max_new_tokens=dict(type='int', default=64, no_log=False),
     prompt=dict(type='str', default='Write a short story about a lighthouse keeper who finds a message in a bottle.'),
     timeout=dict(type='float', default=60),
     read_metrics=dict(type='bool', default=True),
@@ -194,6 +195,11 @@ def drain(params):
     """Wait until the server holds no request (only its HTTP side is used: nothing is started or stopped)."""
     server = Server('detached', 'sglang', params['launch_file'] or os.devnull, os.devnull, os.devnull, params['url'])
     return server.wait_idle(params['drain_timeout'])
+
+
+def level_line(level):
+    return 'concurrency %d: %.1f output tok/s, %d error(s)%s' % (
+        level['concurrency'], level['output_tok_s'], level['errors'], ' (timed out)' if level['timed_out'] else '')
 
 
 def measure(module, result):
@@ -215,10 +221,7 @@ def measure(module, result):
     except (OSError, ValueError, RuntimeError) as exc:
         fail('benchmarking the server at %s failed: %s' % (params['url'], to_native(exc)))
     result.update(measured=True, levels=found['levels'], metrics=found['metrics'], elapsed_s=found['elapsed_s'])
-    result['msg'] = 'measured %s: %s' % (params['url'], ', '.join(
-        'concurrency %d: %.1f output tok/s, %d error(s)%s' % (level['concurrency'], level['output_tok_s'],
-                                                             level['errors'], ' (timed out)' if level['timed_out']
-                                                             else '') for level in found['levels']))
+    result['msg'] = 'measured %s: %s' % (params['url'], ', '.join(level_line(level) for level in found['levels']))
 
 
 def main():
