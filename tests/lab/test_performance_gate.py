@@ -9,6 +9,7 @@ a factor of 3 on every decode step is far beyond the tolerances.
 """
 import json
 import os
+import re
 import urllib.request
 
 from helpers.ansible_run import REPO
@@ -68,7 +69,8 @@ def test_a_slower_canary_is_rolled_back_and_stops_the_rollout(lab, redeploy):
     assert canary['status'] == 'rolled_back' and canary['healthy'] is True
     performance = canary['performance']
     assert performance['verdict'] == 'fail'
-    assert 'concurrency 16: output tok/s ' in performance['reason'] and '(tolerance 15%)' in performance['reason']
+    assert re.search(r'concurrency 16: output tok/s [0-9.]+ -> [0-9.]+ \(-[0-9.]+%, tolerance 15%\)',
+                     performance['reason']), performance['reason']
     assert 'the new server serves slower than the old one: concurrency ' in canary['reason']
     assert 'the previous server serves again' in canary['reason']
     # The candidate ran with --enable-metrics (its own gauges), the old server without (none).
