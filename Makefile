@@ -24,7 +24,7 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: fleet setup demo-setup host-packages demo-host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-gpu matrix matrix-2.21 matrix-sanity
+.PHONY: fleet setup demo-setup host-packages demo-host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-gpu matrix matrix-2.21 matrix-sanity
 
 setup: host-packages demo-setup $(VENV)/.installed $(VENV)/.dashboard-installed $(CACHE)/wheels/.done
 
@@ -161,6 +161,12 @@ bench: setup
 bench-outage: setup $(VENV)/.bench-installed
 	lab/lab up
 	$(BIN)/python bench/outage.py --rounds $${ROUNDS:-5}
+
+# Output tok/s and p95 inter-token latency against concurrency (1 to 64), the stand-in without speculation,
+# with EAGLE-3 and with EAGLE-3 stopped from the threshold, plus the noise of an unchanged server: stand-ins
+# started directly on loopback (no lab lock), docs/measurements/DATE-serving.json and docs/benchmarks-serving.png.
+bench-serving: setup $(VENV)/.bench-installed
+	$(BIN)/python bench/serving.py --noise-runs $${ROUNDS:-5}
 
 $(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements-bench.txt

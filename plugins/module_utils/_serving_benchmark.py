@@ -165,7 +165,7 @@ def stream_request(base_url, body, api_key, deadline, clock):
     headers = dict(bearer(api_key), **{'Content-Type': 'application/json', 'Accept': 'text/event-stream'})
     connection = HTTPConnection(parts.hostname, parts.port or 80, timeout=max(MIN_READ_S, deadline - clock()))
     try:
-        connection.request('POST', '/generate', body=body, headers=headers)
+        connection.request('POST', parts.path.rstrip('/') + '/generate', body=body, headers=headers)
         # Held here: getresponse() drops the connection's reference when the server closes after the answer.
         sock = connection.sock
         response = connection.getresponse()

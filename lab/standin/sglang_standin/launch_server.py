@@ -8,7 +8,10 @@ It behaves like SGLang where the redeploy playbook can observe it:
 - /health and /health_generate answer 503 during warm-up, then 200; /server_info (and the deprecated
   /get_server_info) return every resolved argument, the SGLANG_* environment and internal_states;
 - POST /generate answers like SGLang ({"text", "meta_info"}) after SGLANG_STANDIN_GENERATE_DELAY seconds
-  (read at start, default 0.2), so requests are really in flight while a fleet redeploy drains a host;
+  (read at start, default 0.2), so requests are really in flight while a fleet redeploy drains a host,
+  and after its decode in the batched scheduler (decode.py: a model, not a measurement; max_new_tokens
+  16 by default, as SGLang's); with "stream": true it answers SGLang's server-sent events, one per decode
+  step, without the delay; --enable-metrics exports SGLang's gauges on /metrics (404 without it);
   /v1/loads and /get_load report them in SGLang 0.5.x's shapes; /model_info (and /get_model_info)
   answer what the SGLang router reads when it registers a worker;
 - SIGTERM: /health and /health_generate answer 503 at once, requests in flight finish, new /generate
@@ -25,7 +28,8 @@ It behaves like SGLang where the redeploy playbook can observe it:
   ``Authorization: Bearer <api-key>`` once an API key is set. /server_info reports both keys, as SGLang's
   does (to whoever holds the API key). The stand-in has no admin endpoint.
 Lab knobs (environment): LAB_STANDIN_WARMUP seconds before healthy (default 1.5),
-LAB_STANDIN_GPU_MIB memory per scheduler (default 20610), LAB_STANDIN_DRAIN seconds (default 0.3).
+LAB_STANDIN_GPU_MIB memory per scheduler (default 20610), LAB_STANDIN_DRAIN seconds (default 0.3),
+LAB_STANDIN_SLOWDOWN a factor on every decode step (default 1: a deliberately slower server above it).
 Drain gate (for fault tests): while the file /run/lab-standin-drain-gate exists, the drain after
 SIGTERM lasts (as if requests were still in flight; at most 120 s), so a test can act at a known
 point of the outage window: after the stop began, before anything else ran.

@@ -160,6 +160,20 @@ def test_streams_are_parsed_counted_and_sent_with_the_api_key(http_responder):
     assert len(progress) >= 2  # at least once a level
 
 
+def chunked(text, size=7):
+    """text in HTTP/1.1 chunked transfer encoding, as uvicorn streams SGLang's events (chunks cut mid-line)."""
+    data = text.encode()
+    parts = [data[i:i + size] for i in range(0, len(data), size)]
+    return b''.join(b'%x\r\n%s\r\n' % (len(part), part) for part in parts) + b'0\r\n\r\n'
+
+
+def test_a_chunked_stream_is_read_through_its_transfer_encoding(http_responder):
+    http_responder.route('POST', '/generate', body=chunked(sse(5)),
+                         headers={'Content-Type': 'text/event-stream', 'Transfer-Encoding': 'chunked'})
+    level = run_benchmark(http_responder.url, [2], 4, 5, 'x', 30, read_metrics=False)['levels'][0]
+    assert (level['completed'], level['errors'], level['output_tokens']) == (4, 0, 20)
+
+
 @pytest.mark.parametrize('reply, expected_error_free', [
     (Reply(status=503, json={'error': {'message': 'the server is shutting down'}}), False),
     (Reply(status=401, json={'error': 'Unauthorized'}), False),
