@@ -75,7 +75,6 @@ def test_a_slower_canary_is_rolled_back_and_stops_the_rollout(lab, redeploy):
     assert 'the previous server serves again' in canary['reason']
     # The candidate ran with --enable-metrics (its own gauges), the old server without (none).
     assert performance['metrics']['before'] is None and performance['metrics']['after'] is not None
-    assert 'performance gate FAILED' in run.stdout
     # From outside: the previous server serves (it generates), with its own launch configuration back.
     assert lab['gpu1'].healthy()
     assert generates(lab['gpu1'].address)
