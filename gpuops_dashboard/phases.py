@@ -30,7 +30,6 @@ TASK_PHASES = {
     'Stop what is left of SGLang inside the container': 'kill',
     'Release the GPUs and prove their memory is free': 'gpu_release',
     'Apply the patch': 'patch',
-    'Move the candidate configuration into place': 'configure',
     'Restart the SGLang server': 'start',
     'Put the verified server back into the router': 'router_in',
     'Confirm the new server (the guard is dropped)': 'confirm',

@@ -18,8 +18,8 @@ A cancel is a SIGKILL of ansible-playbook's process group: nothing on the contro
 happens on each host depends on how far it got, and `cancel()` says so (see `expectations_after_cancel`):
 - before its guard was armed: nothing was stopped, the old server serves;
 - inside the outage window (guard armed, new server not confirmed): the guard on the host restores the
-  pre-run files and starts the previous server by itself, `sglang_rollback_deadline` seconds after the
-  window opened; the host's report file says "the run stopped inside the outage window" until then; a
+  pre-run files and starts the previous server by itself, `sglang_rollback_idle` seconds after the last
+  step renewed its lease (or `sglang_rollback_deadline` seconds after the window opened, if sooner); the host's report file says "the run stopped inside the outage window" until then; a
   new run started earlier carries out that guard first (takeover), it never starts a second server;
 - after the new server was confirmed: the new server serves; only the report may be missing.
 """
@@ -65,13 +65,14 @@ def new_run_id():
     return time.strftime('%Y%m%dT%H%M%S', time.gmtime()) + '-' + secrets.token_hex(3)
 
 
-def expectations_after_cancel(records, rollback_deadline_s=None):
+def expectations_after_cancel(records, rollback_deadline_s=None, rollback_idle_s=None):
     """Per host: what an operator should expect after a cancel, from how far the host got.
 
     Returns {host: {'stage': 'before_window'|'in_window'|'confirmed', 'expect': text}}.
     """
     seen = _phases.host_phases(records)
     deadline = ('%s s' % rollback_deadline_s) if rollback_deadline_s is not None else 'sglang_rollback_deadline'
+    idle = ('%s s' % rollback_idle_s) if rollback_idle_s is not None else 'sglang_rollback_idle'
     notice = {}
     for host, host_phases in seen.items():
         names = [phase['phase'] for phase in host_phases]
@@ -83,10 +84,10 @@ def expectations_after_cancel(records, rollback_deadline_s=None):
         elif 'arm' in names:
             notice[host] = {'stage': 'in_window',
                             'expect': 'the run was cut inside the outage window: the guard on the host restores the '
-                                      'pre-run files and starts the previous server by itself, %s after the window '
-                                      'opened (its report: /var/lib/gpuops-sglang/<service>/fired.json); the report '
+                                      'pre-run files and starts the previous server by itself, %s after the last step '
+                                      'renewed its lease, or at the latest %s after the window opened (its report: /var/lib/gpuops-sglang/<service>/fired.json); the report '
                                       'file says "the run stopped inside the outage window" until a new run writes '
-                                      'one; a new run started earlier carries out the guard first' % deadline}
+                                      'one; a new run started earlier carries out the guard first' % (idle, deadline)}
         else:
             notice[host] = {'stage': 'before_window',
                             'expect': 'nothing was stopped: the old server serves as before'}
@@ -148,8 +149,9 @@ class Redeploy(object):
     def cancel(self):
         """Ask ansible-runner to kill the run (noticed within CANCEL_POLL_S). Returns what to expect per host."""
         self._cancel.set()
-        deadline = self.extra_vars.get('sglang_rollback_deadline')
-        return {'id': self.id, 'requested': True, 'hosts': expectations_after_cancel(self.records(), deadline)}
+        return {'id': self.id, 'requested': True,
+                'hosts': expectations_after_cancel(self.records(), self.extra_vars.get('sglang_rollback_deadline'),
+                                                   self.extra_vars.get('sglang_rollback_idle'))}
 
     def _event(self, event):
         record = _phases.progress_record(event)

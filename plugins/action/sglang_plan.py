@@ -13,7 +13,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible.errors import AnsibleActionFail
+from ansible import constants as C
+from ansible import context
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
@@ -101,7 +103,24 @@ class ActionModule(ActionBase):
         inventory = dict((name, self._templar.template(task_vars[name]))
                          for name in ('pve_node', 'pve_vmid') if name in task_vars)
         inventory['proxmox'] = (task_vars.get('groups') or {}).get('proxmox', [])
+        inventory['controller'] = self._controller(task_vars)
         return inventory
+
+    def _controller(self, task_vars):
+        """What bounds the controller's gap between two steps of a host: the connection's timeout and
+        retries, forks, the play's strategy and the hosts of this batch."""
+        try:
+            retries = self._connection.get_option('reconnection_retries')
+        except (AnsibleError, KeyError, AttributeError):
+            # Not the ssh connection (local, podman): no retries of its own.
+            retries = 0
+        play = self._task.get_play()
+        return {
+            'connect_timeout': self._play_context.timeout or C.DEFAULT_TIMEOUT, 'retries': retries or 0,
+            'forks': context.CLIARGS.get('forks') or C.DEFAULT_FORKS,
+            'strategy': (play.strategy if play is not None else None) or C.DEFAULT_STRATEGY,
+            'batch': len(task_vars.get('ansible_play_batch') or [task_vars.get('inventory_hostname')]),
+        }
 
     def _templates(self):
         texts = {}

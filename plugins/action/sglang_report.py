@@ -38,8 +38,8 @@ RESULTS = {
     'window_opened': '_sglang_window_opened', 'skip_reason': '_sglang_skip_reason', 'decision': '_sglang_decision',
     'plan': '_sglang_plan', 'performance': '_sglang_performance',
 }
-SETTINGS = ('sglang_patch_file', 'sglang_router_url', 'sglang_rollback_deadline', 'inventory_hostname',
-            'sglang_perf_gate')
+SETTINGS = ('sglang_patch_file', 'sglang_router_url', 'sglang_rollback_deadline', 'sglang_rollback_idle',
+            'inventory_hostname', 'sglang_perf_gate')
 
 
 def write_report(folder, host, report):
@@ -101,7 +101,7 @@ class ActionModule(ActionBase):
                    patch_state=decision.get('patch_state', {}))
         settings = {'host': found['inventory_hostname'], 'patch_file': found['sglang_patch_file'],
                     'router_url': found['sglang_router_url'], 'rollback_deadline': found['sglang_rollback_deadline'],
-                    'perf_gate': found['sglang_perf_gate']}
+                    'rollback_idle': found['sglang_rollback_idle'], 'perf_gate': found['sglang_perf_gate']}
         if stage == 'opened':
             opened_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
             return _report.window_open(run, settings, opened_at, plan['paths']['guard_dir'])

@@ -9,8 +9,18 @@ __metaclass__ = type
 
 import threading
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError, normalize_url
+from ansible_collections.gpuops.sglang.plugins.module_utils._router import DRAINING, Router, RouterError, normalize_url, ready
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import http_get
+
+
+def _not_serving_why(worker):
+    """Why a listed worker gets no traffic from the router: smg keeps a worker it drains listed (and maybe
+    healthy) for its settle time, but routes it nothing new, so it is as unavailable as a sick one."""
+    if worker.get('status') == DRAINING:
+        return 'the router is draining it'
+    if worker.get('is_healthy') is False:
+        return 'the router marks it unhealthy'
+    return 'the router lists it as %s' % worker.get('status')
 
 
 def unavailable_peers(peers, router_url=None, api_key=None, timeout=2.0, skip=()):
@@ -34,8 +44,8 @@ def unavailable_peers(peers, router_url=None, api_key=None, timeout=2.0, skip=()
             found[host] = 'the router could not be read: %s' % router_problem
         elif listed is not None and normalize_url(url) not in listed:
             found[host] = 'not in the router'
-        elif listed is not None and listed[normalize_url(url)].get('is_healthy') is False:
-            found[host] = 'the router marks it unhealthy'
+        elif listed is not None and not ready(listed[normalize_url(url)]):
+            found[host] = _not_serving_why(listed[normalize_url(url)])
 
     threads = [threading.Thread(target=probe, args=(host, url)) for host, url in sorted(peers.items())
                if host not in skip]

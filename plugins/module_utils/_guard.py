@@ -14,11 +14,13 @@ Layout of the guard folder (one per server):
   state.json   present exactly while a guard is armed; written last on arm, removed last
                on restore, so a crash half-way through either leaves a state that the
                next restore finishes (restoring twice writes the same bytes)
+  lease.json   the last renewal by the run's steps (_lease): the watcher restores when it
+               lapses (the idle bound) or at the deadline, whichever comes first
   files/N      the pre-run bytes of each file
   fired.json   what the last restore did (the host-side report)
   lib/         this file and the policy files it imports, run without Ansible by the
-               watcher: a transient systemd timer where systemd runs, a detached process
-               in its own session elsewhere
+               watcher: a transient systemd service where systemd runs, a detached process
+               in its own session elsewhere; both poll the lease and the deadline
 
 Pure standard library plus this collection's own module_utils (installed into lib/).
 """
@@ -38,6 +40,14 @@ import sys
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner, subprocess_runner
+from ansible_collections.gpuops.sglang.plugins.module_utils._lease import (
+    LEASE_FILE,
+    describe,
+    due,
+    lease_document,
+    read_lease,
+    write_lease,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import (
     FileLock,
     LockTimeout,
@@ -63,7 +73,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._server import Serve
 PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
 # What the watcher imports, installed into lib/ from the collection that armed the guard.
 RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py', '_router.py',
-                 '_command.py', '_http.py', '_files.py')
+                 '_command.py', '_http.py', '_files.py', '_lease.py')
 ENTRY_POINT = '''# Installed by gpuops.sglang.sglang_guard: runs the guard without Ansible.
 import os
 import sys
@@ -133,6 +143,11 @@ class Guard(object):
     def last_fired(self):
         return _read_json(self.fired_path)
 
+    def lease(self):
+        """The armed guard's lease as the query reports it (armed_at, renewed_at/by, idle, expires_at,
+        deadline_at, acts_at); None when no guard is armed."""
+        return describe(self.state(), read_lease(self.folder))
+
     @staticmethod
     def unit_name(service_name):
         return 'gpuops-sglang-guard-%s' % service_name
@@ -158,7 +173,7 @@ class Guard(object):
             changed = True
         return changed
 
-    def arm(self, run_id, deadline_s, files, server, host, python, settings, systemd):
+    def arm(self, run_id, deadline_s, files, server, host, python, settings, systemd, idle_s=None, after_s=0):
         """Snapshot files, record how to restore, start the watcher. Returns the state written."""
         if not os.path.isdir(self.folder):
             os.makedirs(self.folder, 0o700)
@@ -176,9 +191,13 @@ class Guard(object):
             now = time.time()
             state = {
                 'run_id': run_id, 'host': host, 'armed_at': now, 'deadline': now + float(deadline_s),
+                'idle': float(idle_s) if idle_s else None,
                 'files': entries, 'server': server, 'settings': settings, 'python': python,
                 'watcher': 'systemd' if systemd else 'detached', 'unit': self.unit_name(server['service_name']),
             }
+            if state['idle']:
+                # The arm is the first renewal: the lease of an earlier run must not count for this one.
+                write_lease(self.folder, lease_document(run_id, 'arm the guard', now, after_s, state['idle']))
             # Written last: a crash before this line leaves no guard, only unused backups.
             _write_json(self.state_path, state)
             try:
@@ -206,22 +225,23 @@ class Guard(object):
         return entry
 
     def _start_watcher(self, state, deadline_s):
-        argv = [state['python'], '-I', self.entry_point, 'fire', '--folder', self.folder,
-                '--run-id', state['run_id'], '--reason', 'the run did not confirm the new server within %ss'
-                % int(deadline_s)]
+        """The watcher polls the lease and the deadline (main's watch): a transient systemd service, or a
+        process in its own session. A timer at the deadline could not see the lease lapse."""
+        argv = [state['python'], '-I', self.entry_point, 'watch', '--folder', self.folder,
+                '--run-id', state['run_id']]
         if state['watcher'] == 'systemd':
             unit = state['unit']
-            # A stale unit of an earlier guard (already restored) would make systemd-run refuse the name.
+            # A stale unit of an earlier guard (already restored; .timer from versions before the lease)
+            # would make systemd-run refuse the name. No guard is armed now, so its watcher is leaving anyway.
             self._run(['systemctl', 'stop', unit + '.timer', unit + '.service'])
             self._run(['systemctl', 'reset-failed', unit + '.timer', unit + '.service'])
-            rc, out, err = self._run(['systemd-run', '--unit=' + unit, '--on-active=%dms' % int(deadline_s * 1000),
-                                      '--timer-property=AccuracySec=100ms', '--property=KillMode=process',
+            rc, out, err = self._run(['systemd-run', '--unit=' + unit, '--property=KillMode=process',
                                       '--description=gpuops.sglang rollback guard for ' + state['server']['service_name']]
                                      + argv)
             if rc != 0:
-                raise GuardError('systemd-run could not arm the guard timer (rc %s): %s' % (rc, (err or out).strip()))
+                raise GuardError('systemd-run could not start the guard watcher (rc %s): %s'
+                                 % (rc, (err or out).strip()))
             return
-        argv[3] = 'watch'
         try:
             # Its own session, stdio detached: it outlives this process, the ssh connection
             # and a SIGKILL of the controller's process group.
@@ -251,14 +271,19 @@ class Guard(object):
     def _drop(self, state):
         os.unlink(self.state_path)
         shutil.rmtree(os.path.join(self.folder, 'files'), ignore_errors=True)
-        if state.get('watcher') == 'systemd':
-            # Only the timer: when the deadline fired, its service is the process running this.
+        try:
+            os.unlink(os.path.join(self.folder, LEASE_FILE))
+        except OSError:
+            pass
+        if state.get('watcher') == 'systemd' and 'idle' not in state:
+            # A guard armed before the lease: its watcher is a timer at the deadline.
             self._run(['systemctl', 'stop', state['unit'] + '.timer'])
-        # A detached watcher sees the state gone (or another run's) and exits by itself.
+        # The watcher (service or detached) sees the state gone (or another run's) and exits by itself
+        # within WATCH_INTERVAL; when it restored, it is the process running this.
 
     # --- restore -----------------------------------------------------------------
 
-    def restore(self, reason, acted_by, run_id=None):
+    def restore(self, reason, acted_by, run_id=None, bound=None):
         """Put back the pre-run state and start the previous server; None when no guard is armed.
 
         Returns the report it also writes to fired.json.
@@ -268,6 +293,9 @@ class Guard(object):
             if state is None or (run_id is not None and state.get('run_id') != run_id):
                 return None
             report = self._restore(state, reason, acted_by)
+            # Which bound made the guard act: idle or deadline (the watcher), or who asked
+            # (controller, takeover, on_demand).
+            report['bound'] = bound or acted_by
             _write_json(self.fired_path, report, 0o644)
             # Removed last: a restore cut short is finished by the next one.
             self._drop(state)
@@ -461,25 +489,42 @@ def _read_stop_marker(path):
 
 # --- the watcher's command line ----------------------------------------------------
 
+def watch(guard, run_id, clock=time.time, sleep=time.sleep):
+    """Poll the guard until its run confirms (None) or a bound passes ('idle' or 'deadline')."""
+    while True:
+        state = guard.state()
+        if state is None or state.get('run_id') != run_id:
+            return None
+        bound = due(state, read_lease(guard.folder), clock())
+        if bound is not None:
+            return bound
+        sleep(WATCH_INTERVAL)
+
+
+REASONS = {
+    'idle': 'nothing of the run renewed the guard for its idle bound (%ss): the controller is gone',
+    'deadline': 'the run did not confirm the new server within its deadline (%ss after arming)',
+}
+
+
 def main(argv):
-    """``watch``: wait for the deadline (exit when confirmed), then restore. ``fire``: restore now."""
+    """``watch``: wait for the lease to lapse or the deadline (exit when confirmed), then restore.
+    ``fire``: restore now (the deadline's timer of guards armed before the lease)."""
     import argparse
     parser = argparse.ArgumentParser(prog='gpuops_sglang_guard')
     parser.add_argument('command', choices=['watch', 'fire'])
     parser.add_argument('--folder', required=True)
     parser.add_argument('--run-id', required=True)
-    parser.add_argument('--reason', default='deadline passed')
+    parser.add_argument('--reason', default=None)
     args = parser.parse_args(argv)
     guard = Guard(args.folder, lock_timeout=3600)
-    if args.command == 'watch':
-        while True:
-            state = guard.state()
-            if state is None or state.get('run_id') != args.run_id:
-                return 0
-            if time.time() >= state['deadline']:
-                break
-            time.sleep(min(WATCH_INTERVAL, max(0.0, state['deadline'] - time.time())))
-    report = guard.restore(args.reason, 'deadline', run_id=args.run_id)
+    bound = watch(guard, args.run_id) if args.command == 'watch' else 'deadline'
+    if bound is None:
+        return 0
+    state = guard.state() or {}
+    seconds = state.get('idle') if bound == 'idle' else float(state.get('deadline', 0)) - float(state.get('armed_at', 0))
+    reason = args.reason or REASONS[bound] % int(seconds or 0)
+    report = guard.restore(reason, bound, run_id=args.run_id, bound=bound)
     if report is not None:
         sys.stdout.write(json.dumps(report, sort_keys=True) + '\n')
     return 0 if report is None or report['healthy'] else 1

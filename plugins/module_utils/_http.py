@@ -11,23 +11,26 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import ssl
 
 try:  # Python 3
-    from http.client import HTTPConnection, HTTPException
+    from http.client import HTTPConnection, HTTPException, HTTPSConnection
     from urllib.parse import urlsplit
 except ImportError:  # pragma: no cover - Python 2 targets are not supported
-    HTTPConnection = HTTPException = urlsplit = None
+    HTTPConnection = HTTPException = HTTPSConnection = urlsplit = None
 
 # What http_request answers when nothing answered (refused, timed out, a bad URL).
 NO_ANSWER = -1
 
 
-def http_request(method, url, timeout, body=None, headers=None):
+def http_request(method, url, timeout, body=None, headers=None, ssl_context=None):
     """(status, body bytes) of one request; status -1 when nothing answered.
 
     http.client rather than urllib: the probe goes straight to the server's own address and never
     through an http_proxy the environment may name (and it runs without Ansible in the guard).
-    A dict body is sent as JSON.
+    A dict body is sent as JSON. An https URL (a router behind TLS) is spoken over TLS, its
+    certificate verified against the system's trust store (ssl_context overrides it); any other
+    scheme than http or https is refused as no answer, never spoken as plain HTTP.
     """
     parts = urlsplit(url)
     headers = dict(headers or {})
@@ -35,7 +38,7 @@ def http_request(method, url, timeout, body=None, headers=None):
         body = json.dumps(body).encode('utf-8')
         headers.setdefault('Content-Type', 'application/json')
     try:
-        connection = HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+        connection = _connection(parts, timeout, ssl_context)
         try:
             connection.request(method, (parts.path or '/') + ('?' + parts.query if parts.query else ''),
                                body=body, headers=headers)
@@ -45,6 +48,15 @@ def http_request(method, url, timeout, body=None, headers=None):
             connection.close()
     except (HTTPException, OSError, ValueError) as exc:
         return NO_ANSWER, str(exc).encode('utf-8', 'replace')
+
+
+def _connection(parts, timeout, ssl_context):
+    if parts.scheme == 'https':
+        return HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout,
+                               context=ssl_context or ssl.create_default_context())
+    if parts.scheme == 'http':
+        return HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+    raise ValueError('only http and https URLs are spoken (got %r)' % (parts.scheme or 'no scheme'))
 
 
 def http_get(url, timeout):

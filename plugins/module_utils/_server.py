@@ -150,6 +150,9 @@ class Server(object):
         self.processes = LocalProcesses(proc_root)
         self.cgroup_root = cgroup_root
         self.commands = []
+        # progress(horizon_s), when set, is called before each read of a wait that may take that long
+        # (the rollback guard's lease renews there while a server loads its model).
+        self.progress = None
 
     @classmethod
     def from_dict(cls, spec, **kwargs):
@@ -361,6 +364,10 @@ class Server(object):
 
     # --- health and verification -----------------------------------------
 
+    def _progress(self, horizon_s):
+        if self.progress is not None:
+            self.progress(horizon_s)
+
     def health(self, timeout=5.0):
         # SGLang leaves /health* open whatever its keys: liveness needs no secret (nor a file read per probe).
         return http_get(self.base_url + '/health', timeout)[0]
@@ -374,7 +381,9 @@ class Server(object):
 
         def read():
             state['attempts'] += 1
-            status = self.health(timeout=max(0.5, min(5.0, interval * 4)))
+            probe_timeout = max(0.5, min(5.0, interval * 4))
+            self._progress(probe_timeout)
+            status = self.health(timeout=probe_timeout)
             state['last_status'] = status
             if status != 200 and died is not None:
                 state['why'] = died()
@@ -420,6 +429,7 @@ class Server(object):
 
         def read():
             # Once a path answered, only that one (an older server would cost a 404 first every time).
+            self._progress(5.0 * len(self.LOAD_PATHS))
             count, source = self.in_flight((state['source'],) if state['source'] else self.LOAD_PATHS)
             if count is None:
                 # A busy server may miss one reading: note why and read again, until the deadline. One
@@ -454,6 +464,7 @@ class Server(object):
         def read():
             # Each request gets what is left of the budget (at most 20 s), so a hung read cannot overrun it.
             left = deadline - time.time()
+            self._progress(max(0.1, min(20.0, left)))
             status = self._request('GET', state['path'], max(0.1, min(20.0, left)))[0]
             if status == 404 and state['path'] == '/health_generate':
                 state['path'] = '/health'

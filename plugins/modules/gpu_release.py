@@ -36,6 +36,7 @@ author:
 extends_documentation_fragment:
   - gpuops.sglang.attributes
   - gpuops.sglang.await_exit
+  - gpuops.sglang.guard_lease
 attributes:
   check_mode:
     support: full
@@ -251,6 +252,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
     fail,
     new_result,
@@ -290,7 +292,14 @@ ARGUMENT_SPEC = dict(
     command_timeout=dict(type='float', default=30.0),
     nvidia_smi=dict(type='path'),
     await_exit=dict(type='list', elements='int', default=[]),
+    guard=GUARD_OPTION,
 )
+
+
+def release_bound(params):
+    """Seconds the release may take: two readings, the wait for the stopping server, the kill, the proof."""
+    return (2 * params['command_timeout'] + (params['term_timeout'] + params['kill_timeout'] if params['await_exit'] else 0)
+            + params['term_timeout'] + params['kill_timeout'] + params['timeout'])
 
 
 def validated_excludes(params):
@@ -370,6 +379,8 @@ def prove_free(module, reader, local, expected, started, result):
 def release(module, result):
     params = module.params
     excludes = validated_excludes(params)
+    lease = Renewer.from_option(None if module.check_mode else params['guard'], 'gpu_release')
+    lease.renew(release_bound(params))
     try:
         result['devices'] = expand_devices(params['devices'])
     except DeviceError as exc:
@@ -386,13 +397,15 @@ def release(module, result):
         return
     started = end_holders(module, local, targets, ended_early, result)
     prove_free(module, reader, local, expected, started, result)
+    lease.done()
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     result = new_result(killed=[], excluded=[], gpus_before=[], gpus=[], devices=[], compute_apps=[], elapsed=0.0,
                         cmd=[], awaited=nothing_awaited())
-    run_module(module, result, lambda: release(module, result))
+    # LeaseError: the guard restored while this ran; its message says so.
+    run_module(module, result, lambda: release(module, result), errors=(LeaseError,))
 
 
 if __name__ == '__main__':

@@ -16,15 +16,19 @@ description:
   - A "commit confirmed" for the outage window. O(state=armed), before anything is stopped, keeps the exact
     bytes of O(files) (the sglang files the patch touches, the launch configuration, the unit) and how to run
     the previous server, and starts a watcher on the host that does not depend on the controller or the ssh
-    connection (a transient systemd timer where systemd runs, a detached process in its own session
+    connection (a transient systemd service where systemd runs, a detached process in its own session
     elsewhere).
-  - Unless O(state=confirmed) is run with the same O(run_id) within O(deadline) seconds, the watcher stops
+  - The guard is a lease. With O(idle) set, the run's steps renew it on the host (the modules' C(guard) option,
+    see M(gpuops.sglang.sglang_server)); the watcher acts when nothing renewed it for O(idle) seconds past what
+    the last step said it would take, or at O(deadline), whichever comes first.
+  - Unless O(state=confirmed) is run with the same O(run_id) before then, the watcher stops
     whatever server runs, stops what is left of SGLang, writes back every file byte for byte, starts the
-    previous server, waits for C(/health), and writes its report to C(fired.json) in O(folder).
+    previous server, waits for C(/health), and writes its report to C(fired.json) in O(folder), with the bound
+    that fired (RV(fired.bound)).
   - O(state=restored) does the same at once (the controller's rollback, or a new run taking over a guard an
     earlier run left armed). Only one actor holds the guard at a time (a lock), so there is never a second
     start or a half-restored tree; a restore cut short is finished by the next one.
-  - O(state=query) only reports.
+  - O(state=query) only reports, RV(lease) included (armed since, last renewal, idle bound, expiry, deadline).
 author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
@@ -55,6 +59,26 @@ options:
     description: Seconds after arming at which the guard restores unless confirmed.
     type: float
     default: 1800
+  idle:
+    description:
+      - Seconds without a renewal after which the watcher restores (O(state=armed)); the arm counts as the first
+        renewal. Unset or V(0), only O(deadline) counts (a guard without a lease).
+      - Must exceed what can pass between two renewals on the controller (ssh connect and retries, building the
+        next module, a loaded controller); the role's C(sglang_rollback_idle) says how it was chosen.
+    type: float
+  after:
+    description:
+      - Seconds the step after the arm may take without renewing (O(state=armed)); taking the server out of its
+        router runs there.
+    type: float
+    default: 0
+  trigger:
+    description:
+      - Who asks for O(state=restored), as the report's RV(fired.acted_by) and RV(fired.bound) say it.
+        Default V(controller) with O(run_id), V(takeover) without. V(on_demand) is the operator's
+        rollback (C(playbooks/rollback.yml)).
+    type: str
+    choices: [controller, takeover, on_demand]
   files:
     description: Files whose pre-run bytes are kept (a file that did not exist is removed on restore).
     type: list
@@ -133,6 +157,7 @@ EXAMPLES = r'''
     folder: /var/lib/gpuops-sglang/sglang
     run_id: "{{ ansible_run_id | default(lookup('ansible.builtin.pipe', 'date +%s%N')) }}"
     deadline: 1800
+    idle: 90
     files:
       - /etc/sglang/launch.json
       - /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py
@@ -155,6 +180,12 @@ EXAMPLES = r'''
     state: restored
     folder: /var/lib/gpuops-sglang/sglang
     reason: the new server did not become healthy
+
+- name: Show when the guard acts
+  gpuops.sglang.sglang_guard:
+    state: query
+    folder: /var/lib/gpuops-sglang/sglang
+  register: guard
 '''
 
 RETURN = r'''
@@ -185,7 +216,14 @@ fired:
       description: The host's own name.
       type: str
     acted_by:
-      description: Who restored, V(controller) (the arming run), V(takeover) (a later run) or V(deadline) (the watcher).
+      description: >-
+        Who restored: V(controller) (the arming run), V(takeover) (a later run), V(on_demand) (an operator), or the
+        watcher, named by its bound, V(idle) or V(deadline).
+      type: str
+    bound:
+      description: >-
+        Which bound fired: V(idle) (nothing renewed the lease for the idle bound), V(deadline), or who asked,
+        V(controller), V(takeover), V(on_demand).
       type: str
     status:
       description: V(rolled_back) when the previous server answers C(/health) again, V(failed) otherwise.
@@ -229,6 +267,32 @@ fired:
     router_problem:
       description: Why it was not put back (null when it was, or when no router was given).
       type: str
+lease:
+  description: The armed guard's lease (null when no guard is armed); times are seconds since the epoch, host clock.
+  returned: always
+  type: dict
+  contains:
+    armed_at:
+      description: When the guard was armed.
+      type: float
+    idle:
+      description: The idle bound in seconds (null for a guard without a lease).
+      type: float
+    renewed_at:
+      description: The last renewal (the arm counts as one).
+      type: float
+    renewed_by:
+      description: The step that renewed last.
+      type: str
+    expires_at:
+      description: When the lease lapses unless renewed (null without an idle bound).
+      type: float
+    deadline_at:
+      description: The deadline.
+      type: float
+    acts_at:
+      description: When the watcher acts unless renewed or confirmed, the earlier of RV(lease.expires_at) and the deadline.
+      type: float
 last_fired:
   description: >-
     The report of the last restore on this host, by anyone (null when there never was one); the same keys as
@@ -259,6 +323,9 @@ ARGUMENT_SPEC = dict(
     folder=dict(type='path', required=True),
     run_id=dict(type='str'),
     deadline=dict(type='float', default=1800),
+    idle=dict(type='float'),
+    after=dict(type='float', default=0),
+    trigger=dict(type='str', choices=['controller', 'takeover', 'on_demand']),
     files=dict(type='list', elements='path', default=[]),
     server=dict(type='dict', default={}),
     host=dict(type='str', default=''),
@@ -285,6 +352,8 @@ def arm(module, guard, current, result):
         fail('server lacks %s' % ', '.join(missing))
     if params['deadline'] <= 0:
         fail('deadline must be above 0 seconds')
+    if params['idle'] is not None and params['idle'] < 0:
+        fail('idle must not be negative (0: no lease, only the deadline)')
     if current is not None:
         fail('a guard armed by run %s is still pending on this host; restore it first (state=restored)'
              % current.get('run_id'))
@@ -298,7 +367,8 @@ def arm(module, guard, current, result):
                     gpu_timeout=params['gpu_timeout'], stop_marker=params['stop_marker'],
                     router=params['router'])
     guard.arm(params['run_id'], params['deadline'], params['files'], dict(params['server']),
-              params['host'], sys.executable, settings, systemd=os.path.isdir('/run/systemd/system'))
+              params['host'], sys.executable, settings, systemd=os.path.isdir('/run/systemd/system'),
+              idle_s=params['idle'], after_s=params['after'])
 
 
 def confirm(module, guard, current, result):
@@ -322,7 +392,8 @@ def restore(module, guard, current, result):
     result['changed'] = True
     if module.check_mode:
         return
-    report = guard.restore(params['reason'], 'controller' if params['run_id'] else 'takeover', run_id=params['run_id'])
+    trigger = params['trigger'] or ('controller' if params['run_id'] else 'takeover')
+    report = guard.restore(params['reason'], trigger, run_id=params['run_id'])
     result['fired'] = report
     if report is not None and not report['healthy']:
         fail('the rollback did not bring the previous server back: %s' % '; '.join(report['problems']))
@@ -336,10 +407,11 @@ def report_guard(guard, folder, result):
     except GuardError:
         # An unreadable state.json: the failure that brought us here already says so; the file is still
         # there, so a guard counts as armed (by a run nobody can name) until someone inspects it.
-        result.update(armed=True, armed_by=None, deadline_at=None, last_fired=None, cmd=guard.commands)
+        result.update(armed=True, armed_by=None, deadline_at=None, lease=None, last_fired=None, cmd=guard.commands)
         return
     result.update(armed=state is not None, armed_by=state.get('run_id') if state else None,
                   deadline_at=state.get('deadline') if state else None,
+                  lease=guard.lease() if state is not None else None,
                   last_fired=guard.last_fired() if present else None, cmd=guard.commands)
 
 
@@ -349,7 +421,7 @@ def main():
     params = module.params
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     guard = Guard(params['folder'], runner=CommandRunner(module, 60).as_runner(), lock_timeout=params['lock_timeout'])
-    result = new_result(armed=False, armed_by=None, deadline_at=None, fired=None, last_fired=None, cmd=[])
+    result = new_result(armed=False, armed_by=None, deadline_at=None, lease=None, fired=None, last_fired=None, cmd=[])
     actions = dict(armed=arm, confirmed=confirm, restored=restore, query=lambda *args: None)
 
     def body():

@@ -37,6 +37,7 @@ author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
+  - gpuops.sglang.guard_lease
 attributes:
   check_mode:
     support: full
@@ -184,6 +185,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
     fail,
     new_result,
@@ -224,6 +226,7 @@ ARGUMENT_SPEC = dict(
     patch=dict(type='path'),
     lock_timeout=dict(type='float', default=60.0),
     command_timeout=dict(type='float', default=60.0),
+    guard=GUARD_OPTION,
     stamp=dict(type='path'),
 )
 
@@ -438,6 +441,13 @@ class PatchModule(object):
             fail('byte-compiling in place failed, the originals were restored: %s' % compile_out)
 
     def main(self):
+        lease = Renewer.from_option(None if self.module.check_mode else self.params['guard'], 'sglang_patch')
+        # The package lock's wait, then a handful of bounded commands (discover, dry run, patch, compile).
+        lease.renew(self.params['lock_timeout'] + 5 * self.params['command_timeout'])
+        self._main()
+        lease.done()
+
+    def _main(self):
         self.locate()
         sources = self.lock_and_recover()
         patch = PatchCommand(self.params['patch'] or self.module.get_bin_path('patch', required=True))
@@ -466,7 +476,7 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, mutually_exclusive=[('src', 'content')],
                            required_one_of=[('src', 'content')], supports_check_mode=True)
     run = PatchModule(module)
-    run_module(module, run.result, run.main, finish=run.cleanup)
+    run_module(module, run.result, run.main, errors=(LeaseError,), finish=run.cleanup)
 
 
 if __name__ == '__main__':

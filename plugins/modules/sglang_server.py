@@ -32,6 +32,7 @@ author:
 extends_documentation_fragment:
   - gpuops.sglang.attributes
   - gpuops.sglang.server_api_key
+  - gpuops.sglang.guard_lease
 attributes:
   check_mode:
     support: full
@@ -42,6 +43,32 @@ attributes:
   platform:
     platforms: posix
 options:
+  activate:
+    description:
+      - Files moved into place before the start (O(state=restarted) only, after the stop), each O(activate[].candidate)
+        is copied over its O(activate[].live) file atomically, with O(activate[].mode) and the live file's owner.
+      - In the outage window this is the move of the new configuration, inside the step that renews the rollback
+        guard (O(guard)), rather than one controller round trip per file that cannot renew it.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      candidate:
+        description: The file to put in place.
+        type: path
+        required: true
+      live:
+        description: Where the server reads it.
+        type: path
+        required: true
+      mode:
+        description: Octal mode of the live file afterwards.
+        type: str
+        default: '0644'
+      label:
+        description: What the file is, in messages.
+        type: str
+        default: ''
   state:
     description:
       - V(stopped) stops a running server. V(started) starts it when it does not run (a running, healthy,
@@ -182,6 +209,11 @@ EXAMPLES = r'''
 '''
 
 RETURN = r'''
+activated:
+  description: The live files O(activate) wrote (empty in check mode and for another O(state)).
+  returned: always
+  type: list
+  elements: str
 running:
   description: Whether the server runs at the end (in check mode, now).
   returned: always
@@ -267,12 +299,15 @@ cmd:
   elements: list
 '''
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import mode_and_owner, read_bytes, write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import compile_patterns
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
@@ -297,8 +332,17 @@ ARGUMENT_SPEC = dict(
     drain_timeout=dict(type='float', default=0),
     ready_checks=dict(type='int', default=0),
     generate_probe=dict(type='bool', default=False),
+    guard=GUARD_OPTION,
+    activate=dict(type='list', elements='dict', default=[], options=dict(
+        candidate=dict(type='path', required=True),
+        live=dict(type='path', required=True),
+        mode=dict(type='str', default='0644'),
+        label=dict(type='str', default=''),
+    )),
 )
-ERRORS = (ServerError, CommandError, OSError, ValueError, KeyError)
+# The bound of one systemctl or launch command (CommandRunner's deadline below).
+COMMAND_TIMEOUT = 60
+ERRORS = (ServerError, CommandError, LeaseError, OSError, ValueError, KeyError)
 
 
 def stray_entries(records):
@@ -318,9 +362,15 @@ def report_only(module, server, pid, patterns, result):
         or state == 'restarted' or bool(result['mismatches'])
 
 
-def stop(module, server, pid, patterns, result):
+def stop_bound(params, waits):
+    """Seconds the stop may take: the drain, the command, and SIGTERM's wait then SIGKILL's when it waits."""
+    return params['drain_timeout'] + COMMAND_TIMEOUT + (2 * params['term_timeout'] if waits else 0)
+
+
+def stop(module, server, pid, patterns, result, lease):
     """Drain (drain_timeout), then stop the running server; its stop marker written."""
     params = module.params
+    lease.renew(stop_bound(params, params['wait'] or params['state'] != 'stopped'))
     if params['drain_timeout'] > 0:
         result['drain'] = server.wait_idle(params['drain_timeout'], params['health_interval'])
         if not result['drain']['idle']:
@@ -338,9 +388,24 @@ def stop(module, server, pid, patterns, result):
     result.update(running=False, pid=None)
 
 
-def bring_up(module, server, pid, result):
+def activate(entries, result):
+    """Each candidate over its live file (atomic, the live file's owner kept); the live paths written."""
+    for entry in entries:
+        try:
+            data = read_bytes(entry['candidate'])
+            owner = mode_and_owner(entry['live'])[1] if os.path.exists(entry['live']) else None
+            write_atomic(entry['live'], data, int(entry['mode'], 8), '.gpuops-activate', owner)
+        except (IOError, OSError, ValueError) as exc:
+            fail('cannot put the %s in place (%s -> %s): %s; the server was not started'
+                 % (entry['label'] or 'file', entry['candidate'], entry['live'], to_native(exc)))
+        result['activated'].append(entry['live'])
+
+
+def bring_up(module, server, pid, result, lease):
     """Start the server (or wait for the one that runs) until /health answers 200."""
     params = module.params
+    # The start command; the health wait renews on every poll (server.progress).
+    lease.renew(COMMAND_TIMEOUT)
     if params['state'] == 'started' and pid is not None:
         # Running already (perhaps still loading): wait for it rather than start a second one.
         health = server.wait_healthy(params['health_timeout'], params['health_interval'])
@@ -358,7 +423,7 @@ def bring_up(module, server, pid, result):
              running=result['pid'] is not None)
 
 
-def verify_ready(module, server, begun, result):
+def verify_ready(module, server, begun, result, lease):
     """ready_checks and generate_probe, within what is left of health_timeout."""
     params = module.params
 
@@ -368,6 +433,7 @@ def verify_ready(module, server, begun, result):
     readiness = server.wait_ready(params['ready_checks'], left(), params['health_interval']) \
         if params['ready_checks'] else {'ready': True, 'path': None, 'attempts': 0, 'why': None}
     if readiness['ready'] and params['generate_probe']:
+        lease.renew(left())
         readiness['generate'] = server.generate_once(left())
         readiness['ready'] = readiness['generate']['ok']
         readiness['why'] = readiness['generate']['why']
@@ -376,7 +442,7 @@ def verify_ready(module, server, begun, result):
         fail('the server %s is healthy but not ready: %s' % (params['service_name'], readiness['why']))
 
 
-def manage(module, server, result):
+def manage(module, server, result, lease):
     params = module.params
     state = params['state']
     if params['health_interval'] <= 0 or min(params['health_timeout'], params['term_timeout'],
@@ -390,15 +456,19 @@ def manage(module, server, result):
     if module.check_mode:
         return report_only(module, server, pid, patterns, result)
     if state in ('stopped', 'restarted') and pid is not None:
-        stop(module, server, pid, patterns, result)
+        stop(module, server, pid, patterns, result, lease)
     elif patterns:
         # Nothing of the server runs: every match is a stray.
         result['strays'] = stray_entries(server.strays(patterns, None))
     if state == 'stopped':
+        # `after` is the container kill's, which follows only when the stop found strays.
+        lease.done(handed_over=bool(result['strays']))
         return
+    if state == 'restarted':
+        activate(params['activate'], result)
     # health_timeout bounds everything from here: the start, /health, the ready checks, the probe.
     begun = time.time()
-    bring_up(module, server, pid, result)
+    bring_up(module, server, pid, result, lease)
     if params['expected_server_info'] or params['expected_environment']:
         result['server_info'], result['mismatches'] = server.compare_settings(params['expected_server_info'],
                                                                               params['expected_environment'])
@@ -406,23 +476,26 @@ def manage(module, server, result):
             fail('the server %s reports other settings than wanted: %s'
                  % (params['service_name'], '; '.join(result['mismatches'])))
     if params['ready_checks'] or params['generate_probe']:
-        verify_ready(module, server, begun, result)
+        verify_ready(module, server, begun, result, lease)
+    lease.done()
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    result = new_result(running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
+    result = new_result(activated=[], running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
                         stop_elapsed=None, stopping=[], strays=[], drain=None, readiness=None,
                         started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     server = Server(params['manager'], params['service_name'], params['launch_file'], params['pidfile'],
                     params['log_file'], params['url'], params['term_timeout'],
-                    runner=CommandRunner(module, 60).as_runner())
+                    runner=CommandRunner(module, COMMAND_TIMEOUT).as_runner())
+    lease = Renewer.from_option(None if module.check_mode else params['guard'], 'sglang_server %s' % params['state'])
+    server.progress = lease.tick
 
     def finish(result):
         result['cmd'] = server.commands
-    run_module(module, result, lambda: manage(module, server, result), errors=ERRORS, finish=finish,
+    run_module(module, result, lambda: manage(module, server, result, lease), errors=ERRORS, finish=finish,
                describe=lambda exc: 'sglang_server %s of %s failed: %s'
                % (params['state'], params['service_name'], to_native(exc)))
 

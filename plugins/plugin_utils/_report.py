@@ -200,8 +200,16 @@ def outcome(run, settings):
     if _get(run, 'rollback').get('unreachable'):
         return {'status': 'failed', 'healthy': False, 'downtime_s': None,
                 'reason': '%s; the host could not be reached to roll back: its guard restores the previous server'
-                          ' %s s after the window opened' % (run['failure'], as_text(settings['rollback_deadline']))}
+                          ' %s' % (run['failure'], _guard_acts(settings))}
     return _rolled_back(run)
+
+
+def _guard_acts(settings):
+    """When the guard acts after the run is gone, in the report's words."""
+    if settings.get('rollback_idle'):
+        return ('%s s after its last renewal (sglang_rollback_idle), at the latest %s s after the window opened'
+                % (as_text(settings['rollback_idle']), as_text(settings['rollback_deadline'])))
+    return '%s s after the window opened' % as_text(settings['rollback_deadline'])
 
 
 def report(run, settings):
@@ -216,8 +224,8 @@ def window_open(run, settings, opened_at, guard_dir):
     whole = base(run, settings)
     whole.update(status='failed', healthy=False, reason=(
         'the run stopped inside the outage window; unless it confirmed the new server, the guard on the host restores'
-        ' the previous server %s s after the window opened (%s) and writes its report to %s/fired.json'
-        % (as_text(settings['rollback_deadline']), opened_at, guard_dir)))
+        ' the previous server %s (%s) and writes its report to %s/fired.json'
+        % (_guard_acts(settings), opened_at, guard_dir)))
     return whole
 
 

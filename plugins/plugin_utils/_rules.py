@@ -4,8 +4,9 @@
 """What the preflight refuses that the argument spec cannot say: ranges and relations between variables.
 
 `settings` is the role's variables by name (rendered); `inventory` holds `pve_node`/`pve_vmid` when the
-host defines them and the `proxmox` group. One message per broken rule, in a fixed order; a message never
-holds a key.
+host defines them and the `proxmox` group, and `controller` (when known) what the controller runs with:
+connect_timeout and retries of the connection, forks, the play's strategy, the hosts of the batch. One
+message per broken rule, in a fixed order; a message never holds a key.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -170,6 +171,36 @@ def _deadline_problems(settings):
     ]
 
 
+# Besides the ssh connect: building and sending the next module (AnsiballZ), and a controller slowed by
+# the other hosts' results. Measured on the lab: a module round trip costs 0.5 to 1 s; 30 s is the margin
+# for a controller under load, not a typical value.
+CONTROLLER_SLACK_S = 30.0
+CONTROLLER_DEFAULTS = {'connect_timeout': 10, 'retries': 0, 'forks': None, 'strategy': 'free', 'batch': 1}
+
+
+def renewal_gap(controller):
+    """The longest that may legitimately pass on the controller between two renewals of the guard's lease:
+    an ssh connect with its retries (ControlPersist may have lapsed), then the next module built and sent."""
+    return as_float(controller['connect_timeout']) * (1 + as_int(controller['retries'])) + CONTROLLER_SLACK_S
+
+
+def _lease_problems(settings, controller):
+    controller = dict(CONTROLLER_DEFAULTS, **(controller or {}))
+    idle, gap = as_float(settings['sglang_rollback_idle']), renewal_gap(controller)
+    batch, forks = as_int(controller['batch']), controller['forks']
+    return [
+        ('sglang_rollback_idle (%s s) is shorter than what may pass on the controller between two renewals of the'
+         ' guard (%s s: the connection timeout %s s x (1 + %s retries) + %s s to build and send the next module on a'
+         ' loaded controller); the guard would roll back a run that is alive.'
+         % (as_text(settings['sglang_rollback_idle']), as_text(gap), as_text(controller['connect_timeout']),
+            as_text(controller['retries']), as_text(CONTROLLER_SLACK_S)), idle < gap),
+        ('the batch has %s hosts but forks is %s under the free strategy: a host would wait for a fork as long as'
+         ' another host waits for its server to load, which sglang_rollback_idle does not bound; raise forks'
+         ' (-f) to the batch size or make the batches smaller (redeploy_serial).' % (batch, forks),
+         controller['strategy'] == 'free' and forks is not None and batch > as_int(forks)),
+    ]
+
+
 def variable_problems(settings, inventory):
     """The messages of every broken rule, in the order the preflight has always said them."""
     rules = [('sglang_model_path is empty; set the model the server loads.', len(settings['sglang_model_path']) == 0)]
@@ -177,6 +208,7 @@ def variable_problems(settings, inventory):
     rules += _inventory_problems(settings, inventory)
     rules += _timing_problems(settings) + _size_problems(settings) + _fleet_problems(settings)
     rules += _key_problems(settings) + _deadline_problems(settings)
+    rules += _lease_problems(settings, inventory.get('controller'))
     if as_bool(settings['sglang_perf_gate']):
         rules += _perf_problems(settings)
     return [message for message, broken in rules if broken]

@@ -114,11 +114,11 @@ def test_timeline_draws_each_phase_the_outage_and_health():
 def test_cancel_says_what_to_expect_from_how_far_the_host_got(cut_after, stage):
     records = recorded_run()
     last = max(index for index, record in enumerate(records) if record.get('phase') == cut_after)
-    notice = redeploy.expectations_after_cancel(records[:last + 1], rollback_deadline_s=25)
+    notice = redeploy.expectations_after_cancel(records[:last + 1], rollback_deadline_s=25, rollback_idle_s=20)
     assert notice['gpu2']['stage'] == stage
     if stage == 'in_window':
-        assert 'restores the pre-run files and starts the previous server by itself, 25 s after' in \
-            notice['gpu2']['expect']
+        assert ('restores the pre-run files and starts the previous server by itself, 20 s after the last step'
+                ' renewed its lease, or at the latest 25 s after the window opened') in notice['gpu2']['expect']
 
 
 def test_history_survives_a_restart_and_a_lost_run_is_marked_failed(tmp_path):

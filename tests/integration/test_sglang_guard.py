@@ -228,3 +228,104 @@ def test_a_restore_puts_the_previous_server_back_into_its_router(deployment, tmp
         assert router.urls() == [worker]
     finally:
         router.stop()
+
+
+def guard_option(deployment, run_id):
+    return {'folder': str(deployment.guard_dir), 'run_id': run_id}
+
+
+def test_guard_restores_when_nothing_renews_its_lease_for_the_idle_bound(deployment, tmp_path):
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start')
+    assert not started.failed, started.get('msg')
+    # The deadline is far away: only the idle bound can make the guard act within this test. 8 s leaves
+    # the query below (one ansible run) well inside the lease.
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-1', deadline=600, idle=8), name='arm')
+    assert not armed.failed, armed.get('msg')
+    assert armed['lease']['idle'] == 8 and armed['lease']['renewed_by'] == 'arm the guard'
+    stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                       deployment.server_args(state='stopped', guard=guard_option(deployment, 'run-1')), name='stop')
+    assert not stopped.failed, stopped.get('msg')
+    deployment.module_file.write_bytes(b'# half-patched\n')
+    # The controller is gone after the stop: nothing renews any more.
+    query = run_task(tmp_path, 'gpuops.sglang.sglang_guard', deployment.guard_args(state='query'), name='query')
+    lease = query['lease']
+    assert lease['renewed_by'] == 'sglang_server stopped (done)'
+    assert lease['expires_at'] == lease['renewed_at'] + 8 and lease['acts_at'] == lease['expires_at']
+    assert lease['deadline_at'] == pytest.approx(lease['armed_at'] + 600)
+    wait_for(lambda: (deployment.guard_dir / 'fired.json').exists() and not
+             (deployment.guard_dir / 'state.json').exists(), 8 + 30, 'the guard acting at its idle bound')
+    report = json.loads((deployment.guard_dir / 'fired.json').read_text())
+    assert report['bound'] == 'idle' and report['acted_by'] == 'idle' and report['healthy']
+    assert report['started_at'] >= lease['expires_at'], 'the guard acted before its lease lapsed'
+    assert 'idle bound (8s)' in report['reason']
+    assert health(deployment.port) == 200 and deployment.module_file.read_bytes() == b'# pre-run bytes \xe2\x9c\x93\n'
+    assert not (deployment.guard_dir / 'lease.json').exists()
+    # A step of the run that comes back after the restore changes nothing and says why.
+    late = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                    deployment.server_args(state='stopped', guard=guard_option(deployment, 'run-1')), name='late')
+    assert late.failed and 'the rollback guard of run run-1 is not armed' in late['msg']
+    assert health(deployment.port) == 200
+
+
+def test_a_start_slower_than_the_idle_bound_renews_the_lease_and_is_never_rolled_back(deployment, tmp_path):
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-2', deadline=600, idle=5), name='arm')
+    assert not armed.failed, armed.get('msg')
+    stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                       deployment.server_args(state='stopped', guard=guard_option(deployment, 'run-2')), name='stop')
+    assert not stopped.failed, stopped.get('msg')
+    # The new server "loads its model" for three idle bounds (one ansible run between two steps fits in 5 s): /health answers 503 until then.
+    deployment.write_launch(96, extra=['--warmup', '15'])
+    restarted = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                         deployment.server_args(state='restarted', health_timeout=60,
+                                                guard=guard_option(deployment, 'run-2')), name='restart')
+    assert not restarted.failed, restarted.get('msg')
+    assert restarted['healthy_at'] - restarted['started_at'] >= 15
+    assert not (deployment.guard_dir / 'fired.json').exists()
+    confirmed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                         deployment.guard_args(state='confirmed', run_id='run-2'), name='confirm')
+    assert not confirmed.failed and confirmed['changed'], confirmed.get('msg')
+    assert max_running_requests(deployment.port) == 96
+
+
+def debug_messages(run, task):
+    return [event['event_data']['res'].get('msg') for event in run.events
+            if event.get('event') == 'runner_on_ok' and event['event_data'].get('task') == task]
+
+
+def test_rollback_playbook_needs_a_limit_restores_on_demand_and_guard_status_shows_the_lease(deployment, tmp_path):
+    from helpers.ansible_run import run_playbook
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-9', deadline=900, idle=600), name='arm')
+    assert not armed.failed, armed.get('msg')
+    deployment.write_launch(96)
+    inventory = tmp_path / 'hosts.yml'
+    # The guard folder is sglang_guard_dir/sglang_service_name, as the role names it.
+    inventory.write_text(json.dumps({'gpu': {'hosts': {'tiny': {
+        'ansible_host': '127.0.0.1', 'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
+        'sglang_guard_dir': str(tmp_path), 'sglang_service_name': 'guard'}}}}))
+    status = run_playbook(tmp_path, 'playbooks/guard_status.yml', str(inventory), name='status', cmdline='--check')
+    assert status.rc == 0, status.stdout[-2000:]
+    [shown] = debug_messages(status, 'Show it (host clock, UTC)')
+    assert shown.startswith('armed by run run-9 since ') and 'by arm the guard; idle bound 600.0 s' in shown
+    assert 'unless renewed or confirmed; last restore: none' in shown
+    refused = run_playbook(tmp_path, 'playbooks/rollback.yml', str(inventory), name='no-limit')
+    assert refused.rc != 0 and (deployment.guard_dir / 'state.json').exists()
+    assert any('name them with --limit' in message for message in refused.failure_messages('tiny'))
+    reports = tmp_path / 'reports'
+    reports.mkdir()
+    rolled = run_playbook(tmp_path, 'playbooks/rollback.yml', str(inventory), name='rollback', limit='tiny',
+                          extravars={'sglang_report_dir': str(reports)})
+    assert rolled.rc == 0, rolled.stdout[-2000:]
+    assert debug_messages(rolled, 'Say what the guard did') == [
+        'rolled_back: 1 file(s) restored, the previous server serves again']
+    written = json.loads((reports / 'tiny.rollback.json').read_text())
+    assert written['bound'] == 'on_demand' and written['reason'] == 'rollback on demand' and written['healthy']
+    assert health(deployment.port) == 200 and max_running_requests(deployment.port) == 64
+    again = run_playbook(tmp_path, 'playbooks/rollback.yml', str(inventory), name='again', limit='tiny')
+    assert again.rc == 0 and again.count('changed', 'tiny') == 0
+    assert debug_messages(again, 'Say what the guard did') == [
+        'no guard is armed on this host: nothing to roll back (last restore: rollback on demand)']

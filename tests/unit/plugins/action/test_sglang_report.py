@@ -8,6 +8,7 @@ from ansible_collections.gpuops.sglang.plugins.action.sglang_report import Actio
 
 RUN = {
     'inventory_hostname': 'gpu1', 'sglang_patch_file': '', 'sglang_router_url': '', 'sglang_rollback_deadline': 1800,
+    'sglang_rollback_idle': 90,
     '_sglang_state': {'service_manager': 'systemd', 'healthy': True},
     '_sglang_decision': {'reasons': ['force_restart'], 'redeploy_needed': True, 'patch_state': {}},
     '_sglang_plan': {'paths': {'guard_dir': '/var/lib/gpuops-sglang/sglang'}},
@@ -32,6 +33,7 @@ def test_a_redeployed_host_gets_its_report_written_twice_and_published(run_actio
 def test_a_host_whose_steps_never_ran_is_reported_with_every_key(run_action):
     result = run_action(ActionModule, {'inventory_hostname': 'gpu2', 'sglang_patch_file': '', 'sglang_router_url': '',
                                        'sglang_rollback_deadline': 1800,
+                                       'sglang_rollback_idle': 90,
                                        '_sglang_skip_reason': 'sglang_redeploy_skip is set for this host'},
                         args={'host': 'gpu2'})
     assert result['report']['status'] == 'skipped' and result['report']['healthy'] is None

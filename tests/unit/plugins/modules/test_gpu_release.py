@@ -142,3 +142,18 @@ def test_bad_numbers_are_rejected(run_module, devices, name, value, message):
     result, calls = run_module(gpu_release.main, dict(devices, **{name: value}), smi([]),
                                bin_paths={'nvidia-smi': SMI})
     assert result['failed'] and message in result['msg'] and calls == []
+
+
+def test_a_release_renews_its_guard_and_one_not_its_runs_reads_nothing(run_module, devices, tmp_path):
+    import json
+    guard = tmp_path / 'guard'
+    guard.mkdir()
+    (guard / 'state.json').write_text(json.dumps({'run_id': 'run-1', 'armed_at': 1.0, 'deadline': 9e10, 'idle': 90}))
+    result, calls = run_module(gpu_release.main, dict(devices, guard={'folder': str(guard), 'run_id': 'run-1'}),
+                               smi([IDLE]), bin_paths={'nvidia-smi': SMI})
+    assert not result['failed'], result['msg']
+    assert json.loads((guard / 'lease.json').read_text())['by'] == 'gpu_release (done)'
+    refused, calls = run_module(gpu_release.main, dict(devices, guard={'folder': str(guard), 'run_id': 'run-2'}),
+                                smi([IDLE]), bin_paths={'nvidia-smi': SMI})
+    assert refused['failed'] and 'the rollback guard of run run-2 is not armed' in refused['msg'] and calls == []
+    assert set(refused) >= KEYS

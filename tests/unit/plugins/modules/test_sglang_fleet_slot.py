@@ -32,8 +32,14 @@ class Fleet(object):
         self.responder.route('GET', '/%s/health' % host, status=status)
 
     def router(self, workers):
-        self.responder.route('GET', '/router/workers', json={'workers': [
-            {'id': host, 'url': self.peers[host], 'is_healthy': healthy} for host, healthy in workers]})
+        """workers: (host, is_healthy) as sglang-router 0.3 lists them, or (host, is_healthy, status) as smg does."""
+        listing = []
+        for worker in workers:
+            entry = {'id': worker[0], 'url': self.peers[worker[0]], 'is_healthy': worker[1]}
+            if len(worker) > 2:
+                entry['status'] = worker[2]
+            listing.append(entry)
+        self.responder.route('GET', '/router/workers', json={'workers': listing})
         return self.responder.url + '/router'
 
     def args(self, host, **extra):
@@ -144,10 +150,21 @@ def test_a_host_whose_server_is_down_already_costs_nothing_more(fleet):
 @pytest.mark.parametrize('workers, why', [
     ([('gpu1', True), ('gpu3', True)], 'not in the router'),
     ([('gpu1', True), ('gpu2', False), ('gpu3', True)], 'the router marks it unhealthy'),
+    # smg keeps a worker it drains listed, healthy even, but routes it nothing new.
+    ([('gpu1', True, 'ready'), ('gpu2', True, 'draining'), ('gpu3', True, 'ready')], 'the router is draining it'),
+    ([('gpu1', True, 'ready'), ('gpu2', False, 'draining'), ('gpu3', True, 'ready')], 'the router is draining it'),
+    ([('gpu1', True, 'ready'), ('gpu2', True, 'not_ready'), ('gpu3', True, 'ready')],
+     'the router lists it as not_ready'),
 ])
 def test_the_routers_view_counts_too(fleet, workers, why):
     refused = fleet.acquire('gpu1', router_url=fleet.router(workers))
     assert refused['failed'] and refused['unavailable'] == [{'host': 'gpu2', 'why': why}]
+
+
+def test_smg_ready_workers_are_available(fleet):
+    url = fleet.router([(host, True, 'ready') for host in HOSTS])
+    result = fleet.acquire('gpu1', router_url=url)
+    assert not result['failed'] and result['slot'] is True and result['unavailable'] == []
 
 
 def test_an_unreadable_router_makes_every_peer_count_as_unavailable(fleet):

@@ -21,10 +21,10 @@ from helpers.module_runner import kill_children_naming, processes_naming
 from helpers.simulated import free_port, wait_for
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_server
 
-KEYS = {'changed', 'armed', 'armed_by', 'deadline_at', 'fired', 'last_fired', 'cmd'}
+KEYS = {'changed', 'armed', 'armed_by', 'deadline_at', 'lease', 'fired', 'last_fired', 'cmd'}
 FIRED_KEYS = {'run_id', 'host', 'hostname', 'acted_by', 'status', 'healthy', 'reason', 'restored_files', 'steps',
               'problems', 'timings', 'started_at', 'finished_at', 'healthy_at', 'downtime_s', 'router_readmitted',
-              'router_problem'}
+              'router_problem', 'bound'}
 SYSTEMD = os.path.isdir('/run/systemd/system')
 SYSTEMCTL = 'systemctl'
 
@@ -124,7 +124,9 @@ def running(deployment, run_module):
 
 def assert_watcher_started(deployment, armed):
     if SYSTEMD:
-        assert any(os.path.basename(argv[0]) == 'systemd-run' for argv in armed['cmd']), armed['cmd']
+        runs = [argv for argv in armed['cmd'] if os.path.basename(argv[0]) == 'systemd-run']
+        # A service that polls the lease and the deadline, not a timer at the deadline.
+        assert runs and 'watch' in runs[0] and not any(arg.startswith('--on-active') for arg in runs[0]), armed['cmd']
     else:
         # Popen returns once the watcher's exec began, a moment before /proc shows its new command line.
         wait_for(deployment.watchers, 10, 'the detached watcher naming %s' % deployment.folder)
@@ -203,7 +205,8 @@ def test_confirming_drops_the_guard_and_the_watcher_leaves(run_module, deploymen
     assert deployment.module_file.read_bytes() == b'# the new, verified bytes\n'
     assert not (deployment.folder / 'fired.json').exists()
     if SYSTEMD:
-        assert any(argv[:2] == [SYSTEMCTL, 'stop'] and argv[-1].endswith('.timer') for argv in confirmed['cmd'])
+        # The watcher service sees its guard gone and leaves by itself: nothing is stopped.
+        assert not any(argv[:2] == [SYSTEMCTL, 'stop'] for argv in confirmed['cmd'])
     else:
         # It sees its guard gone at its next look (every half second) and exits: it never acts.
         wait_for(lambda: not deployment.watchers(), 10, 'the watcher leaving')
@@ -374,3 +377,39 @@ def test_a_restore_whose_router_is_gone_still_restores_and_says_why_it_is_not_ba
     assert fired['status'] == 'rolled_back' and fired['router_readmitted'] is False
     assert fired['router_problem'].startswith('GET %s/workers answered nothing' % router_url)
     assert deployment.module_file.read_bytes() == b'# pre-run bytes \xe2\x9c\x93\n'
+
+
+def test_an_arm_with_an_idle_bound_reports_its_lease_and_the_arm_as_the_first_renewal(run_module, deployment):
+    armed = deployment.arm(run_module, 'run-20', idle=90, after=30)
+    lease = armed['lease']
+    assert lease['idle'] == 90 and lease['renewed_by'] == 'arm the guard'
+    # The step after the arm (out of the router) cannot renew: its 30 s come on top of the idle bound.
+    assert lease['expires_at'] == lease['renewed_at'] + 30 + 90
+    assert lease['deadline_at'] == armed['deadline_at'] and lease['acts_at'] == lease['expires_at']
+    assert lease['armed_at'] <= lease['renewed_at']
+    query = deployment.guard(run_module, 'query', check_mode=True)
+    assert query['lease'] == lease and query['changed'] is False
+
+
+def test_an_arm_without_an_idle_bound_acts_only_at_its_deadline(run_module, deployment):
+    armed = deployment.arm(run_module, 'run-21')
+    assert armed['lease']['idle'] is None and armed['lease']['expires_at'] is None
+    assert armed['lease']['acts_at'] == armed['deadline_at']
+    assert not (deployment.folder / 'lease.json').exists()
+
+
+def test_a_negative_idle_bound_is_refused(run_module, deployment):
+    refused = deployment.guard(run_module, 'armed', run_id='run-22', idle=-1)
+    assert refused['failed'] and 'idle must not be negative' in refused['msg'] and not refused['armed']
+
+
+def test_a_rollback_on_demand_says_so_in_its_report(run_module, deployment):
+    deployment.arm(run_module, 'run-23', idle=90)
+    restored = deployment.guard(run_module, 'restored', trigger='on_demand', reason='rollback on demand')
+    assert not restored['failed'], restored['msg']
+    assert restored['fired']['acted_by'] == 'on_demand' and restored['fired']['bound'] == 'on_demand'
+    assert restored['lease'] is None and not (deployment.folder / 'lease.json').exists()
+    # A host without an armed guard: nothing to do, nothing changed.
+    again = deployment.guard(run_module, 'restored', trigger='on_demand', reason='rollback on demand')
+    assert not again['failed'] and again['changed'] is False and again['fired'] is None
+    assert again['last_fired']['bound'] == 'on_demand'

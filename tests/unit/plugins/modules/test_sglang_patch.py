@@ -98,3 +98,13 @@ def test_mode_change_is_refused_not_dropped(run_module, tmp_path):
                                patch_answers(0, 0))
     assert result['failed'] and 'changes a file mode' in result['msg'] and calls == []
     assert set(result) >= KEYS | {'recovered'}
+
+
+def test_a_patch_whose_guard_restored_changes_nothing(run_module, tmp_path):
+    guard = tmp_path / 'guard'
+    guard.mkdir()
+    result, calls = run_module(sglang_patch.main, {'content': DIFF, 'site_packages': site(tmp_path), 'patch': PATCH,
+                                                   'guard': {'folder': str(guard), 'run_id': 'run-1'}},
+                               patch_answers(forward_rc=0, reverse_rc=1), bin_paths={'python3': '/usr/bin/python3'})
+    assert result['failed'] and 'the rollback guard of run run-1 is not armed' in result['msg']
+    assert calls == [] and (tmp_path / 'sglang' / 'mod.py').read_text() == 'x = 1\n'

@@ -17,7 +17,7 @@ from ansible_collections.gpuops.sglang.plugins.modules import sglang_server
 
 TINY_SERVER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))), 'integration', 'files')
-KEYS = {'changed', 'running', 'pid', 'healthy', 'health_attempts', 'stopped_at', 'stop_elapsed', 'stopping',
+KEYS = {'changed', 'activated', 'running', 'pid', 'healthy', 'health_attempts', 'stopped_at', 'stop_elapsed', 'stopping',
         'strays', 'drain', 'readiness', 'started_at', 'healthy_at', 'mismatches', 'server_info', 'cmd'}
 SYSTEMCTL = 'systemctl'
 
@@ -337,3 +337,57 @@ def test_a_stop_whose_systemctl_hangs_fails_rather_than_finding_nothing_to_stop(
     result, calls = run_module(sglang_server.main, systemd_args(tmp_path, http_responder.url, state='stopped'), hung)
     assert result['failed'] and set(result) >= KEYS
     assert 'systemctl' in result['msg']
+
+
+def armed_guard(folder, run_id='run-1', idle=90.0):
+    """A guard's state.json as sglang_guard writes it (the fields the lease reads)."""
+    folder.mkdir()
+    (folder / 'state.json').write_text(json.dumps({'run_id': run_id, 'armed_at': 1000.0, 'deadline': 99999999999.0,
+                                                   'idle': idle}))
+    return {'folder': str(folder), 'run_id': run_id}
+
+
+def test_a_restart_moves_the_candidates_into_place_before_it_starts(run_module, tiny, tmp_path):
+    tiny.start(run_module)
+    live, candidate = tmp_path / 'unit.conf', tmp_path / 'unit.conf.next'
+    live.write_text('old\n')
+    candidate.write_text('new\n')
+    restarted = tiny.run(run_module, state='restarted', activate=[
+        {'candidate': str(candidate), 'live': str(live), 'mode': '0640', 'label': 'systemd unit'}])
+    assert not restarted['failed'], restarted['msg']
+    assert restarted['activated'] == [str(live)] and live.read_text() == 'new\n'
+    assert oct(os.stat(str(live)).st_mode & 0o777) == '0o640' and restarted['healthy'] is True
+
+
+def test_a_candidate_that_is_gone_fails_the_restart_before_anything_starts(run_module, tiny, tmp_path):
+    tiny.start(run_module)
+    restarted = tiny.run(run_module, state='restarted', activate=[
+        {'candidate': str(tmp_path / 'gone.next'), 'live': str(tmp_path / 'launch.conf'), 'label': 'launch configuration'}])
+    assert restarted['failed'] and 'cannot put the launch configuration in place' in restarted['msg']
+    assert 'the server was not started' in restarted['msg'] and set(restarted) >= KEYS
+    assert restarted['activated'] == [] and restarted['running'] is False and tiny.running() == []
+
+
+def test_a_restart_renews_the_guard_while_it_waits_and_hands_over_when_done(run_module, tiny, tmp_path):
+    guard = armed_guard(tmp_path / 'guard')
+    restarted = tiny.run(run_module, state='restarted', guard=dict(guard, after=30))
+    assert not restarted['failed'], restarted['msg']
+    lease = json.loads((tmp_path / 'guard' / 'lease.json').read_text())
+    assert lease['run_id'] == 'run-1' and lease['by'] == 'sglang_server restarted (done)'
+    # The router's admission comes next and cannot renew: its 30 s on top of the idle bound, by the clock alone.
+    assert lease['holder'] is None and lease['expires_at'] == pytest.approx(lease['renewed_at'] + 30 + 90)
+
+
+def test_a_stop_whose_guard_is_another_runs_fails_and_stops_nothing(run_module, tiny, tmp_path):
+    started = tiny.start(run_module)
+    guard = armed_guard(tmp_path / 'guard', run_id='run-0')
+    stopped = tiny.run(run_module, state='stopped', guard=dict(guard, run_id='run-1'))
+    assert stopped['failed'] and 'the rollback guard of run run-1 is not armed' in stopped['msg']
+    assert set(stopped) >= KEYS and alive(started['pid']) and stopped['stopped_at'] is None
+    assert not (tmp_path / 'guard' / 'lease.json').exists()
+
+
+def test_check_mode_never_renews_the_guard(run_module, tiny, tmp_path):
+    guard = armed_guard(tmp_path / 'guard')
+    checked = tiny.run(run_module, check_mode=True, state='restarted', guard=guard)
+    assert not checked['failed'] and not (tmp_path / 'guard' / 'lease.json').exists()

@@ -50,6 +50,16 @@ def test_kill_lines_name_each_process_and_its_last_signal(killed, lines):
     assert _report.kill_lines(killed) == lines
 
 
+def test_window_open_report_says_the_guard_restores_after_the_idle_bound_at_the_latest_by_the_deadline():
+    run, settings = as_the_action_reads(CASES[3])
+    opened = _report.window_open(run, dict(settings, rollback_idle=90), '2026-12-01T12:00:00.000000+00:00',
+                                 '/var/lib/gpuops-sglang/sglang')
+    assert opened['reason'] == (
+        'the run stopped inside the outage window; unless it confirmed the new server, the guard on the host restores'
+        ' the previous server 90 s after its last renewal (sglang_rollback_idle), at the latest 1800 s after the window'
+        ' opened (2026-12-01T12:00:00.000000+00:00) and writes its report to /var/lib/gpuops-sglang/sglang/fired.json')
+
+
 JUDGED = {'verdict': 'fail', 'reason': 'concurrency 16: output tok/s 412.0 -> 137.5 (-66.6%, tolerance 15%)',
           'baseline': 'measure', 'levels': [], 'metrics': {'before': None, 'after': None},
           'elapsed_s': {'before': 3.1, 'after': 9.0}}

@@ -156,3 +156,42 @@ def test_adaptive_tiers_derive_from_the_steps_and_threshold(settings, overrides,
 def test_candidate_steps_read_only_batch_size_keys():
     assert _rules.candidate_steps(dict(TIERS_WITHOUT_3, ema={'candidate_steps': [9]}, x7={'candidate_steps': [7]},
                                        **{'4': {'candidate_steps': ['5']}})) == [0, 1, 2, 5]
+
+
+IDLE_TOO_SHORT = ('sglang_rollback_idle ({idle} s) is shorter than what may pass on the controller between two renewals'
+                  ' of the guard ({gap} s: the connection timeout {timeout} s x (1 + {retries} retries) + 30.0 s to'
+                  ' build and send the next module on a loaded controller); the guard would roll back a run that is'
+                  ' alive.')
+FORKS = ('the batch has {batch} hosts but forks is {forks} under the free strategy: a host would wait for a fork as'
+         ' long as another host waits for its server to load, which sglang_rollback_idle does not bound; raise forks'
+         ' (-f) to the batch size or make the batches smaller (redeploy_serial).')
+
+
+def controller(**keys):
+    found = {'connect_timeout': 10, 'retries': 0, 'forks': 16, 'strategy': 'free', 'batch': 2}
+    found.update(keys)
+    return dict(PVE, controller=found)
+
+
+@pytest.mark.parametrize('idle, inventory, messages', [
+    # The defaults: 10 s x 1 + 30 s = 40 s of gap, well under the 90 s default.
+    (90, controller(), []),
+    (40, controller(), []),
+    (39, controller(), [IDLE_TOO_SHORT.format(idle=39, gap=40.0, timeout=10, retries=0)]),
+    # Retries multiply the connect timeout: 30 x 3 + 30 = 120.
+    (90, controller(connect_timeout=30, retries=2), [IDLE_TOO_SHORT.format(idle=90, gap=120.0, timeout=30, retries=2)]),
+    (120, controller(connect_timeout=30, retries=2), []),
+    ('90', controller(connect_timeout='10'), []),
+    # More hosts than forks under free: a host waits for a fork as long as another's health wait.
+    (90, controller(batch=17, forks=16), [FORKS.format(batch=17, forks=16)]),
+    (90, controller(batch=16, forks=16), []),
+    # Forks bound a batch only under free (linear waits for every host between two steps anyway: docs/guard.md).
+    (90, controller(strategy='linear', batch=17, forks=16), []),
+    # No controller facts (a caller that has none): the connection's defaults, no fork rule.
+    (39, PVE, [IDLE_TOO_SHORT.format(idle=39, gap=40.0, timeout=10, retries=0)]),
+    (90, PVE, []),
+], ids=['default', 'at-the-gap', 'below-the-gap', 'retries', 'retries-covered', 'strings', 'forks-short',
+        'forks-enough', 'linear', 'no-facts-short', 'no-facts'])
+def test_the_idle_bound_must_cover_the_controllers_gap_between_two_renewals(settings, idle, inventory, messages):
+    settings['sglang_rollback_idle'] = idle
+    assert _rules.variable_problems(settings, inventory) == messages
