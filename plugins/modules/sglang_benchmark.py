@@ -28,6 +28,7 @@ author:
 extends_documentation_fragment:
   - gpuops.sglang.attributes
   - gpuops.sglang.server_api_key
+  - gpuops.sglang.guard_lease
 attributes:
   check_mode:
     support: full
@@ -173,6 +174,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, require_positive, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, launch_api_key
 from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark import run_benchmark
@@ -188,12 +190,19 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type='float', default=60),
     read_metrics=dict(type='bool', default=True),
     drain_timeout=dict(type='float', default=0),
+    guard=GUARD_OPTION,
 )
 
 
-def drain(params):
+def bound(params):
+    """The longest the benchmark may take: the drain, each level's timeout, the /metrics read."""
+    return params['drain_timeout'] + len(params['levels']) * params['timeout'] + 10
+
+
+def drain(params, lease):
     """Wait until the server holds no request (only its HTTP side is used: nothing is started or stopped)."""
     server = Server('detached', 'sglang', params['launch_file'] or os.devnull, os.devnull, os.devnull, params['url'])
+    server.progress = lease.tick
     return server.wait_idle(params['drain_timeout'])
 
 
@@ -202,7 +211,7 @@ def level_line(level):
         level['concurrency'], level['output_tok_s'], level['errors'], ' (timed out)' if level['timed_out'] else '')
 
 
-def measure(module, result):
+def measure(module, result, lease):
     params = module.params
     for name in ('requests', 'max_new_tokens', 'timeout'):
         require_positive(params, name)
@@ -211,16 +220,20 @@ def measure(module, result):
     if module.check_mode:
         result['msg'] = 'check mode: nothing was measured (a benchmark is load on the server)'
         return
+    # Inside the window the guard's lease is held for the whole bounded benchmark, and renewed while it runs.
+    lease.renew(bound(params))
     if params['drain_timeout'] > 0:
-        result['drain'] = drain(params)
+        result['drain'] = drain(params, lease)
     api_key = launch_api_key(params['launch_file']) if params['launch_file'] else None
     try:
         found = run_benchmark(params['url'], params['levels'], params['requests'], params['max_new_tokens'],
                               params['prompt'], params['timeout'], api_key=api_key,
-                              read_metrics=params['read_metrics'])
+                              read_metrics=params['read_metrics'],
+                              on_progress=lambda: lease.tick(bound(params)))
     except (OSError, ValueError, RuntimeError) as exc:
         fail('benchmarking the server at %s failed: %s' % (params['url'], to_native(exc)))
     result.update(measured=True, levels=found['levels'], metrics=found['metrics'], elapsed_s=found['elapsed_s'])
+    lease.done()
     result['msg'] = 'measured %s: %s' % (params['url'], ', '.join(level_line(level) for level in found['levels']))
 
 
@@ -228,7 +241,9 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     # msg is set by measure() on success, by the failure otherwise.
     result = new_result(measured=False, levels=[], metrics=None, elapsed_s=0.0, drain=None)
-    run_module(module, result, lambda: measure(module, result))
+    lease = Renewer.from_option(None if module.check_mode else module.params['guard'], 'sglang_benchmark')
+    # LeaseError: the guard restored while this ran; its message says so.
+    run_module(module, result, lambda: measure(module, result, lease), errors=(LeaseError,))
 
 
 if __name__ == '__main__':

@@ -6,6 +6,7 @@ import pytest
 
 from helpers.http_responder import Reply, http_responder  # noqa: F401  (the fixture)
 from helpers.module_runner import run_module  # noqa: F401  (the fixture)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lease import read_lease
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_benchmark
 
 KEYS = {'changed', 'measured', 'levels', 'metrics', 'elapsed_s', 'drain', 'msg'}
@@ -104,3 +105,20 @@ def test_bad_arguments_fail_with_a_clear_message(run_module, http_responder, arg
     assert result['failed'] and result['msg'] == msg
     assert set(result) - {'failed'} == KEYS
     assert http_responder.requests == []
+
+
+def test_inside_the_window_the_benchmark_renews_the_guards_lease(run_module, http_responder, tmp_path):
+    http_responder.route('POST', '/generate', body=sse(2))
+    folder = tmp_path / 'guard'
+    folder.mkdir()
+    (folder / 'state.json').write_text(json.dumps({'run_id': 'run-1', 'armed_at': 1.0, 'deadline': 9e10, 'idle': 90}))
+    args = dict(url=http_responder.url, levels=[1, 2], requests=2, timeout=30, read_metrics=False,
+                guard={'folder': str(folder), 'run_id': 'run-1', 'after': 40})
+    result, dummy = run_module(sglang_benchmark.main, args, no_commands)
+    assert not result['failed'] and result['measured'] is True
+    assert read_lease(str(folder))['by'] == 'sglang_benchmark (done)'
+    # A guard that is not this run's any more (it restored): nothing is measured, the message says why.
+    refused, dummy = run_module(sglang_benchmark.main, dict(args, guard={'folder': str(folder), 'run_id': 'run-2'}),
+                                no_commands)
+    assert refused['failed'] and 'the rollback guard of run run-2 is not armed' in refused['msg']
+    assert refused['measured'] is False and len(http_responder.requests_to('POST', '/generate')) == 4
