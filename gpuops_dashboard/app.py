@@ -8,6 +8,7 @@
     POST /api/redeploys/{id}/cancel      Bearer token; what to expect on each host
     GET  /api/redeploys/{id}/events      server-sent events: one `progress` per record, then `end`
     GET  /api/redeploys/{id}/timeline.svg  the run as a per-host timeline
+    GET  /api/redeploys/{id}/performance.svg  the performance gate's before/after per host (204: none measured)
 
 Reads are open (the app listens on 127.0.0.1); whatever acts on hosts needs the token.
 """
@@ -27,6 +28,7 @@ from gpuops_dashboard import redeploy as _redeploy
 from gpuops_dashboard.inventory import HostDirectory
 from gpuops_dashboard.phases import current_phase
 from gpuops_dashboard.store import Store
+from gpuops_dashboard import performance
 from gpuops_dashboard.timeline import render
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
@@ -148,6 +150,12 @@ def create_app(inventory, db_path, runs_dir, token):
         svg = render(dashboard.store.records(run_id), described.get('hosts') or {},
                      title='redeploy %s: %s' % (run_id, described['status']))
         return Response(svg, media_type='image/svg+xml')
+
+    @app.get('/api/redeploys/{run_id}/performance.svg')
+    def performance_chart(run_id: str):
+        described = dashboard.describe(run_id)
+        svg = performance.render(described.get('hosts') or {}, title='redeploy %s' % run_id)
+        return Response(svg, media_type='image/svg+xml') if svg else Response(status_code=204)
 
     @app.get('/api/redeploys/{run_id}/events')
     async def events(run_id: str, request: Request, after: int = 0):

@@ -12,7 +12,7 @@ from gpuops_dashboard.phases import PHASE_LABELS, WINDOW_PHASES, host_phases
 COLOURS = {
     'preflight': '#9aa5b1', 'takeover': '#b08968', 'prepare': '#7b8794', 'arm': '#6c5ce7',
     'stop': '#e17055', 'kill': '#d63031', 'gpu_release': '#fdcb6e', 'patch': '#0984e3',
-    'configure': '#74b9ff', 'start': '#00b894', 'slot': '#cbd2d9', 'router_out': '#fab1a0', 'router_in': '#55efc4', 'confirm': '#2d6a4f', 'rollback': '#c0392b', 'report': '#b2bec3',
+    'configure': '#74b9ff', 'start': '#00b894', 'slot': '#cbd2d9', 'router_out': '#fab1a0', 'router_in': '#55efc4', 'perf_before': '#a29bfe', 'perf_after': '#6c5ce7', 'confirm': '#2d6a4f', 'rollback': '#c0392b', 'report': '#b2bec3',
 }
 STATUS_COLOURS = {'redeployed': '#2d6a4f', 'unchanged': '#52606d', 'skipped': '#52606d', 'rolled_back': '#c0392b', 'failed': '#c0392b'}
 # The host measures these itself (report phases_s); the events' bars include Ansible's round trips.

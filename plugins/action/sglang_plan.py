@@ -20,7 +20,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _rollout, _rules
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _performance, _rollout, _rules
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, rendered
 
@@ -78,6 +78,8 @@ class ActionModule(ActionBase):
             contents=dict((entry['label'], entry['content']) for entry in files),
             files=[dict((key, value) for key, value in entry.items() if key != 'content') for entry in files],
             peers=_rollout.peer_urls(settings['sglang_fleet_hosts'], self._inventory_vars(task_vars)),
+            perf_levels=_performance.levels_to_measure(settings['sglang_perf_levels'],
+                                                       settings['sglang_dynamic_spec_batch_size_threshold']),
         )
         # The rendered files hold the keys or the secret environment: Ansible censors this result wherever it
         # would show it. A refused plan (above) carries no file, so its messages are always shown.

@@ -36,10 +36,10 @@ RESULTS = {
     'takeover': '_sglang_takeover', 'gpu_probe': '_sglang_gpu_probe', 'after_failure': '_sglang_after_failure',
     'state': '_sglang_state', 'failure': '_sglang_failure', 'run_id': '_sglang_run_id',
     'window_opened': '_sglang_window_opened', 'skip_reason': '_sglang_skip_reason', 'decision': '_sglang_decision',
-    'plan': '_sglang_plan',
+    'plan': '_sglang_plan', 'performance': '_sglang_performance',
 }
 SETTINGS = ('sglang_patch_file', 'sglang_router_url', 'sglang_rollback_deadline', 'sglang_rollback_idle',
-            'inventory_hostname')
+            'inventory_hostname', 'sglang_perf_gate')
 
 
 def write_report(folder, host, report):
@@ -91,7 +91,8 @@ class ActionModule(ActionBase):
 
     def _build(self, stage, task_vars):
         found = rendered(self._templar, task_vars, list(RESULTS.values()) + list(SETTINGS),
-                         dict((name, None) for name in RESULTS.values()))
+                         # A play from before the gate (no sglang_perf_gate) reports it off.
+                         dict([(name, None) for name in RESULTS.values()] + [('sglang_perf_gate', False)]))
         run = dict((key, found[name]) for key, name in RESULTS.items())
         decision, state = run.pop('decision') or {}, run['state'] or {}
         plan = run.pop('plan') or {}
@@ -100,7 +101,7 @@ class ActionModule(ActionBase):
                    patch_state=decision.get('patch_state', {}))
         settings = {'host': found['inventory_hostname'], 'patch_file': found['sglang_patch_file'],
                     'router_url': found['sglang_router_url'], 'rollback_deadline': found['sglang_rollback_deadline'],
-                    'rollback_idle': found['sglang_rollback_idle']}
+                    'rollback_idle': found['sglang_rollback_idle'], 'perf_gate': found['sglang_perf_gate']}
         if stage == 'opened':
             opened_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
             return _report.window_open(run, settings, opened_at, plan['paths']['guard_dir'])

@@ -48,12 +48,17 @@ REPORTS_KEY = 'sglang_redeploy'
 
 
 def report_line(host, report):
-    """One line for a host's redeploy report: 'gpu1: redeployed, healthy, downtime 3.05 s: why'."""
+    """One line for a host's redeploy report: 'gpu1: redeployed, healthy, downtime 3.05 s: why' (and the
+    performance gate's verdict, when it judged the run)."""
     words = [str(report.get('status', 'unknown'))]
     if report.get('healthy') is not None:
         words.append('healthy' if report['healthy'] else 'NOT healthy')
     if report.get('downtime_s'):
         words.append('downtime %s s' % report['downtime_s'])
+    # The performance gate's verdict when it judged this run (its reason names a regressed level).
+    verdict = (report.get('performance') or {}).get('verdict')
+    if verdict in ('pass', 'fail'):
+        words.append('performance gate %s' % ('passed' if verdict == 'pass' else 'FAILED'))
     line = '%s: %s' % (host, ', '.join(words))
     return '%s: %s' % (line, report['reason']) if report.get('reason') else line
 

@@ -5,9 +5,9 @@
 
 `run` maps short names to the role's registered results and notes (missing: the step never ran):
 stop, killed, released, started, patched, patch_state, router_before, router_removed, router_readmitted,
-rollback, slot, takeover, gpu_probe, after_failure, state; failure, skip_reason, reasons, redeploy_needed,
-window_opened, run_id, manager, check_mode. `settings` holds host, patch_file, router_url and
-rollback_deadline. Every report has the same keys, whatever happened; the dashboard and the tests read
+rollback, slot, takeover, gpu_probe, after_failure, state, performance; failure, skip_reason, reasons,
+redeploy_needed, window_opened, run_id, manager, check_mode. `settings` holds host, patch_file, router_url,
+rollback_deadline and perf_gate. Every report has the same keys, whatever happened; the dashboard and the tests read
 the messages, so they stay word for word.
 """
 
@@ -17,7 +17,8 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
 
 SLOT_KEYS = ('slot', 'waited_s', 'held_by', 'unavailable')
 
@@ -108,6 +109,22 @@ def router_block(run, router_url):
     }
 
 
+def performance(run, settings):
+    """The gate's verdict (sglang_performance's block), or why this run has none: same keys every run."""
+    judged = _get(run, 'performance').get('performance')
+    if judged is not None:
+        return judged
+    if run.get('skip_reason'):
+        why = 'the host was left alone'
+    elif run.get('check_mode'):
+        why = 'check mode: nothing was measured'
+    elif not run.get('redeploy_needed'):
+        why = 'nothing was redeployed'
+    else:
+        why = 'the run stopped before the new server was measured'
+    return _performance.unjudged(as_bool(settings.get('perf_gate')), why)
+
+
 def base(run, settings):
     """The keys every report has; outcome() fills in status, healthy, reason, downtime_s (and rollback)."""
     released, patch = _get(run, 'released'), _get(run, 'patch_state')
@@ -124,7 +141,7 @@ def base(run, settings):
         'patch_sha256': patch.get('patch_sha256', ''), 'sglang_version': patch.get('sglang_version', ''),
         'rollback': None, 'router': router_block(run, settings['router_url']),
         'fleet_slot': dict((key, value) for key, value in _get(run, 'slot').items() if key in SLOT_KEYS),
-        'takeover': _get(run, 'takeover').get('fired'),
+        'takeover': _get(run, 'takeover').get('fired'), 'performance': performance(run, settings),
     }
 
 

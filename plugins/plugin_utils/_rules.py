@@ -16,6 +16,7 @@ __metaclass__ = type
 import re
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
 
 KEY_PATTERN = re.compile(r'^[!-~]*$')
 SECRET_FLAG = re.compile(r'--(admin-api-key|api-key|config)(=|$)')
@@ -49,11 +50,16 @@ def candidate_steps(tiers):
 
 
 def window_budget(settings):
-    """How long the outage window may last: 2 x term + GPU release + health (+ drain + 2 x router with a router)."""
+    """How long the outage window may last: 2 x term + GPU release + health (+ drain + 2 x router with a router,
+    + two benchmarks with the performance gate)."""
     budget = (2 * as_float(settings['sglang_term_timeout']) + as_float(settings['sglang_gpu_release_timeout'])
               + as_float(settings['sglang_health_timeout']))
     if settings['sglang_router_url']:
         budget += as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])
+    if as_bool(settings['sglang_perf_gate']):
+        # The baseline and the candidate are benchmarked inside the window, each level within the timeout.
+        levels = levels_to_measure(settings['sglang_perf_levels'], settings['sglang_dynamic_spec_batch_size_threshold'])
+        budget += 2 * len(levels) * as_float(settings['sglang_perf_timeout'])
     return budget
 
 
@@ -135,13 +141,32 @@ def _key_problems(settings):
     ]
 
 
+def _perf_problems(settings):
+    levels = [as_int(level) for level in settings['sglang_perf_levels'] or []]
+    highest = max(levels or [1, 2 * as_int(settings['sglang_dynamic_spec_batch_size_threshold'])])
+    return [
+        ('sglang_perf_levels must be positive concurrencies, sglang_perf_requests at least the highest level (%d),'
+         ' sglang_perf_max_new_tokens and sglang_perf_timeout positive.' % highest,
+         any(level <= 0 for level in levels) or as_int(settings['sglang_perf_requests']) < highest
+         or as_int(settings['sglang_perf_max_new_tokens']) <= 0 or as_float(settings['sglang_perf_timeout']) <= 0),
+        ('sglang_perf_throughput_tolerance must be within 0 to 1, sglang_perf_itl_tolerance not negative'
+         ' (fractions of the baseline).',
+         not 0 <= as_float(settings['sglang_perf_throughput_tolerance']) < 1
+         or as_float(settings['sglang_perf_itl_tolerance']) < 0),
+        ('sglang_perf_baseline must be measure or stored; stored reads the last report in sglang_report_dir, which'
+         ' is empty.', settings['sglang_perf_baseline'] not in ('measure', 'stored')
+         or (settings['sglang_perf_baseline'] == 'stored' and len(settings['sglang_report_dir']) == 0)),
+    ]
+
+
 def _deadline_problems(settings):
     budget = window_budget(settings)
     return [
         ('sglang_rollback_deadline (%s s) is shorter than the outage window may last (%s s: 2 x sglang_term_timeout'
          ' + sglang_gpu_release_timeout + sglang_health_timeout%s); the guard would roll back a server that is still'
          ' loading.' % (as_text(settings['sglang_rollback_deadline']), as_text(budget),
-                        ' + sglang_drain_timeout + 2 x sglang_router_timeout' if settings['sglang_router_url'] else ''),
+                        (' + sglang_drain_timeout + 2 x sglang_router_timeout' if settings['sglang_router_url'] else '')
+                        + (' + 2 x levels x sglang_perf_timeout' if as_bool(settings['sglang_perf_gate']) else '')),
          as_float(settings['sglang_rollback_deadline']) < budget),
     ]
 
@@ -184,4 +209,6 @@ def variable_problems(settings, inventory):
     rules += _timing_problems(settings) + _size_problems(settings) + _fleet_problems(settings)
     rules += _key_problems(settings) + _deadline_problems(settings)
     rules += _lease_problems(settings, inventory.get('controller'))
+    if as_bool(settings['sglang_perf_gate']):
+        rules += _perf_problems(settings)
     return [message for message, broken in rules if broken]

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 import yaml
 
-from gpuops_dashboard import phases, redeploy, store, timeline
+from gpuops_dashboard import performance, phases, redeploy, store, timeline
 from helpers.dashboard_http import post
 
 REPO = redeploy.REPO
@@ -150,3 +150,52 @@ def test_requests_that_act_need_the_token(dashboard_offline, token):
     # Nothing was started.
     with urllib.request.urlopen(dashboard_offline.url + '/api/redeploys', timeout=10) as response:
         assert json.load(response)['redeploys'] == []
+
+
+def gate_block(verdict, reason, after_tok_s):
+    return {'verdict': verdict, 'reason': reason, 'baseline': 'measure',
+            'levels': [{'concurrency': level,
+                        'before': {'output_tok_s': 40.0 * level, 'ttft_p95_s': 0.05, 'itl_p95_s': 0.025, 'errors': 0},
+                        'after': {'output_tok_s': after_tok_s * level, 'ttft_p95_s': 0.05, 'itl_p95_s': 0.075,
+                                  'errors': 0}} for level in (1, 16)],
+            'metrics': {'before': None, 'after': None}, 'elapsed_s': {'before': 3.0, 'after': 6.0}}
+
+
+GATED_RUN = {
+    'gpu1': {'status': 'redeployed', 'performance': gate_block('pass', 'within the tolerances', 39.0)},
+    'gpu2': {'status': 'rolled_back', 'performance': gate_block(
+        'fail', 'concurrency 16: output tok/s 640.0 -> 208.0 (-67.5%, tolerance 15%) <&>', 13.0)},
+    'gpu3': {'status': 'unchanged', 'performance': dict(gate_block('skipped', 'nothing was redeployed', 0), levels=[])},
+}
+
+
+def test_the_performance_chart_shows_before_and_after_per_measured_host():
+    svg = performance.render(GATED_RUN, title='redeploy <2>')
+    assert re.findall(r'class="host-performance" data-host="(\w+)" data-verdict="(\w+)"', svg) == [
+        ('gpu1', 'pass'), ('gpu2', 'fail')]
+    # A pair of bars per level and host, with the figures in their tooltips.
+    assert svg.count('class="bar"') == 8
+    assert 'concurrency 16 before: 640.0 output tok/s' in svg and 'concurrency 16 after: 208.0 output tok/s' in svg
+    assert 'ITL p95 25/75 ms' in svg
+    # Every text escaped.
+    assert '&lt;&amp;&gt;' in svg and 'redeploy &lt;2&gt;' in svg and '<&>' not in svg
+
+
+def test_no_chart_when_no_host_was_measured():
+    assert performance.render({'gpu3': GATED_RUN['gpu3'], 'gpu4': {'status': 'failed'}}) == ''
+    assert performance.render({}) == ''
+
+
+def test_the_performance_chart_is_served_for_a_finished_run(serve):
+    served = serve()
+    stored = store.Store(os.path.join(served.state_dir, 'dashboard.sqlite3'))
+    stored.add_run('gated', 'inventory/lab', None, {}, 1.0)
+    stored.finish_run('gated', 'failed', 2.0, GATED_RUN)
+    stored.add_run('plain', 'inventory/lab', None, {}, 3.0)
+    stored.finish_run('plain', 'successful', 4.0, {'gpu3': GATED_RUN['gpu3']})
+    stored.close()
+    with urllib.request.urlopen(served.url + '/api/redeploys/gated/performance.svg', timeout=10) as response:
+        assert response.status == 200 and response.headers['Content-Type'].startswith('image/svg+xml')
+        assert 'data-host="gpu2" data-verdict="fail"' in response.read().decode()
+    with urllib.request.urlopen(served.url + '/api/redeploys/plain/performance.svg', timeout=10) as response:
+        assert response.status == 204

@@ -88,3 +88,12 @@ def test_a_plan_without_secrets_is_shown_and_a_refused_one_always(run_action):
     refused = run_action(ActionModule, host_vars(sglang_api_key='k3y', sglang_model_path=''))
     assert refused['failed'] and 'sglang_model_path is empty' in refused['msg']
     assert not refused.get('_ansible_no_log') and 'contents' not in refused and 'k3y' not in repr(refused)
+
+
+@pytest.mark.parametrize('overrides, levels', [
+    ({}, [1, 16]),
+    ({'sglang_dynamic_spec_batch_size_threshold': trust_as_template('{{ 2 + 2 }}')}, [1, 8]),
+    ({'sglang_perf_levels': [32, 1, 4]}, [1, 4, 32]),
+])
+def test_the_performance_gate_levels_default_to_1_and_twice_the_threshold(run_action, overrides, levels):
+    assert run_action(ActionModule, host_vars(**overrides))['perf_levels'] == levels

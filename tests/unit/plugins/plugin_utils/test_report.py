@@ -58,3 +58,25 @@ def test_window_open_report_says_the_guard_restores_after_the_idle_bound_at_the_
         'the run stopped inside the outage window; unless it confirmed the new server, the guard on the host restores'
         ' the previous server 90 s after its last renewal (sglang_rollback_idle), at the latest 1800 s after the window'
         ' opened (2026-12-01T12:00:00.000000+00:00) and writes its report to /var/lib/gpuops-sglang/sglang/fired.json')
+
+
+JUDGED = {'verdict': 'fail', 'reason': 'concurrency 16: output tok/s 412.0 -> 137.5 (-66.6%, tolerance 15%)',
+          'baseline': 'measure', 'levels': [], 'metrics': {'before': None, 'after': None},
+          'elapsed_s': {'before': 3.1, 'after': 9.0}}
+
+
+@pytest.mark.parametrize('run, gate, verdict, reason', [
+    ({'performance': {'failed': True, 'performance': JUDGED}, 'failure': 'x', 'window_opened': True,
+      'redeploy_needed': True}, True, 'fail', JUDGED['reason']),
+    ({'redeploy_needed': True, 'window_opened': True}, False, 'skipped', 'the performance gate is off (sglang_perf_gate)'),
+    ({'skip_reason': 'rollout stopped: the canary gpu1 failed'}, True, 'skipped', 'the host was left alone'),
+    ({'redeploy_needed': False}, True, 'skipped', 'nothing was redeployed'),
+    ({'redeploy_needed': True, 'check_mode': True}, True, 'skipped', 'check mode: nothing was measured'),
+    # The window's reset ({}), then a failure before the candidate's verdict.
+    ({'redeploy_needed': True, 'window_opened': True, 'failure': 'Release the GPUs: busy', 'performance': {}}, True,
+     'skipped', 'the run stopped before the new server was measured'),
+], ids=['judged', 'gate-off', 'left-alone', 'no-op', 'check-mode', 'failed-before-the-candidate'])
+def test_every_report_says_the_gates_verdict_or_why_there_is_none(run, gate, verdict, reason):
+    found = _report.report(run, dict(SETTINGS, perf_gate=gate))['performance']
+    assert (found['verdict'], found['reason']) == (verdict, reason)
+    assert set(found) == set(JUDGED)

@@ -18,6 +18,13 @@ KEYS = ('sglang_api_key and sglang_admin_api_key must be printable ASCII without
 SECRET_ARGS = ('sglang_extra_args must not carry --api-key, --admin-api-key or --config (every local user reads'
                ' arguments in /proc/PID/cmdline): set sglang_api_key and sglang_admin_api_key, which the role hands'
                ' over in a 0600 file.')
+GATE = {'sglang_perf_gate': True}
+PERF_SIZES = ('sglang_perf_levels must be positive concurrencies, sglang_perf_requests at least the highest level (%d),'
+              ' sglang_perf_max_new_tokens and sglang_perf_timeout positive.')
+PERF_TOLERANCES = ('sglang_perf_throughput_tolerance must be within 0 to 1, sglang_perf_itl_tolerance not negative'
+                   ' (fractions of the baseline).')
+PERF_BASELINE = ('sglang_perf_baseline must be measure or stored; stored reads the last report in sglang_report_dir,'
+                 ' which is empty.')
 PATTERNS = ('sglang_kill_patterns must list at least one pattern, and no empty one (an empty pattern matches every'
             ' process).')
 
@@ -29,8 +36,12 @@ PATTERNS = ('sglang_kill_patterns must list at least one pattern, and no empty o
     # The env mode never reads the tiers.
     {'sglang_dynamic_spec_adaptive_config': TIERS_WITHOUT_3},
     {'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_rollback_deadline': 1680},
+    dict(GATE, sglang_perf_levels=[1, 4, 32], sglang_perf_requests='32', sglang_rollback_deadline=1380),
+    dict(GATE, sglang_router_url='http://127.0.0.1:30080'),
+    dict(GATE, sglang_perf_baseline='stored', sglang_report_dir='/var/lib/reports'),
+    {'sglang_perf_requests': 0, 'sglang_perf_throughput_tolerance': 2, 'sglang_perf_baseline': 'stored'},
 ], ids=['env', 'adaptive', 'adaptive-5-steps', 'no-speculation', 'strings-from-extra-vars', 'env-ignores-tiers',
-        'router-budget-just-fits'])
+        'router-budget-just-fits', 'perf-gate', 'perf-gate-behind-a-router-fits-the-default-deadline', 'perf-gate-stored', 'perf-gate-off-ignores-its-values'])
 def test_consistent_settings_pass(settings, overrides):
     settings.update(overrides)
     assert _rules.variable_problems(settings, PVE) == []
@@ -86,6 +97,20 @@ def test_consistent_settings_pass(settings, overrides):
      'sglang_rollback_deadline (1300 s) is shorter than the outage window may last (1380.0 s: 2 x sglang_term_timeout'
      ' + sglang_gpu_release_timeout + sglang_health_timeout + sglang_drain_timeout + 2 x sglang_router_timeout);'
      ' the guard would roll back a server that is still loading.'),
+    (dict(GATE, sglang_perf_levels=[1, 0]), PVE, PERF_SIZES % 1),
+    (dict(GATE, sglang_perf_requests=15), PVE, PERF_SIZES % 16),
+    (dict(GATE, sglang_perf_levels=[64]), PVE, PERF_SIZES % 64),
+    (dict(GATE, sglang_perf_max_new_tokens=0), PVE, PERF_SIZES % 16),
+    (dict(GATE, sglang_perf_timeout='0'), PVE, PERF_SIZES % 16),
+    (dict(GATE, sglang_perf_throughput_tolerance=1), PVE, PERF_TOLERANCES),
+    (dict(GATE, sglang_perf_throughput_tolerance=-0.1), PVE, PERF_TOLERANCES),
+    (dict(GATE, sglang_perf_itl_tolerance=-0.1), PVE, PERF_TOLERANCES),
+    (dict(GATE, sglang_perf_baseline='stored'), PVE, PERF_BASELINE),
+    (dict(GATE, sglang_perf_baseline='last'), PVE, PERF_BASELINE),
+    (dict(GATE, sglang_rollback_deadline=1200), PVE,
+     'sglang_rollback_deadline (1200 s) is shorter than the outage window may last (1260.0 s: 2 x sglang_term_timeout'
+     ' + sglang_gpu_release_timeout + sglang_health_timeout + 2 x levels x sglang_perf_timeout); the guard would roll'
+     ' back a server that is still loading.'),
 ])
 def test_each_broken_rule_says_its_message(settings, overrides, inventory, message):
     settings.update(overrides)
@@ -108,8 +133,10 @@ def test_every_broken_rule_is_said_once_in_the_preflight_order(settings):
 @pytest.mark.parametrize('overrides, budget', [
     ({}, 1020.0),
     ({'sglang_router_url': 'http://router:30080'}, 1380.0),
+    ({'sglang_perf_gate': 'true', 'sglang_perf_timeout': 60}, 1260.0),
+    ({'sglang_perf_gate': True, 'sglang_perf_levels': [1, 2, 4], 'sglang_perf_timeout': '10'}, 1080.0),
     ({'sglang_term_timeout': '10', 'sglang_gpu_release_timeout': 5, 'sglang_health_timeout': 60.5}, 85.5),
-], ids=['defaults', 'with-router', 'strings'])
+], ids=['defaults', 'with-router', 'with-perf-gate', 'with-perf-gate-3-levels', 'strings'])
 def test_window_budget_adds_every_wait_of_the_outage(settings, overrides, budget):
     settings.update(overrides)
     assert _rules.window_budget(settings) == budget
