@@ -38,7 +38,7 @@ def http_request(method, url, timeout, body=None, headers=None, ssl_context=None
         body = json.dumps(body).encode('utf-8')
         headers.setdefault('Content-Type', 'application/json')
     try:
-        connection = _connection(parts, timeout, ssl_context)
+        connection = open_connection(parts, timeout, ssl_context)
         try:
             connection.request(method, (parts.path or '/') + ('?' + parts.query if parts.query else ''),
                                body=body, headers=headers)
@@ -50,7 +50,8 @@ def http_request(method, url, timeout, body=None, headers=None, ssl_context=None
         return NO_ANSWER, str(exc).encode('utf-8', 'replace')
 
 
-def _connection(parts, timeout, ssl_context):
+def open_connection(parts, timeout, ssl_context=None):
+    """An unopened http.client connection for a urlsplit() URL: TLS for https, plain for http, else ValueError."""
     if parts.scheme == 'https':
         return HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout,
                                context=ssl_context or ssl.create_default_context())

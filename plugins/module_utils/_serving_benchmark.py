@@ -30,13 +30,13 @@ import math
 import threading
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import bearer, http_request
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import bearer, http_request, open_connection
 
 try:  # Python 3
-    from http.client import HTTPConnection, HTTPException
+    from http.client import HTTPException
     from urllib.parse import urlsplit
 except ImportError:  # pragma: no cover - Python 2 targets are not supported
-    HTTPConnection = HTTPException = urlsplit = None
+    HTTPException = urlsplit = None
 
 # SGLang's Prometheus names (--enable-metrics) and the keys run_benchmark reports them under.
 METRICS = (('sglang:gen_throughput', 'gen_throughput'), ('sglang:spec_accept_length', 'spec_accept_length'))
@@ -163,8 +163,9 @@ def stream_request(base_url, body, api_key, deadline, clock):
     parts = urlsplit(base_url)
     arrivals, sent, finished, error = [], clock(), False, None
     headers = dict(bearer(api_key), **{'Content-Type': 'application/json', 'Accept': 'text/event-stream'})
-    connection = HTTPConnection(parts.hostname, parts.port or 80, timeout=max(MIN_READ_S, deadline - clock()))
+    connection = None
     try:
+        connection = open_connection(parts, max(MIN_READ_S, deadline - clock()))
         connection.request('POST', parts.path.rstrip('/') + '/generate', body=body, headers=headers)
         # Held here: getresponse() drops the connection's reference when the server closes after the answer.
         sock = connection.sock
@@ -193,7 +194,8 @@ def stream_request(base_url, body, api_key, deadline, clock):
     except (HTTPException, OSError, ValueError) as exc:
         error = '%s: %s' % (type(exc).__name__, exc)
     finally:
-        connection.close()
+        if connection is not None:
+            connection.close()
     cut = error is not None and clock() >= deadline
     ttft, itl = request_timings(sent, arrivals)
     return {'completed': error is None, 'error': None if cut else error, 'cut': cut, 'ttft_s': ttft, 'itl_s': itl,

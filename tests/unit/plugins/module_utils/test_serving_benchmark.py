@@ -196,6 +196,12 @@ def test_a_closed_port_counts_errors_and_metrics_none():
     assert result['metrics'] is None
 
 
+def test_a_url_of_another_scheme_counts_errors_and_is_never_spoken_as_plain_http():
+    result = run_benchmark('ftp://127.0.0.1:1', [1], 2, 8, 'x', 30)
+    assert [(lvl['errors'], lvl['completed']) for lvl in result['levels']] == [(2, 0)]
+    assert result['metrics'] is None
+
+
 def test_a_server_without_metrics_is_measured_from_outside_alone(http_responder):
     http_responder.route('POST', '/generate', body=sse(2))  # /metrics: the responder's 404
     result = run_benchmark(http_responder.url, [1], 2, 2, 'x', 30)
