@@ -19,6 +19,10 @@ readable by every local user in /proc/PID/cmdline). A Server reads the key of th
 from that file on the host, at the moment it asks: the live file names the running server's key (the
 stop's drain), the new one the new server's (the verification), the restored one the previous
 server's (the guard). The key never passes through a module's arguments or results.
+
+A rank above 0 of a server spanning several hosts (``--node-rank`` > 0) serves no HTTP: its base URL is
+"" and its health is its process being alive. The group's health is a generation on rank 0, which needs
+every rank (the role checks it there).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -368,7 +372,20 @@ class Server(object):
         if self.progress is not None:
             self.progress(horizon_s)
 
+    # How long a rank without HTTP must stay up after its start before it counts as started: what ends a rank at
+    # once (a bad flag, a missing module) shows within it, and the group's stop is then cheap; a later death
+    # shows at rank 0, whose health waits for every rank.
+    RANK_SETTLE_S = 1.0
+
+    @property
+    def serves_http(self):
+        """False for a rank > 0 of a multi-node server: it runs schedulers only, rank 0 answers for it."""
+        return bool(self.base_url)
+
     def health(self, timeout=5.0):
+        if not self.serves_http:
+            # Nothing to ask: alive is all a rank > 0 can show (200 as /health would, else no answer).
+            return 200 if self.main_pid() is not None else NO_ANSWER
         # SGLang leaves /health* open whatever its keys: liveness needs no secret (nor a file read per probe).
         return http_get(self.base_url + '/health', timeout)[0]
 
@@ -378,12 +395,15 @@ class Server(object):
         Returns a dict: healthy, healthy_at, attempts, last_status, and why (when not healthy).
         """
         state = {'attempts': 0, 'last_status': None, 'why': None}
+        settled_at = time.time() + self.RANK_SETTLE_S
 
         def read():
             state['attempts'] += 1
             probe_timeout = max(0.5, min(5.0, interval * 4))
             self._progress(probe_timeout)
             status = self.health(timeout=probe_timeout)
+            if status == 200 and not self.serves_http and time.time() < settled_at:
+                status = NO_ANSWER
             state['last_status'] = status
             if status != 200 and died is not None:
                 state['why'] = died()

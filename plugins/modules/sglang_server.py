@@ -98,7 +98,11 @@ options:
     type: path
     required: true
   url:
-    description: Base URL the server answers at, for example V(http://127.0.0.1:30000).
+    description:
+      - Base URL the server answers at, for example V(http://127.0.0.1:30000).
+      - V("") for a rank above 0 of a server spanning several hosts (C(--node-rank) > 0), which serves no HTTP:
+        its health is then its process being alive, and O(expected_server_info), O(ready_checks) and
+        O(generate_probe) do not apply (the group is verified on rank 0).
     type: str
     required: true
   term_timeout:
@@ -355,7 +359,7 @@ def report_only(module, server, pid, patterns, result):
     state = params['state']
     result['strays'] = stray_entries(server.strays(patterns, pid))
     result['healthy'] = pid is not None and server.health() == 200
-    if result['healthy'] and (params['expected_server_info'] or params['expected_environment']):
+    if result['healthy'] and server.serves_http and (params['expected_server_info'] or params['expected_environment']):
         result['server_info'], result['mismatches'] = server.settings_or_why(params['expected_server_info'],
                                                                              params['expected_environment'])
     result['changed'] = (state == 'stopped' and pid is not None) or (state == 'started' and pid is None) \
@@ -371,7 +375,7 @@ def stop(module, server, pid, patterns, result, lease):
     """Drain (drain_timeout), then stop the running server; its stop marker written."""
     params = module.params
     lease.renew(stop_bound(params, params['wait'] or params['state'] != 'stopped'))
-    if params['drain_timeout'] > 0:
+    if params['drain_timeout'] > 0 and server.serves_http:
         result['drain'] = server.wait_idle(params['drain_timeout'], params['health_interval'])
         if not result['drain']['idle']:
             module.warn('stopping %s with requests possibly in flight: %s'
@@ -469,13 +473,14 @@ def manage(module, server, result, lease):
     # health_timeout bounds everything from here: the start, /health, the ready checks, the probe.
     begun = time.time()
     bring_up(module, server, pid, result, lease)
-    if params['expected_server_info'] or params['expected_environment']:
+    # A rank > 0 of a multi-node server has no HTTP to verify: the role verifies the group on rank 0.
+    if server.serves_http and (params['expected_server_info'] or params['expected_environment']):
         result['server_info'], result['mismatches'] = server.compare_settings(params['expected_server_info'],
                                                                               params['expected_environment'])
         if result['mismatches']:
             fail('the server %s reports other settings than wanted: %s'
                  % (params['service_name'], '; '.join(result['mismatches'])))
-    if params['ready_checks'] or params['generate_probe']:
+    if server.serves_http and (params['ready_checks'] or params['generate_probe']):
         verify_ready(module, server, begun, result, lease)
     lease.done()
 

@@ -51,9 +51,30 @@ options:
     type: path
     required: true
   url:
-    description: Base URL the server answers at.
+    description:
+      - Base URL the server answers at.
+      - V("") for a rank above 0 of a server spanning several hosts, which serves no HTTP: RV(healthy) is then
+        RV(running), and its settings are not compared (rank 0 answers for the group).
     type: str
     required: true
+  generate_probe:
+    description:
+      - Also send one real generation (one new token) to a healthy server, and say in RV(generates) whether it
+        answered. On rank 0 of a server spanning several hosts, C(/health) still answers 200 when another rank
+        is gone (sglang issue 4780); a generation needs every rank.
+    type: bool
+    default: false
+  generate_timeout:
+    description: Seconds the generation of O(generate_probe) may take.
+    type: float
+    default: 30
+  read_sglang_version:
+    description:
+      - Say in RV(sglang_version) which sglang O(python) imports even when no stamp proves the patch (one
+        interpreter run to find its site-packages). The nodes of a server spanning several hosts must run the
+        same release.
+    type: bool
+    default: false
   python:
     description: The server's interpreter; reported in RV(python_exists).
     type: path
@@ -160,6 +181,20 @@ configs_changed:
   returned: always
   type: list
   elements: str
+generates:
+  description: Whether one real generation answered (O(generate_probe)); null when not asked or for a server without HTTP.
+  returned: always
+  type: bool
+generate_error:
+  description: Why the generation of O(generate_probe) failed (null otherwise).
+  returned: always
+  type: str
+sglang_version:
+  description:
+    - The sglang release O(python) imports, from its dist-info, when a stamp proves the patch or
+      O(read_sglang_version) asks; null otherwise.
+  returned: always
+  type: str
 guard_armed_by:
   description: Run id of an armed rollback guard (null when none).
   returned: always
@@ -248,6 +283,9 @@ ARGUMENT_SPEC = dict(
     patch_content=dict(type='str'),
     patch_stamp=dict(type='path'),
     check_adaptive_tiers=dict(type='bool', default=False),
+    read_sglang_version=dict(type='bool', default=False),
+    generate_probe=dict(type='bool', default=False),
+    generate_timeout=dict(type='float', default=30),
 )
 
 
@@ -299,9 +337,15 @@ def read_server(server, params, result):
     result['pid'] = server.main_pid()
     result['running'] = result['pid'] is not None
     result['healthy'] = result['running'] and server.health() == 200
-    if result['healthy'] and (params['expected_server_info'] or params['expected_environment']):
+    if result['healthy'] and server.serves_http and (params['expected_server_info'] or params['expected_environment']):
         result['mismatches'] = server.settings_or_why(params['expected_server_info'],
                                                       params['expected_environment'])[1]
+    if params['generate_probe'] and server.serves_http:
+        if result['healthy']:
+            generated = server.generate_once(params['generate_timeout'])
+            result.update(generates=generated['ok'], generate_error=generated['why'])
+        else:
+            result.update(generates=False, generate_error='the server is not healthy')
 
 
 def read_guard(folder, runner, result):
@@ -322,6 +366,10 @@ def read_state(module, commands, server, result):
     if params['check_adaptive_tiers']:
         result['adaptive_tiers'] = adaptive_tiers(commands, params['python'], module.tmpdir,
                                                   result['patch']['site_packages'])
+    result['sglang_version'] = result['patch']['sglang_version']
+    if result['sglang_version'] is None and params['read_sglang_version'] and result['python_exists']:
+        site_packages = discover_site_packages(commands.run, params['python'], module.tmpdir)[0]
+        result['sglang_version'] = read_dist_version(site_packages) if site_packages else None
     read_guard(params['guard_folder'], server.runner, result)
 
 
@@ -335,7 +383,8 @@ def main():
         manager = 'systemd' if os.path.isdir('/run/systemd/system') else 'detached'
     result = new_result(service_manager=manager, python_exists=True, running=False, pid=None,
                         healthy=False, mismatches=[], configs_changed=[], guard_armed_by=None, guard_last_fired=None,
-                        patch=patch_state(None, None, None), adaptive_tiers=None, cmd=[])
+                        patch=patch_state(None, None, None), adaptive_tiers=None, generates=None,
+                        generate_error=None, sglang_version=None, cmd=[])
     server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
                     params['url'], runner=commands.as_runner())
 

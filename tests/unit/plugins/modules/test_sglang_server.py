@@ -252,6 +252,29 @@ def test_a_healthy_server_whose_generation_fails_is_not_ready(run_module, tiny):
     assert result['healthy'] is True and result['readiness']['ready'] is False
 
 
+def test_a_rank_without_http_is_started_and_healthy_while_it_runs_without_a_request(run_module, tiny):
+    # A rank > 0 of a server spanning several hosts (url ""): the group is verified on rank 0, so neither
+    # /server_info nor the readiness checks are asked for here, though the role's defaults name them.
+    tiny.write_launch()
+    started = tiny.start(run_module, url='', expected_server_info={'max_running_requests': 99}, ready_checks=2,
+                         generate_probe=True)
+    assert set(started) >= KEYS and started['changed'] is True
+    assert started['running'] is True and started['healthy'] is True and alive(started['pid'])
+    assert started['server_info'] == {} and started['mismatches'] == [] and started['readiness'] is None
+
+    stopped = tiny.run(run_module, state='stopped', url='', drain_timeout=5)
+    assert not stopped['failed'] and stopped['changed'] is True and stopped['drain'] is None
+    assert not alive(started['pid'])
+
+
+def test_a_rank_without_http_that_exits_at_once_fails_without_waiting(run_module, tiny):
+    tiny.launch.write_text(json.dumps({'python': sys.executable, 'module': 'no_such_module_here', 'args': [],
+                                       'environment': {}}))
+    result = tiny.run(run_module, state='started', url='', health_timeout=60)
+    assert result['failed'] and set(result) >= KEYS and result['healthy'] is False
+    assert 'did not become healthy' in result['msg']
+
+
 # --- the systemd manager: systemctl scripted at the command edge, the server a responder ---------------------
 
 class Systemd(object):

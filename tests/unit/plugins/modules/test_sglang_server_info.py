@@ -14,7 +14,8 @@ from helpers.module_runner import kill_children_naming, real_commands
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_patch, sglang_server_info
 
 KEYS = {'changed', 'service_manager', 'python_exists', 'running', 'pid', 'healthy', 'mismatches', 'configs_changed',
-        'guard_armed_by', 'guard_last_fired', 'patch', 'adaptive_tiers', 'cmd'}
+        'guard_armed_by', 'guard_last_fired', 'patch', 'adaptive_tiers', 'generates', 'generate_error',
+        'sglang_version', 'cmd'}
 PATCH_KEYS = {'proven', 'why', 'patch_sha256', 'site_packages', 'files', 'sglang_version'}
 SERVER_INFO = {'max_running_requests': 64, 'model_path': '/models/m',
                'environment': {'SGLANG_ENABLE_TORCH_COMPILE': '0'}}
@@ -118,6 +119,49 @@ def test_server_info_is_compared_with_what_is_expected(run_module, host, http_re
     result = info(run_module, host, expected_server_info=expected, expected_environment=environment)
     assert not result['failed'] and result['healthy'] is True and result['mismatches'] == found
     assert result['changed'] is False
+
+
+@pytest.mark.parametrize('health, generate, generates, error', [
+    (200, Reply(json={'text': 'pong', 'meta_info': {}}), True, None),
+    # Rank 0 of a server group whose other rank is gone: /health 200, generation refused (sglang issue 4780).
+    (200, Reply(status=500, json={'error': 'rank 1 lost'}), False, 'POST /generate answered 500'),
+    (200, Reply(json={'meta_info': {}}), False, 'POST /generate answered 200 without a generated text'),
+    (503, None, False, 'the server is not healthy'),
+])
+def test_the_generate_probe_says_whether_a_real_generation_answers(run_module, host, http_responder, health,
+                                                                  generate, generates, error):
+    http_responder.route('GET', '/health', status=health)
+    if generate is not None:
+        http_responder.route('POST', '/generate', replies=[generate])
+    host.start()
+    result = info(run_module, host, generate_probe=True)
+    assert not result['failed'] and set(result) >= KEYS
+    assert result['generates'] is generates
+    assert (result['generate_error'] or '').startswith(error or '') and (error is None) == (result['generate_error'] is None)
+    posts = [request for request in http_responder.requests if request.method == 'POST']
+    assert len(posts) == (1 if health == 200 else 0)
+    if posts:
+        assert posts[0].json['sampling_params']['max_new_tokens'] == 1
+
+
+def test_without_the_probe_nothing_is_generated_and_generates_is_null(run_module, host, http_responder):
+    http_responder.route('GET', '/health', status=200)
+    host.start()
+    result = info(run_module, host)
+    assert result['generates'] is None and result['generate_error'] is None
+    assert [request.method for request in http_responder.requests] == ['GET']
+
+
+@pytest.mark.parametrize('alive', [True, False])
+def test_a_rank_without_http_is_healthy_while_it_runs_and_is_never_asked(run_module, host, http_responder, alive):
+    # A rank > 0 of a server spanning several hosts: url "", no /health, no /server_info, no generation.
+    if alive:
+        host.start()
+    result = info(run_module, host, url='', expected_server_info={'max_running_requests': 64}, generate_probe=True)
+    assert not result['failed'] and set(result) >= KEYS
+    assert result['running'] is alive and result['healthy'] is alive
+    assert result['mismatches'] == [] and result['generates'] is None
+    assert http_responder.requests == []
 
 
 def test_an_older_server_is_read_at_get_server_info(run_module, host, http_responder):
