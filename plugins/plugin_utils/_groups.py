@@ -25,6 +25,8 @@ PER_NODE_FLAGS = ('--node-rank', '--host')
 # A step's registered result that stops the group: the task failed (rescued or ignored included) or the
 # host could not be reached.
 STEP_FAILURES = ('failed', 'unreachable')
+# What one decision for the group reads of every node (the role registers them, per node).
+DECIDED_ON = ('_sglang_plan', '_sglang_state', '_sglang_decision')
 
 
 def group_name(host_vars):
@@ -190,6 +192,42 @@ def _patch_reasons(nodes):
     if due and done:
         return ['patch applied on %s only, not on %s' % (', '.join(done), ', '.join(due))]
     return []
+
+
+def _unread(result):
+    """Why a node's registered result cannot be decided on ("" when it can): absent (the node is not in this
+    run: --limit, or it failed earlier), skipped, or failed."""
+    if not isinstance(result, dict) or not result:
+        return 'has none in this run (not in the play, or it failed before)'
+    if result.get('failed'):
+        return 'failed: %s' % as_text(result.get('msg') or 'no message')
+    if result.get('skipped'):
+        return 'was skipped'
+    return ''
+
+
+def decided_nodes(group, registered):
+    """(the nodes as group_decision reads them, problems): `registered` is {host: {'_sglang_plan': ...,
+    '_sglang_state': ..., '_sglang_decision': ...}} of every node of `group` (the plan's). A node whose results
+    are missing, skipped or failed, or that is left alone, is refused: a group is decided on every node or none."""
+    nodes, problems = [], []
+    for host in group['nodes']:
+        found = registered.get(host) or {}
+        unread = [(name, _unread(found.get(name))) for name in DECIDED_ON]
+        unread = ['%s %s' % (name, why) for name, why in unread if why]
+        plan = found.get('_sglang_plan') or {}
+        if not unread and plan.get('left_alone_because'):
+            unread = ['is left alone (%s)' % as_text(plan['left_alone_because'])]
+        if unread:
+            problems.append('%s of the server group %s: %s; every node of a group is redeployed together or none is.'
+                            % (host, group['name'], ', '.join(unread)))
+            continue
+        decision = found['_sglang_decision']
+        # The group's nodes are in rank order: a node's rank is its place there.
+        nodes.append({'host': host, 'rank': group['nodes'].index(host),
+                      'args': plan.get('args') or [], 'reasons': decision.get('reasons') or [],
+                      'patch_due': decision.get('patch_due'), 'state': found['_sglang_state']})
+    return nodes, problems
 
 
 def group_decision(nodes):

@@ -51,3 +51,9 @@ def inventory_vars(task_vars):
     plugin_utils functions read the fleet."""
     hostvars = task_vars.get('hostvars') or {}
     return lambda name: hostvars.get(name) or {}
+
+
+def registered_of(task_vars, hosts, names):
+    """{host: {name: its registered result, None where undefined}} of `hosts`, through hostvars."""
+    peer = inventory_vars(task_vars)
+    return dict((host, dict((name, peer(host).get(name)) for name in names)) for host in hosts)

@@ -204,3 +204,41 @@ def results(**by_host):
         'left-the-play', 'both', 'no-results-yet'])
 def test_the_barrier_fails_when_any_node_failed(play_hosts, found, failed, msg):
     assert _groups.barrier(['mn1', 'mn2'], play_hosts, found) == {'failed_nodes': failed, 'msg': msg}
+
+
+GROUP = {'name': 'ds', 'nodes': ['mn1', 'mn2']}
+
+
+def gathered(plan=None, state=None, decision=None):
+    return {'_sglang_plan': dict({'args': ['--nnodes', '2'], 'left_alone_because': ''}, **(plan or {})),
+            '_sglang_state': dict(SERVING, **(state or {})),
+            '_sglang_decision': dict({'reasons': [], 'patch_due': False}, **(decision or {}))}
+
+
+def test_decided_nodes_are_read_from_every_nodes_results_in_rank_order():
+    nodes, problems = _groups.decided_nodes(GROUP, {'mn2': gathered(decision={'reasons': ['force_restart']}),
+                                                    'mn1': gathered()})
+    assert problems == []
+    assert [(found['host'], found['rank'], found['reasons']) for found in nodes] \
+        == [('mn1', 0, []), ('mn2', 1, ['force_restart'])]
+    assert nodes[0]['args'] == ['--nnodes', '2'] and nodes[0]['state'] == SERVING and nodes[0]['patch_due'] is False
+
+
+@pytest.mark.parametrize('mn2, problem', [
+    (None, 'mn2 of the server group ds: _sglang_plan has none in this run (not in the play, or it failed before),'
+           ' _sglang_state has none in this run (not in the play, or it failed before), _sglang_decision has none in'
+           ' this run (not in the play, or it failed before); every node of a group is redeployed together or none'
+           ' is.'),
+    (dict(gathered(), _sglang_plan={'failed': True, 'msg': 'broken rules'}),
+     'mn2 of the server group ds: _sglang_plan failed: broken rules; every node of a group is redeployed together or'
+     ' none is.'),
+    (dict(gathered(), _sglang_decision={'skipped': True, 'changed': False}),
+     'mn2 of the server group ds: _sglang_decision was skipped; every node of a group is redeployed together or none'
+     ' is.'),
+    (gathered(plan={'left_alone_because': 'rollout stopped: the canary gpu1 failed'}),
+     'mn2 of the server group ds: is left alone (rollout stopped: the canary gpu1 failed); every node of a group is'
+     ' redeployed together or none is.'),
+], ids=['not-in-the-run', 'plan-failed', 'decision-skipped', 'left-alone'])
+def test_a_node_that_cannot_be_decided_on_refuses_the_group(mn2, problem):
+    nodes, problems = _groups.decided_nodes(GROUP, {'mn1': gathered(), 'mn2': mn2})
+    assert [found['host'] for found in nodes] == ['mn1'] and problems == [problem]
