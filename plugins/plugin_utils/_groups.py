@@ -186,11 +186,11 @@ def _node_reasons(node):
 
 def _patch_reasons(nodes):
     """A group patched on some nodes only runs two codes: it is redeployed (the patch goes on every node), never
-    refused."""
-    due = [node['host'] for node in nodes if node.get('patch_due')]
-    done = [node['host'] for node in nodes if node.get('patch_due') is False]
-    if due and done:
-        return ['patch applied on %s only, not on %s' % (', '.join(done), ', '.join(due))]
+    refused. `patch_applied` is None on a node without a patch to apply."""
+    applied = [node['host'] for node in nodes if node.get('patch_applied') is True]
+    not_applied = [node['host'] for node in nodes if node.get('patch_applied') is False]
+    if applied and not_applied:
+        return ['patch applied on %s only, not on %s' % (', '.join(applied), ', '.join(not_applied))]
     return []
 
 
@@ -226,12 +226,14 @@ def decided_nodes(group, registered):
         # The group's nodes are in rank order: a node's rank is its place there.
         nodes.append({'host': host, 'rank': group['nodes'].index(host),
                       'args': plan.get('args') or [], 'reasons': decision.get('reasons') or [],
-                      'patch_due': decision.get('patch_due'), 'state': found['_sglang_state']})
+                      # The patch as sglang_decision sees it (its stamp, or the dry run); {} without a patch.
+                      'patch_applied': (decision.get('patch_state') or {}).get('applied'),
+                      'state': found['_sglang_state']})
     return nodes, problems
 
 
 def group_decision(nodes):
-    """One decision for the group from its nodes' ({host, rank, args, reasons, state, patch_due}): any node's
+    """One decision for the group from its nodes' ({host, rank, args, reasons, state, patch_applied}): any node's
     reason redeploys every node (each reason prefixed with its node's name); different sglang versions or
     launch arguments are refused (problems)."""
     nodes = sorted(nodes, key=lambda node: node['rank'])

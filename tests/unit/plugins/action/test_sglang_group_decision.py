@@ -6,7 +6,8 @@ from ansible_collections.gpuops.sglang.plugins.action.sglang_group_decision impo
 GROUP = {'name': 'ds', 'rank': 0, 'nnodes': 2, 'nodes': ['mn1', 'mn2'], 'leader': 'mn1',
          'dist_init_addr': '127.0.0.31:5000', 'leader_url': 'http://127.0.0.31:30000'}
 SERVING = {'running': True, 'healthy': True, 'sglang_version': '0.5.23', 'generates': None, 'generate_error': None}
-NOTHING_TO_DO = {'redeploy_needed': False, 'reasons': [], 'patch_due': False}
+NOTHING_TO_DO = {'redeploy_needed': False, 'reasons': [], 'patch_due': False,
+                 'patch_state': {'applied': True, 'changed': False, 'proven': True}}
 
 
 def args(rank, tp_size='2'):
@@ -47,6 +48,14 @@ def test_rank_0_that_answers_health_but_cannot_generate_redeploys_the_group(run_
     dead = registered(0, {'generates': False, 'generate_error': 'no output in 20 s'})
     decision = run_action(ActionModule, task_vars(mn1=dead))
     assert decision['reasons'] == ['mn1: generation fails: no output in 20 s'] and not decision.get('failed')
+
+
+def test_a_group_patched_on_some_nodes_only_is_redeployed_not_refused(run_action):
+    unpatched = registered(1, decision={'redeploy_needed': True, 'reasons': ['patch not applied'], 'patch_due': True,
+                                        'patch_state': {'applied': False, 'changed': True}})
+    decision = run_action(ActionModule, task_vars(mn2=unpatched))
+    assert not decision.get('failed') and decision['problems'] == []
+    assert decision['reasons'] == ['mn2: patch not applied', 'patch applied on mn1 only, not on mn2']
 
 
 @pytest.mark.parametrize('mn2, words', [

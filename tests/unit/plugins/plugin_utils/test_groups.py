@@ -131,9 +131,9 @@ def test_plan_differences_name_the_flag_and_the_nodes(args_by_host, problems):
 SERVING = {'running': True, 'healthy': True, 'sglang_version': '0.5.23', 'generates': True, 'generate_error': None}
 
 
-def node(host, rank, reasons=(), args=None, patch_due=False, **state):
+def node(host, rank, reasons=(), args=None, patch_applied=True, **state):
     return {'host': host, 'rank': rank, 'args': list(args or argv(node_rank=str(rank))), 'reasons': list(reasons),
-            'patch_due': patch_due, 'state': dict(SERVING, **dict({'generates': True if rank == 0 else None}, **state))}
+            'patch_applied': patch_applied, 'state': dict(SERVING, **dict({'generates': True if rank == 0 else None}, **state))}
 
 
 @pytest.mark.parametrize('nodes, reasons', [
@@ -147,11 +147,14 @@ def node(host, rank, reasons=(), args=None, patch_due=False, **state):
      ['mn1: generation fails: no error given']),
     ([node('mn1', 0, ['launch configuration changed']), node('mn2', 1, ['force_restart'])],
      ['mn1: launch configuration changed', 'mn2: force_restart']),
-    ([node('mn1', 0), node('mn2', 1, ['patch not applied'], patch_due=True)],
+    ([node('mn1', 0), node('mn2', 1, ['patch not applied'], patch_applied=False)],
      ['mn2: patch not applied', 'patch applied on mn1 only, not on mn2']),
-    ([node('mn1', 0, patch_due=None), node('mn2', 1, patch_due=None)], []),
+    ([node('mn1', 0, ['patch not applied'], patch_applied=False),
+      node('mn2', 1, ['patch not applied'], patch_applied=False)],
+     ['mn1: patch not applied', 'mn2: patch not applied']),
+    ([node('mn1', 0, patch_applied=None), node('mn2', 1, patch_applied=None)], []),
 ], ids=['all-serving', 'rank-1-down-in-its-decision', 'rank-1-down-only-in-its-state', 'rank-0-cannot-generate',
-        'rank-0-fails-without-error', 'reasons-of-every-node', 'half-patched', 'no-patch'])
+        'rank-0-fails-without-error', 'reasons-of-every-node', 'half-patched', 'patch-due-everywhere', 'no-patch'])
 def test_one_decision_for_the_group_any_nodes_reason_redeploys_all(nodes, reasons):
     decision = _groups.group_decision(nodes)
     assert decision == {'redeploy_needed': bool(reasons), 'reasons': reasons, 'problems': []}
@@ -212,16 +215,19 @@ GROUP = {'name': 'ds', 'nodes': ['mn1', 'mn2']}
 def gathered(plan=None, state=None, decision=None):
     return {'_sglang_plan': dict({'args': ['--nnodes', '2'], 'left_alone_because': ''}, **(plan or {})),
             '_sglang_state': dict(SERVING, **(state or {})),
-            '_sglang_decision': dict({'reasons': [], 'patch_due': False}, **(decision or {}))}
+            '_sglang_decision': dict({'reasons': [], 'patch_state': {'applied': True, 'changed': False}},
+                                     **(decision or {}))}
 
 
 def test_decided_nodes_are_read_from_every_nodes_results_in_rank_order():
-    nodes, problems = _groups.decided_nodes(GROUP, {'mn2': gathered(decision={'reasons': ['force_restart']}),
+    nodes, problems = _groups.decided_nodes(GROUP, {'mn2': gathered(decision={'reasons': ['force_restart'],
+                                                                               'patch_state': {}}),
                                                     'mn1': gathered()})
     assert problems == []
     assert [(found['host'], found['rank'], found['reasons']) for found in nodes] \
         == [('mn1', 0, []), ('mn2', 1, ['force_restart'])]
-    assert nodes[0]['args'] == ['--nnodes', '2'] and nodes[0]['state'] == SERVING and nodes[0]['patch_due'] is False
+    assert nodes[1]['patch_applied'] is None
+    assert nodes[0]['args'] == ['--nnodes', '2'] and nodes[0]['state'] == SERVING and nodes[0]['patch_applied'] is True
 
 
 @pytest.mark.parametrize('mn2, problem', [
