@@ -13,6 +13,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from collections import ChainMap
+
 from ansible import constants as C
 from ansible import context
 from ansible.errors import AnsibleActionFail, AnsibleError
@@ -20,18 +22,21 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _performance, _rollout, _rules
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, rendered
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _groups, _performance, _rollout, _rules
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, inventory_vars, rendered
 
 TEMPLATES = ('sglang.service.j2', 'server_keys.yaml.j2')
 
 
-def flag_settings(settings, where):
-    """The sglang_flags filter's input: every server flag is defined once, in its table."""
+def flag_settings(settings, where, group=None):
+    """The sglang_flags filter's input: every server flag is defined once, in its table. The group's three
+    flags are None (left out) for a single-node server."""
+    group = group or {}
     return {
         'model_path': settings['sglang_model_path'], 'host': settings['sglang_host'], 'port': settings['sglang_port'],
-        'tp_size': settings['sglang_tp_size'], 'max_running_requests': settings['sglang_max_running_requests'],
+        'tp_size': settings['sglang_tp_size'], 'nnodes': group.get('nnodes'), 'node_rank': group.get('rank'),
+        'dist_init_addr': group.get('dist_init_addr'), 'max_running_requests': settings['sglang_max_running_requests'],
         'speculative_algorithm': settings['sglang_speculative_algorithm'],
         'draft_model_path': settings['sglang_draft_model_path'],
         'speculative_num_steps': settings['sglang_speculative_num_steps'],
@@ -58,14 +63,20 @@ class ActionModule(ActionBase):
         if args['gate_only']:
             return result
         where = _configs.paths(settings)
-        result.update(paths=where, adaptive=_rules.adaptive(settings), problems=[])
+        peers = _rollout.peer_urls(settings['sglang_fleet_hosts'], inventory_vars(task_vars))
+        group, group_problems = _groups.plan_group(
+            as_text(settings['sglang_server_group']), task_vars['inventory_hostname'], settings['sglang_fleet_hosts'],
+            self._group_vars(settings, task_vars), settings['sglang_dist_init_addr'],
+            settings['sglang_dist_init_port'], settings['sglang_tp_size'], peers)
+        # The group is known even on a node left alone, so the play still sees which server it belongs to.
+        result.update(paths=where, adaptive=_rules.adaptive(settings), problems=[], group=group)
         if result['left_alone_because']:
             return result
-        problems = _rules.variable_problems(settings, self._inventory(task_vars))
+        problems = _rules.variable_problems(settings, self._inventory(task_vars)) + group_problems
         if problems:
             result.update(failed=True, problems=problems, msg=' '.join(problems))
             return result
-        flags = sglang_flags(flag_settings(settings, where))
+        flags = sglang_flags(flag_settings(settings, where, group))
         files = _configs.configs(settings, flags['args'], self._templates())
         result.update(
             args=flags['args'], expected_server_info=flags['expected'],
@@ -77,7 +88,7 @@ class ActionModule(ActionBase):
                      for entry in files],
             contents=dict((entry['label'], entry['content']) for entry in files),
             files=[dict((key, value) for key, value in entry.items() if key != 'content') for entry in files],
-            peers=_rollout.peer_urls(settings['sglang_fleet_hosts'], self._inventory_vars(task_vars)),
+            peers=peers,
             perf_levels=_performance.levels_to_measure(settings['sglang_perf_levels'],
                                                        settings['sglang_dynamic_spec_batch_size_threshold']),
         )
@@ -87,13 +98,16 @@ class ActionModule(ActionBase):
         return result
 
     @staticmethod
-    def _inventory_vars(task_vars):
-        hostvars = task_vars.get('hostvars') or {}
-        return lambda name: hostvars.get(name) or {}
+    def _group_vars(settings, task_vars):
+        """The fleet's variables as _groups reads them: this host's own group and rank rendered (a template or
+        an -e value), the others' through hostvars."""
+        peer, me = inventory_vars(task_vars), task_vars['inventory_hostname']
+        mine = {'sglang_server_group': settings['sglang_server_group'], 'sglang_node_rank': settings['sglang_node_rank']}
+        return lambda name: ChainMap(mine, peer(name)) if name == me else peer(name)
 
     def _gate(self, settings, task_vars):
         """Why this host is left alone (its skip flag, a failed canary, the failure budget); "" to go on."""
-        peer = self._inventory_vars(task_vars)
+        peer = inventory_vars(task_vars)
         reports = _rollout.peer_reports(settings['sglang_fleet_hosts'], task_vars['inventory_hostname'],
                                         lambda name: peer(name).get('sglang_redeploy_report'))
         canary = _rollout.canary_hosts(task_vars.get('ansible_play_hosts_all', []), settings['sglang_canary'])

@@ -20,7 +20,8 @@ author:
 options:
   _input:
     description: >-
-      Settings: model_path, draft_model_path, host, port, tp_size, max_running_requests, speculative_algorithm,
+      Settings: model_path, draft_model_path, host, port, tp_size, nnodes, node_rank, dist_init_addr (the three
+      of a server across several hosts; unset or null for one host), max_running_requests, speculative_algorithm,
       speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens, disable_overlap_schedule,
       adaptive (bool), adaptive_config_path, config_file (the 0600 YAML file of the API keys), extra_args.
     type: dict
@@ -50,6 +51,11 @@ FLAGS = (
     ('host', '--host', None, 'str', None),
     ('port', '--port', 'port', 'int', None),
     ('tp_size', '--tp-size', 'tp_size', 'int', None),
+    # A server across several hosts (a server group): unset (None) for a single-node server. tp_size is the
+    # group's total; every node names the same rank 0 address and its own rank.
+    ('nnodes', '--nnodes', 'nnodes', 'int', None),
+    ('node_rank', '--node-rank', 'node_rank', 'int', None),
+    ('dist_init_addr', '--dist-init-addr', 'dist_init_addr', 'str', None),
     # With speculation on and this unset, SGLang silently caps running requests at 48.
     ('max_running_requests', '--max-running-requests', 'max_running_requests', 'int', None),
     ('speculative_algorithm', '--speculative-algorithm', 'speculative_algorithm', 'str', SPECULATIVE),

@@ -23,6 +23,10 @@ description:
   - The server's argv and what C(/server_info) must report (the C(sglang_flags) filter's table), the configuration
     files the role renders (launch configuration, systemd unit, adaptive tiers, API keys), the paths of the
     server's files, and the URL of each server of C(sglang_fleet_hosts).
+  - "A server across several hosts (C(sglang_server_group)): its nodes (the hosts of C(sglang_fleet_hosts) in
+    the same group) by C(sglang_node_rank), the argv's C(--nnodes), C(--node-rank) and C(--dist-init-addr), and
+    the group refused with the rules (a node without a rank, a rank not an integer, out of range or held twice, a
+    group of one node, C(sglang_tp_size) not divisible by the node count)."
   - Runs on the controller, in-process (an action plugin); nothing runs on the host.
 author:
   - gpuops.sglang maintainers (@gpuops)
@@ -128,4 +132,31 @@ peers:
   description: The URL of each server of the fleet, by host.
   returned: when the host takes part and no rule is broken
   type: dict
+group:
+  description: The server group this host is a node of; null for a single-node server (and for a refused group).
+  returned: unless O(gate_only)
+  type: dict
+  contains:
+    name:
+      description: The group's name (C(sglang_server_group)).
+      type: str
+    rank:
+      description: This node's rank.
+      type: int
+    nnodes:
+      description: How many nodes the server spans.
+      type: int
+    nodes:
+      description: The nodes' hosts by rank (rank 0 first).
+      type: list
+      elements: str
+    leader:
+      description: The host of rank 0, the one that serves HTTP.
+      type: str
+    dist_init_addr:
+      description: Where the ranks meet (C(--dist-init-addr)).
+      type: str
+    leader_url:
+      description: The URL the others reach rank 0 at (as RV(peers) computes it).
+      type: str
 '''

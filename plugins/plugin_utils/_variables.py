@@ -11,24 +11,25 @@ from ansible.errors import AnsibleActionFail
 
 # Every role variable the plan reads (roles/sglang/defaults/main.yml, meta/argument_specs.yml).
 ROLE_SETTINGS = (
-    'sglang_admin_api_key', 'sglang_api_key', 'sglang_canary', 'sglang_config_dir', 'sglang_disable_overlap_schedule',
-    'sglang_draft_model_path', 'sglang_drain_timeout', 'sglang_dynamic_spec_adaptive_config',
-    'sglang_dynamic_spec_batch_size_threshold', 'sglang_dynamic_spec_enabled', 'sglang_dynamic_spec_env_name',
-    'sglang_dynamic_spec_mode', 'sglang_environment', 'sglang_extra_args', 'sglang_fleet_hosts',
-    'sglang_fleet_wait_timeout', 'sglang_gpu_release_timeout', 'sglang_guard_dir', 'sglang_health_poll_interval',
-    'sglang_health_timeout', 'sglang_host', 'sglang_kill_patterns', 'sglang_launch_module', 'sglang_log_file',
-    'sglang_max_fail_percentage', 'sglang_max_running_requests', 'sglang_max_unavailable', 'sglang_model_path',
+    'sglang_admin_api_key', 'sglang_api_key', 'sglang_canary', 'sglang_config_dir',
+    'sglang_disable_overlap_schedule', 'sglang_dist_init_addr', 'sglang_dist_init_port', 'sglang_draft_model_path',
+    'sglang_drain_timeout', 'sglang_dynamic_spec_adaptive_config', 'sglang_dynamic_spec_batch_size_threshold',
+    'sglang_dynamic_spec_enabled', 'sglang_dynamic_spec_env_name', 'sglang_dynamic_spec_mode', 'sglang_environment',
+    'sglang_extra_args', 'sglang_fleet_hosts', 'sglang_fleet_wait_timeout', 'sglang_gpu_release_timeout',
+    'sglang_guard_dir', 'sglang_health_poll_interval', 'sglang_health_timeout', 'sglang_host',
+    'sglang_kill_patterns', 'sglang_launch_module', 'sglang_log_file', 'sglang_max_fail_percentage',
+    'sglang_max_running_requests', 'sglang_max_unavailable', 'sglang_model_path', 'sglang_node_rank',
     'sglang_perf_baseline', 'sglang_perf_gate', 'sglang_perf_itl_tolerance', 'sglang_perf_levels',
     'sglang_perf_max_new_tokens', 'sglang_perf_requests', 'sglang_perf_throughput_tolerance', 'sglang_perf_timeout',
     'sglang_port', 'sglang_python', 'sglang_ready_checks', 'sglang_redeploy_skip', 'sglang_report_dir',
-    'sglang_rollback_deadline', 'sglang_rollback_idle',
-    'sglang_router_timeout', 'sglang_router_url', 'sglang_run_dir', 'sglang_secret_environment',
-    'sglang_service_name', 'sglang_speculative_algorithm', 'sglang_speculative_eagle_topk',
-    'sglang_speculative_num_draft_tokens', 'sglang_speculative_num_steps', 'sglang_term_timeout', 'sglang_tp_size',
-    'sglang_verify_environment',
+    'sglang_rollback_deadline', 'sglang_rollback_idle', 'sglang_router_timeout', 'sglang_router_url',
+    'sglang_run_dir', 'sglang_secret_environment', 'sglang_server_group', 'sglang_service_name',
+    'sglang_speculative_algorithm', 'sglang_speculative_eagle_topk', 'sglang_speculative_num_draft_tokens',
+    'sglang_speculative_num_steps', 'sglang_term_timeout', 'sglang_tp_size', 'sglang_verify_environment',
 )
 # sglang_model_path has no default: the argument spec requires it; the rules say so in their words.
-OPTIONAL = {'sglang_model_path': ''}
+# sglang_node_rank has none either: a node of a server group must name its rank (_groups refuses it unset).
+OPTIONAL = {'sglang_model_path': '', 'sglang_node_rank': None}
 
 
 def rendered(templar, task_vars, names, optional=None):
@@ -43,3 +44,16 @@ def rendered(templar, task_vars, names, optional=None):
         else:
             raise AnsibleActionFail('the role variable %s is not defined' % name)
     return values
+
+
+def inventory_vars(task_vars):
+    """`inventory_vars(name)`: a host's variables through hostvars ({} for a host Ansible does not know), as the
+    plugin_utils functions read the fleet."""
+    hostvars = task_vars.get('hostvars') or {}
+    return lambda name: hostvars.get(name) or {}
+
+
+def registered_of(task_vars, hosts, names):
+    """{host: {name: its registered result, None where undefined}} of `hosts`, through hostvars."""
+    peer = inventory_vars(task_vars)
+    return dict((host, dict((name, peer(host).get(name)) for name in names)) for host in hosts)

@@ -97,3 +97,51 @@ def test_a_plan_without_secrets_is_shown_and_a_refused_one_always(run_action):
 ])
 def test_the_performance_gate_levels_default_to_1_and_twice_the_threshold(run_action, overrides, levels):
     assert run_action(ActionModule, host_vars(**overrides))['perf_levels'] == levels
+
+
+def group_vars(**overrides):
+    """gpu1 (rank 0) and gpu2 (rank 1, this host) are the nodes of one server, ds."""
+    found = host_vars(sglang_server_group='ds', sglang_node_rank=1, sglang_tp_size=2,
+                      hostvars={'gpu1': {'ansible_host': '127.0.0.11', 'sglang_host': '0.0.0.0',
+                                         'sglang_server_group': 'ds', 'sglang_node_rank': 0},
+                                'gpu2': {'ansible_host': '127.0.0.12', 'sglang_server_group': 'ds',
+                                         'sglang_node_rank': 1}})
+    found.update(overrides)
+    return found
+
+
+def test_a_node_of_a_server_group_gets_the_group_and_its_three_flags(run_action):
+    plan = run_action(ActionModule, group_vars())
+    assert not plan.get('failed'), plan.get('msg')
+    assert plan['group'] == {'name': 'ds', 'rank': 1, 'nnodes': 2, 'nodes': ['gpu1', 'gpu2'], 'leader': 'gpu1',
+                             'dist_init_addr': '127.0.0.11:5000', 'leader_url': 'http://127.0.0.11:30000'}
+    at = plan['args'].index('--nnodes')
+    assert plan['args'][at:at + 6] == ['--nnodes', '2', '--node-rank', '1', '--dist-init-addr', '127.0.0.11:5000']
+    assert dict((key, plan['expected_server_info'][key]) for key in ('tp_size', 'nnodes', 'node_rank', 'dist_init_addr')) \
+        == {'tp_size': 2, 'nnodes': 2, 'node_rank': 1, 'dist_init_addr': '127.0.0.11:5000'}
+
+
+def test_this_hosts_own_rank_is_read_rendered_and_a_given_address_is_used_as_it_is(run_action):
+    plan = run_action(ActionModule, group_vars(sglang_node_rank=trust_as_template('{{ 0 + 1 }}'),
+                                               sglang_dist_init_addr='10.9.0.1:6000'))
+    assert plan['group']['rank'] == 1 and plan['group']['dist_init_addr'] == '10.9.0.1:6000'
+    assert plan['args'][plan['args'].index('--dist-init-addr') + 1] == '10.9.0.1:6000'
+
+
+def test_a_single_node_server_has_no_group_and_no_group_flag(run_action):
+    plan = run_action(ActionModule, host_vars())
+    assert plan['group'] is None
+    assert not set(plan['args']) & {'--nnodes', '--node-rank', '--dist-init-addr'}
+    assert not set(plan['expected_server_info']) & {'nnodes', 'node_rank', 'dist_init_addr'}
+
+
+def test_a_broken_group_is_refused_among_the_plans_problems(run_action):
+    plan = run_action(ActionModule, group_vars(sglang_tp_size=3, sglang_model_path=''))
+    assert plan['failed'] is True and plan['group'] is None and 'args' not in plan
+    assert [problem.split(' ')[0] for problem in plan['problems']] == ['sglang_model_path', 'sglang_tp_size']
+    assert 'not divisible by the 2 nodes of the server group ds' in plan['msg']
+
+
+def test_a_node_left_alone_still_names_its_group(run_action):
+    plan = run_action(ActionModule, group_vars(sglang_redeploy_skip=True))
+    assert plan['left_alone_because'] and plan['group']['nodes'] == ['gpu1', 'gpu2']

@@ -77,3 +77,18 @@ def test_kill_lines_name_each_process_and_its_last_signal():
     assert sglang_kill_lines([{'pid': 5, 'cmdline': 'sglang::scheduler_TP0', 'signal': 'TERM'}]) == \
         ['sglang::scheduler_TP0 <- SIGTERM']
     assert sglang_kill_lines(None) == []
+
+
+def test_a_server_across_nodes_gets_its_node_count_rank_and_meeting_address_from_one_row_each():
+    flags = sglang_flags(dict(EAGLE3, tp_size=16, nnodes=2, node_rank='1', dist_init_addr='127.0.0.31:5000'))
+    argv = pairs(flags['args'])
+    assert (argv['--tp-size'], argv['--nnodes'], argv['--node-rank'], argv['--dist-init-addr']) \
+        == ('16', '2', '1', '127.0.0.31:5000')
+    assert dict((key, flags['expected'][key]) for key in ('nnodes', 'node_rank', 'dist_init_addr')) \
+        == {'nnodes': 2, 'node_rank': 1, 'dist_init_addr': '127.0.0.31:5000'}
+
+
+def test_a_single_node_server_gets_no_node_flag():
+    flags = sglang_flags(dict(EAGLE3, nnodes=None, node_rank=None, dist_init_addr=None))
+    assert flags == sglang_flags(EAGLE3)
+    assert not [arg for arg in flags['args'] if arg in ('--nnodes', '--node-rank', '--dist-init-addr')]

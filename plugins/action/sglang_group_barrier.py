@@ -1,0 +1,42 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The window's barrier for a server across several hosts: every node fails here when any node failed a step
+since the last barrier, so that every node's rescue rolls back (plugin_utils/_groups.py, unit-tested there).
+
+On the controller, in-process: reads the group from this host's plan (_sglang_plan), each node's registered
+step results (the task's `results`, by name) through hostvars, and which nodes are still in the play's batch.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _groups
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import registered_of, rendered
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        dummy, args = self.validate_argument_spec(argument_spec=dict(
+            results=dict(type='list', elements='str', required=True),
+        ))
+        found = rendered(self._templar, task_vars, ('_sglang_plan', 'inventory_hostname'))
+        group = found['_sglang_plan'].get('group')
+        server = 'the whole server group %s' % group['name'] if group else 'the server'
+        group = group or {'nodes': [found['inventory_hostname']]}
+        results = registered_of(task_vars, group['nodes'], args['results'])
+        # The batch's active hosts: a node that failed outside a rescue, or became unreachable, is no longer there.
+        play_hosts = task_vars.get('ansible_play_batch') or []
+        stopped = _groups.barrier(group['nodes'], play_hosts, results)
+        result.update(changed=False, failed_nodes=stopped['failed_nodes'])
+        if stopped['failed_nodes']:
+            result.update(failed=True, msg='%s; %s rolls back (%s stops here).'
+                          % (stopped['msg'], server, found['inventory_hostname']))
+        return result

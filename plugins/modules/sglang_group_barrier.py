@@ -1,0 +1,50 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r'''
+---
+module: sglang_group_barrier
+short_description: Fail every node of a server group when one node failed a step of the window
+version_added: 0.3.0
+description:
+  - A step of the C(gpuops.sglang.sglang) role's window for a server that spans several hosts
+    (C(sglang_server_group)), run on every node under the C(linear) strategy so that no node goes on before every
+    node did the steps before it.
+  - "Reads every node's results registered under the names in O(results), through C(hostvars). A result that
+    failed (a rescued or ignored failure included) or was unreachable, or a node no longer among the batch's active
+    hosts (unreachable, or failed outside any rescue), fails this node too, saying which node failed which step:
+    every node's rescue then rolls the whole group back. A skipped or undefined result is no failure."
+author:
+  - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
+  - gpuops.sglang.attributes.controller_decision
+options:
+  results:
+    description: The registered variables of the steps since the last barrier, in the steps' order.
+    type: list
+    elements: str
+    required: true
+notes:
+  - Meant for the role's own tasks; the group's nodes come from C(_sglang_plan.group.nodes).
+'''
+
+EXAMPLES = r'''
+- name: Every node stopped and freed, or the whole group rolls back
+  gpuops.sglang.sglang_group_barrier:
+    results: [_sglang_stop, _sglang_released]
+'''
+
+RETURN = r'''
+failed_nodes:
+  description: The nodes that failed a step or left the play (empty when every node may go on).
+  returned: always
+  type: list
+  elements: str
+'''

@@ -1,0 +1,270 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One SGLang server across several hosts (a server group): its nodes, their ranks, one decision for all of
+them, and the barrier that fails every node when one failed.
+
+Every host of the group runs the same launch_server with the total --tp-size, --nnodes, the same
+--dist-init-addr (rank 0's address) and its own --node-rank; only rank 0 serves HTTP. `inventory_vars(name)`
+is a host's inventory variables (dict-like), as _rollout.peer_urls reads them.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_int, as_text
+
+DEFAULT_GROUP = ''
+INTEGER = re.compile(r'^[+-]?[0-9]+$')
+# Launch arguments that differ between the nodes by design: the rank, and the address each node listens on
+# (only rank 0 serves HTTP, each node on its own address).
+PER_NODE_FLAGS = ('--node-rank', '--host')
+# A step's registered result that stops the group: the task failed (rescued or ignored included) or the
+# host could not be reached.
+STEP_FAILURES = ('failed', 'unreachable')
+# What one decision for the group reads of every node (the role registers them, per node).
+DECIDED_ON = ('_sglang_plan', '_sglang_state', '_sglang_decision')
+
+
+def group_name(host_vars):
+    """The server group a host belongs to ("" for a single-node server)."""
+    return as_text(host_vars.get('sglang_server_group') or DEFAULT_GROUP)
+
+
+def _rank(value):
+    """The rank as an int, or None when it is not an integer (a bool is not a rank, though Python says it is)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and INTEGER.match(value.strip()):
+        return int(value)
+    return None
+
+
+def _rank_problems(name, ranked, nnodes):
+    problems = []
+    holders = {}
+    for host, value in ranked:
+        rank = _rank(value)
+        if value is None:
+            problems.append('%s is a node of the server group %s but has no sglang_node_rank.' % (host, name))
+        elif rank is None:
+            problems.append('%s: sglang_node_rank %r is not an integer.' % (host, value))
+        elif not 0 <= rank < nnodes:
+            problems.append('%s: sglang_node_rank %d is out of range (the %d nodes of the server group %s have ranks'
+                            ' 0 to %d).' % (host, rank, nnodes, name, nnodes - 1))
+        else:
+            holders.setdefault(rank, []).append(host)
+    for rank in sorted(holders):
+        if len(holders[rank]) > 1:
+            problems.append('%s have the same sglang_node_rank %d in the server group %s (one rank per node).'
+                            % (' and '.join(holders[rank]), rank, name))
+    return problems
+
+
+def members(name, fleet_hosts, inventory_vars):
+    """(the group's hosts by rank, problems): the hosts of the fleet whose sglang_server_group is `name`.
+    Refused: a node without a rank, a rank that is not an integer, out of range or held twice, a group of one."""
+    ranked = [(host, inventory_vars(host).get('sglang_node_rank')) for host in fleet_hosts
+              if group_name(inventory_vars(host)) == name]
+    problems = []
+    if len(ranked) < 2:
+        problems.append('the server group %s has %d node(s) in sglang_fleet_hosts (%s); a server spans at least two,'
+                        ' a single-node server leaves sglang_server_group empty.'
+                        % (name, len(ranked), ', '.join(host for host, dummy in ranked) or 'none'))
+    problems.extend(_rank_problems(name, ranked, len(ranked)))
+    # Hosts without a valid rank go last, so the order stays the ranks' even when the group is refused.
+    by_rank = sorted(ranked, key=lambda pair: (_rank(pair[1]) is None, _rank(pair[1]) or 0, pair[0]))
+    return [host for host, dummy in by_rank], problems
+
+
+def dist_init_addr(given, leader_vars, leader_name, port):
+    """Where the ranks meet: `given` when set, else rank 0's inventory address (ansible_host, else its name)
+    and the port."""
+    if given:
+        return as_text(given)
+    address = as_text(leader_vars.get('ansible_host') or leader_name)
+    # An IPv6 address takes brackets before its port, as in a URL.
+    if ':' in address and not address.startswith('['):
+        address = '[%s]' % address
+    return '%s:%s' % (address, as_text(port))
+
+
+def plan_group(name, me, fleet_hosts, inventory_vars, given_addr, port, tp_size, peers):
+    """(the plan's `group`, problems): None for a single-node server (`name` ""), else the group's name, this
+    host's rank, the node count, the nodes by rank, the leader (rank 0), the dist-init address and the URL the
+    others reach rank 0 at (`peers`: _rollout.peer_urls of the fleet)."""
+    if not name:
+        return None, []
+    nodes, problems = members(name, fleet_hosts, inventory_vars)
+    if me not in nodes:
+        problems.append('%s is in the server group %s but not among sglang_fleet_hosts (%s), where the group\'s'
+                        ' nodes are found.' % (me, name, ', '.join(fleet_hosts)))
+    if nodes and as_int(tp_size) % len(nodes):
+        problems.append('sglang_tp_size %s is not divisible by the %d nodes of the server group %s (every node runs'
+                        ' the same share of the tensor-parallel ranks).' % (as_text(tp_size), len(nodes), name))
+    if problems:
+        return None, problems
+    leader = nodes[0]
+    return {
+        'name': name, 'rank': nodes.index(me), 'nnodes': len(nodes), 'nodes': nodes, 'leader': leader,
+        'dist_init_addr': dist_init_addr(given_addr, inventory_vars(leader), leader, port),
+        'leader_url': peers[leader],
+    }, []
+
+
+def _flag_values(args):
+    """{flag: [its values, in order]} of an argv; `--flag=value` counts as the flag and its value, a bare switch
+    has the value True."""
+    found, index = {}, 0
+    while index < len(args):
+        flag, value = as_text(args[index]), True
+        if '=' in flag and flag.startswith('--'):
+            flag, value = flag.split('=', 1)
+        elif index + 1 < len(args) and not as_text(args[index + 1]).startswith('--'):
+            index += 1
+            value = as_text(args[index])
+        found.setdefault(flag, []).append('(the node\'s own)' if flag in PER_NODE_FLAGS else value)
+        index += 1
+    return found
+
+
+def _spread(values_by_host):
+    """'A on mn1 and mn3, B on mn2' for {host: value text}, in the hosts' order."""
+    hosts_by_value = {}
+    for host, value in values_by_host.items():
+        hosts_by_value.setdefault(value, []).append(host)
+    return ', '.join('%s on %s' % (value, ' and '.join(hosts)) for value, hosts in hosts_by_value.items())
+
+
+def _shown(values):
+    if values is None:
+        return '(not given)'
+    return ' '.join('(set)' if value is True else value for value in values)
+
+
+def plan_differences(args_by_host):
+    """Problems: the launch arguments that differ between the nodes ({host: argv}, hosts in rank order), which
+    SGLang needs equal on every node; --node-rank and the listen --host differ by design."""
+    values = dict((host, _flag_values(args)) for host, args in args_by_host.items())
+    flags = []
+    for found in values.values():
+        flags.extend(flag for flag in found if flag not in flags)
+    problems = []
+    for flag in flags:
+        shown = dict((host, _shown(found.get(flag))) for host, found in values.items())
+        if len(set(shown.values())) > 1:
+            problems.append('the nodes\' launch arguments differ at %s: %s (SGLang needs them equal on every node).'
+                            % (flag, _spread(shown)))
+    return problems
+
+
+def _version_problems(nodes):
+    versions = dict((node['host'], as_text(node['state']['sglang_version'])) for node in nodes
+                    if (node.get('state') or {}).get('sglang_version'))
+    if len(set(versions.values())) > 1:
+        return ['the nodes run different sglang versions: %s (every rank must run the same code).' % _spread(versions)]
+    return []
+
+
+def _node_reasons(node):
+    """A node's reasons to redeploy the group, without its name: its own decision's, then what only the
+    group sees (rank 0's generation, a rank > 0 whose process is gone)."""
+    state = node.get('state') or {}
+    found = list(node.get('reasons') or [])
+    # Rank 0 keeps answering /health while generation is dead when another rank died (sglang issue 4780).
+    if node['rank'] == 0 and state.get('generates') is False:
+        found.append('generation fails: %s' % as_text(state.get('generate_error') or 'no error given'))
+    if node['rank'] > 0 and not state.get('running') and 'server not running' not in found:
+        found.append('server not running')
+    return found
+
+
+def _patch_reasons(nodes):
+    """A group patched on some nodes only runs two codes: it is redeployed (the patch goes on every node), never
+    refused. `patch_applied` is None on a node without a patch to apply."""
+    applied = [node['host'] for node in nodes if node.get('patch_applied') is True]
+    not_applied = [node['host'] for node in nodes if node.get('patch_applied') is False]
+    if applied and not_applied:
+        return ['patch applied on %s only, not on %s' % (', '.join(applied), ', '.join(not_applied))]
+    return []
+
+
+def _unread(result):
+    """Why a node's registered result cannot be decided on ("" when it can): absent (the node is not in this
+    run: --limit, or it failed earlier), skipped, or failed."""
+    if not isinstance(result, dict) or not result:
+        return 'has none in this run (not in the play, or it failed before)'
+    if result.get('failed'):
+        return 'failed: %s' % as_text(result.get('msg') or 'no message')
+    if result.get('skipped'):
+        return 'was skipped'
+    return ''
+
+
+def decided_nodes(group, registered):
+    """(the nodes as group_decision reads them, problems): `registered` is {host: {'_sglang_plan': ...,
+    '_sglang_state': ..., '_sglang_decision': ...}} of every node of `group` (the plan's). A node whose results
+    are missing, skipped or failed, or that is left alone, is refused: a group is decided on every node or none."""
+    nodes, problems = [], []
+    for host in group['nodes']:
+        found = registered.get(host) or {}
+        unread = [(name, _unread(found.get(name))) for name in DECIDED_ON]
+        unread = ['%s %s' % (name, why) for name, why in unread if why]
+        plan = found.get('_sglang_plan') or {}
+        if not unread and plan.get('left_alone_because'):
+            unread = ['is left alone (%s)' % as_text(plan['left_alone_because'])]
+        if unread:
+            problems.append('%s of the server group %s: %s; every node of a group is redeployed together or none is.'
+                            % (host, group['name'], ', '.join(unread)))
+            continue
+        decision = found['_sglang_decision']
+        # The group's nodes are in rank order: a node's rank is its place there.
+        nodes.append({'host': host, 'rank': group['nodes'].index(host),
+                      'args': plan.get('args') or [], 'reasons': decision.get('reasons') or [],
+                      # The patch as sglang_decision sees it (its stamp, or the dry run); {} without a patch.
+                      'patch_applied': (decision.get('patch_state') or {}).get('applied'),
+                      'state': found['_sglang_state']})
+    return nodes, problems
+
+
+def group_decision(nodes):
+    """One decision for the group from its nodes' ({host, rank, args, reasons, state, patch_applied}): any node's
+    reason redeploys every node (each reason prefixed with its node's name); different sglang versions or
+    launch arguments are refused (problems)."""
+    nodes = sorted(nodes, key=lambda node: node['rank'])
+    reasons = ['%s: %s' % (node['host'], reason) for node in nodes for reason in _node_reasons(node)]
+    reasons.extend(_patch_reasons(nodes))
+    problems = _version_problems(nodes)
+    problems.extend(plan_differences(dict((node['host'], node.get('args') or []) for node in nodes)))
+    return {'redeploy_needed': bool(reasons), 'reasons': reasons, 'problems': problems}
+
+
+def _step_failure(result):
+    """The failure's message of a registered step result, or None when it did not fail (or did not run)."""
+    if not isinstance(result, dict) or not any(result.get(key) for key in STEP_FAILURES):
+        return None
+    return as_text(result.get('msg') or ('unreachable' if result.get('unreachable') else 'failed'))
+
+
+def barrier(nodes, play_hosts, results):
+    """{failed_nodes, msg}: the nodes whose step failed (`results`: {host: {registered name: result or None}},
+    in the steps' order) or that left the play (unreachable, or failed outside any rescue); msg names each
+    with its step's message. No failed node: msg ""."""
+    failed, words = [], []
+    for host in nodes:
+        if host not in play_hosts:
+            failed.append(host)
+            words.append('%s left the play (unreachable, or failed outside any rescue)' % host)
+            continue
+        for name, result in (results.get(host) or {}).items():
+            message = _step_failure(result)
+            if message is not None:
+                failed.append(host)
+                words.append('%s failed %s: %s' % (host, name, message))
+                break
+    return {'failed_nodes': failed, 'msg': '; '.join(words)}

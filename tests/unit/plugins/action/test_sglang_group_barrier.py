@@ -1,0 +1,49 @@
+"""sglang_group_barrier fails every node of the group once one node failed a step, or left the play."""
+import pytest
+
+from ansible_collections.gpuops.sglang.plugins.action.sglang_group_barrier import ActionModule
+
+PLAN = {'group': {'name': 'ds', 'rank': 1, 'nnodes': 2, 'nodes': ['mn1', 'mn2'], 'leader': 'mn1'}}
+STEPS = ['_sglang_stop', '_sglang_released']
+
+
+def task_vars(batch=('mn1', 'mn2'), mn1=None, mn2=None, plan=None):
+    """mn2's task variables; each node stopped and released its GPUs but for the results given."""
+    done = {'_sglang_stop': {'changed': True}, '_sglang_released': {'changed': True, 'msg': 'freed'}}
+    hostvars = {'mn1': dict(done, **(mn1 or {})), 'mn2': dict(done, **(mn2 or {}))}
+    return {'_sglang_plan': plan or PLAN, 'inventory_hostname': 'mn2', 'ansible_play_batch': list(batch),
+            'hostvars': hostvars}
+
+
+def test_every_node_done_passes(run_action):
+    result = run_action(ActionModule, task_vars(mn1={'_sglang_released': {'skipped': True}}),
+                        args={'results': STEPS + ['_sglang_not_run_yet']})
+    assert not result.get('failed') and result['failed_nodes'] == []
+
+
+@pytest.mark.parametrize('overrides, failed, msg', [
+    ({'mn1': {'_sglang_released': {'failed': True, 'msg': 'GPU 0 still holds 20619 MiB'}}}, ['mn1'],
+     'mn1 failed _sglang_released: GPU 0 still holds 20619 MiB; the whole server group ds rolls back'
+     ' (mn2 stops here).'),
+    ({'batch': ['mn2']}, ['mn1'],
+     'mn1 left the play (unreachable, or failed outside any rescue); the whole server group ds rolls back'
+     ' (mn2 stops here).'),
+    ({'mn2': {'_sglang_stop': {'unreachable': True, 'msg': 'ssh: connection refused'}}}, ['mn2'],
+     'mn2 failed _sglang_stop: ssh: connection refused; the whole server group ds rolls back (mn2 stops here).'),
+], ids=['a-peer-failed-a-step', 'a-peer-left-the-play', 'this-node-unreachable'])
+def test_a_failed_node_fails_this_one_saying_which_node_and_step(run_action, overrides, failed, msg):
+    result = run_action(ActionModule, task_vars(**overrides), args={'results': STEPS})
+    assert result['failed'] is True and result['failed_nodes'] == failed and result['msg'] == msg
+
+
+def test_only_the_named_results_count(run_action):
+    result = run_action(ActionModule, task_vars(mn1={'_sglang_armed': {'failed': True}}), args={'results': STEPS})
+    assert not result.get('failed') and result['failed_nodes'] == []
+
+
+def test_a_single_node_server_waits_for_itself_alone(run_action):
+    result = run_action(ActionModule, task_vars(batch=['mn2'], plan={'group': None},
+                                                mn2={'_sglang_stop': {'failed': True, 'msg': 'x'}}),
+                        args={'results': STEPS})
+    assert result['failed_nodes'] == ['mn2'] and result['msg'] == 'mn2 failed _sglang_stop: x; the server rolls back' \
+        ' (mn2 stops here).'
