@@ -4,8 +4,9 @@
 """The window's barrier for a server across several hosts: every node fails here when any node failed a step
 since the last barrier, so that every node's rescue rolls back (plugin_utils/_groups.py, unit-tested there).
 
-On the controller, in-process: reads the group from this host's plan (_sglang_plan), each node's registered
-step results (the task's `results`, by name) through hostvars, and which nodes are still in the play's batch.
+On the controller, in-process: reads the group from this host's plan (_sglang_plan), through hostvars the
+barrier each node said it got to (_sglang_group_step, set by the task before) and its registered step results
+(the task's `results`, by name, for the message), and which nodes are still in the play's batch.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -18,6 +19,10 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils import _groups
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import registered_of, rendered
 
 
+# What each node sets (tasks/group_barrier.yml) just before the barrier: the barrier it got to.
+SAID = '_sglang_group_step'
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -25,7 +30,8 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=dict(
-            results=dict(type='list', elements='str', required=True),
+            step=dict(type='str', required=True),
+            results=dict(type='list', elements='str', default=[]),
         ))
         found = rendered(self._templar, task_vars, ('_sglang_plan', 'inventory_hostname'))
         group = found['_sglang_plan'].get('group')
@@ -34,7 +40,8 @@ class ActionModule(ActionBase):
         results = registered_of(task_vars, group['nodes'], args['results'])
         # The batch's active hosts: a node that failed outside a rescue, or became unreachable, is no longer there.
         play_hosts = task_vars.get('ansible_play_batch') or []
-        stopped = _groups.barrier(group['nodes'], play_hosts, results)
+        said = dict((host, names.get(SAID)) for host, names in registered_of(task_vars, group['nodes'], [SAID]).items())
+        stopped = _groups.barrier(group['nodes'], play_hosts, results, said, args['step'])
         result.update(changed=False, failed_nodes=stopped['failed_nodes'])
         if stopped['failed_nodes']:
             result.update(failed=True, msg='%s; %s rolls back (%s stops here).'

@@ -16,21 +16,28 @@ description:
   - A step of the C(gpuops.sglang.sglang) role's window for a server that spans several hosts
     (C(sglang_server_group)), run on every node under the C(linear) strategy so that no node goes on before every
     node did the steps before it.
-  - "Reads every node's results registered under the names in O(results), through C(hostvars). A result that
-    failed (a rescued or ignored failure included) or was unreachable, or a node no longer among the batch's active
-    hosts (unreachable, or failed outside any rescue), fails this node too, saying which node failed which step:
-    every node's rescue then rolls the whole group back. A skipped or undefined result is no failure."
+  - "Every node says it got to the barrier first (the role sets C(_sglang_group_step) to O(step) in the task
+    before). A node that did not (it failed an earlier step and waits in its rescue, or it was left alone), a node
+    no longer among the batch's active hosts (unreachable, or failed outside any rescue), or a node whose result
+    registered under one of the names in O(results) failed or was unreachable, fails this node too, saying which
+    node and why: every node's rescue then rolls the whole group back."
 author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
   - gpuops.sglang.attributes.controller_decision
 options:
+  step:
+    description: The barrier's name; every node must have set C(_sglang_group_step) to it.
+    type: str
+    required: true
   results:
-    description: The registered variables of the steps since the last barrier, in the steps' order.
+    description:
+      - The registered variables of the steps since the last barrier, in the steps' order, read to say which
+        step a node failed. A skipped or undefined result is no failure.
     type: list
     elements: str
-    required: true
+    default: []
 notes:
   - Meant for the role's own tasks; the group's nodes come from C(_sglang_plan.group.nodes).
 '''
@@ -38,6 +45,7 @@ notes:
 EXAMPLES = r'''
 - name: Every node stopped and freed, or the whole group rolls back
   gpuops.sglang.sglang_group_barrier:
+    step: stopped
     results: [_sglang_stop, _sglang_released]
 '''
 

@@ -100,8 +100,8 @@ options:
   url:
     description:
       - Base URL the server answers at, for example V(http://127.0.0.1:30000).
-      - V("") for a rank above 0 of a server spanning several hosts (C(--node-rank) > 0), which serves no HTTP:
-        its health is then its process being alive, and O(expected_server_info), O(ready_checks) and
+      - V("") for a rank above 0 of a server spanning several hosts (C(--node-rank) > 0), which serves no HTTP.
+        Its health is then its process being alive, and O(expected_server_info), O(ready_checks) and
         O(generate_probe) do not apply (the group is verified on rank 0).
     type: str
     required: true

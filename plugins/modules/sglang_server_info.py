@@ -53,7 +53,7 @@ options:
   url:
     description:
       - Base URL the server answers at.
-      - V("") for a rank above 0 of a server spanning several hosts, which serves no HTTP: RV(healthy) is then
+      - V("") for a rank above 0 of a server spanning several hosts, which serves no HTTP. RV(healthy) is then
         RV(running), and its settings are not compared (rank 0 answers for the group).
     type: str
     required: true
@@ -61,7 +61,7 @@ options:
     description:
       - Also send one real generation (one new token) to a healthy server, and say in RV(generates) whether it
         answered. On rank 0 of a server spanning several hosts, C(/health) still answers 200 when another rank
-        is gone (sglang issue 4780); a generation needs every rank.
+        is gone (sglang issue 4780), and a generation needs every rank.
     type: bool
     default: false
   generate_timeout:

@@ -251,10 +251,16 @@ def _step_failure(result):
     return as_text(result.get('msg') or ('unreachable' if result.get('unreachable') else 'failed'))
 
 
-def barrier(nodes, play_hosts, results):
-    """{failed_nodes, msg}: the nodes whose step failed (`results`: {host: {registered name: result or None}},
-    in the steps' order) or that left the play (unreachable, or failed outside any rescue); msg names each
-    with its step's message. No failed node: msg ""."""
+def barrier(nodes, play_hosts, results, said=None, step=None):
+    """{failed_nodes, msg}: the nodes that may not go on past the barrier `step`, and why.
+
+    A node fails the barrier when it left the play (unreachable, or failed outside any rescue), when one of its
+    step results failed (`results`: {host: {registered name: result or None}}, in the steps' order), or when
+    it did not say it got to this barrier (`said`: {host: the last barrier it said it got to}): a node whose
+    failure is being rescued waits in its rescue (the linear strategy runs the other nodes' block first), and a
+    failed task registers nothing unless told to, so only getting there proves a node is fine. msg names each
+    node with its step's message; no failed node: msg "".
+    """
     failed, words = [], []
     for host in nodes:
         if host not in play_hosts:
@@ -267,4 +273,10 @@ def barrier(nodes, play_hosts, results):
                 failed.append(host)
                 words.append('%s failed %s: %s' % (host, name, message))
                 break
+        else:
+            if step is not None and (said or {}).get(host) != step:
+                failed.append(host)
+                last = (said or {}).get(host)
+                words.append('%s did not get to the barrier "%s" (%s)' % (
+                    host, step, 'its last one was "%s"' % last if last else 'it got to none'))
     return {'failed_nodes': failed, 'msg': '; '.join(words)}

@@ -9,7 +9,8 @@ STEPS = ['_sglang_stop', '_sglang_released']
 
 def task_vars(batch=('mn1', 'mn2'), mn1=None, mn2=None, plan=None):
     """mn2's task variables; each node stopped and released its GPUs but for the results given."""
-    done = {'_sglang_stop': {'changed': True}, '_sglang_released': {'changed': True, 'msg': 'freed'}}
+    done = {'_sglang_stop': {'changed': True}, '_sglang_released': {'changed': True, 'msg': 'freed'},
+            '_sglang_group_step': 'stopped'}
     hostvars = {'mn1': dict(done, **(mn1 or {})), 'mn2': dict(done, **(mn2 or {}))}
     return {'_sglang_plan': plan or PLAN, 'inventory_hostname': 'mn2', 'ansible_play_batch': list(batch),
             'hostvars': hostvars}
@@ -17,7 +18,7 @@ def task_vars(batch=('mn1', 'mn2'), mn1=None, mn2=None, plan=None):
 
 def test_every_node_done_passes(run_action):
     result = run_action(ActionModule, task_vars(mn1={'_sglang_released': {'skipped': True}}),
-                        args={'results': STEPS + ['_sglang_not_run_yet']})
+                        args={'step': 'stopped', 'results': STEPS + ['_sglang_not_run_yet']})
     assert not result.get('failed') and result['failed_nodes'] == []
 
 
@@ -32,18 +33,35 @@ def test_every_node_done_passes(run_action):
      'mn2 failed _sglang_stop: ssh: connection refused; the whole server group ds rolls back (mn2 stops here).'),
 ], ids=['a-peer-failed-a-step', 'a-peer-left-the-play', 'this-node-unreachable'])
 def test_a_failed_node_fails_this_one_saying_which_node_and_step(run_action, overrides, failed, msg):
-    result = run_action(ActionModule, task_vars(**overrides), args={'results': STEPS})
+    result = run_action(ActionModule, task_vars(**overrides), args={'step': 'stopped', 'results': STEPS})
     assert result['failed'] is True and result['failed_nodes'] == failed and result['msg'] == msg
 
 
 def test_only_the_named_results_count(run_action):
-    result = run_action(ActionModule, task_vars(mn1={'_sglang_armed': {'failed': True}}), args={'results': STEPS})
+    result = run_action(ActionModule, task_vars(mn1={'_sglang_armed': {'failed': True}}), args={'step': 'stopped', 'results': STEPS})
     assert not result.get('failed') and result['failed_nodes'] == []
 
 
 def test_a_single_node_server_waits_for_itself_alone(run_action):
     result = run_action(ActionModule, task_vars(batch=['mn2'], plan={'group': None},
                                                 mn2={'_sglang_stop': {'failed': True, 'msg': 'x'}}),
-                        args={'results': STEPS})
+                        args={'step': 'stopped', 'results': STEPS})
     assert result['failed_nodes'] == ['mn2'] and result['msg'] == 'mn2 failed _sglang_stop: x; the server rolls back' \
         ' (mn2 stops here).'
+
+
+@pytest.mark.parametrize('said, msg', [
+    # mn1 failed a step that registers nothing: it waits in its rescue and never says it got here.
+    ('armed', 'mn1 did not get to the barrier "stopped" (its last one was "armed")'),
+    (None, 'mn1 did not get to the barrier "stopped" (it got to none)'),
+], ids=['stuck-at-an-earlier-barrier', 'never-got-to-one'])
+def test_a_node_that_did_not_get_to_the_barrier_fails_this_one(run_action, said, msg):
+    result = run_action(ActionModule, task_vars(mn1={'_sglang_group_step': said}), args={'step': 'stopped'})
+    assert result['failed'] is True and result['failed_nodes'] == ['mn1']
+    assert result['msg'] == msg + '; the whole server group ds rolls back (mn2 stops here).'
+
+
+def test_without_results_only_getting_there_counts(run_action):
+    result = run_action(ActionModule, task_vars(mn1={'_sglang_stop': {'failed': True, 'msg': 'x'}}),
+                        args={'step': 'stopped'})
+    assert not result.get('failed') and result['failed_nodes'] == []

@@ -209,6 +209,18 @@ def test_the_barrier_fails_when_any_node_failed(play_hosts, found, failed, msg):
     assert _groups.barrier(['mn1', 'mn2'], play_hosts, found) == {'failed_nodes': failed, 'msg': msg}
 
 
+@pytest.mark.parametrize('said, failed, msg', [
+    ({'mn1': 'stopped', 'mn2': 'stopped'}, [], ''),
+    ({'mn1': 'stopped', 'mn2': 'armed'}, ['mn2'], 'mn2 did not get to the barrier "stopped" (its last one was "armed")'),
+    ({'mn1': 'stopped'}, ['mn2'], 'mn2 did not get to the barrier "stopped" (it got to none)'),
+    ({}, ['mn1', 'mn2'], 'mn1 did not get to the barrier "stopped" (it got to none); '
+                         'mn2 did not get to the barrier "stopped" (it got to none)'),
+], ids=['both-there', 'one-stuck-earlier', 'one-never-said', 'none-said'])
+def test_the_barrier_fails_a_node_that_did_not_say_it_got_there(said, failed, msg):
+    found = _groups.barrier(['mn1', 'mn2'], ['mn1', 'mn2'], {}, said, 'stopped')
+    assert found == {'failed_nodes': failed, 'msg': msg}
+
+
 GROUP = {'name': 'ds', 'nodes': ['mn1', 'mn2']}
 
 
