@@ -283,13 +283,9 @@ class Server(object):
     def waiting_for_ranks(self):
         return self.group.waiting_for() if self.group is not None else []
 
-    def serving(self):
-        """What /health says: warm, every rank joined once, not draining. A rank lost since does not show
-        here (upstream's HTTP side never notices: sglang issue 4780)."""
-        return self.ready() and not self.waiting_for_ranks() and not self.draining.is_set()
-
     def unavailable(self):
-        """Why /health answers 503 now, or None."""
+        """Why /health answers 503 now (draining, warming up, a rank not joined yet), or None. A rank lost
+        since does not show here: upstream's HTTP side never notices (sglang issue 4780)."""
         if self.draining.is_set():
             return 'shutting down'
         if not self.ready():
