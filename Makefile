@@ -1,6 +1,7 @@
 # Two commands on a fresh Debian machine, as root:
 #   make demo   full redeploy against the embedded lab, visible and verified; installs and builds only what
 #               it needs (demo-setup: no browser, no test tooling, no native sglang release)
+#   make demo-multinode   the same for the lab's two-node SGLang server (mn1 rank 0, mn2 rank 1), one group
 #   make test   every test on the first controller (unit, integration, lab, dashboard with a headless browser, sanity,
 #               ansible-test integration, lint, molecule); `make matrix` adds the 2.21 controller (CI's time: README)
 #   make fleet   eight lab hosts behind the SGLang gateway (smg), a rolling redeploy under load (one JSON line)
@@ -24,7 +25,7 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: fleet setup demo-setup host-packages demo-host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-gpu matrix matrix-2.21 matrix-sanity
+.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-gpu matrix matrix-2.21 matrix-sanity
 
 setup: host-packages demo-setup $(VENV)/.installed $(VENV)/.dashboard-installed $(CACHE)/wheels/.done
 
@@ -112,6 +113,12 @@ test: setup
 demo: demo-setup
 	LAB_NATIVE_RELEASE=0 lab/lab up
 	$(BIN)/ansible-playbook -i inventory/lab playbooks/redeploy.yml
+	lab/lab summary
+
+# The lab's two-node SGLang server (mn1 rank 0, mn2 rank 1: inventory/lab-multinode) redeployed as one group.
+demo-multinode: demo-setup
+	LAB_NATIVE_RELEASE=0 lab/lab up --multinode
+	$(BIN)/ansible-playbook -i inventory/lab-multinode playbooks/redeploy.yml
 	lab/lab summary
 
 # The reference ops page against the lab: http://127.0.0.1:$${DASHBOARD_PORT:-8765}/, token from

@@ -5,7 +5,6 @@ its drain gate lives under tmp_path, so the test decides when the drain ends. No
 fixed time: every step polls for the state it needs, and the drain gate holds the server in its
 drain for as long as the test looks at it.
 """
-import json
 import os
 import pathlib
 import signal
@@ -13,30 +12,11 @@ import time
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 
 from helpers.simulated import free_port, wait_for
-from helpers.standin import write_standin_module
-
-
-def call(method, url, body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={'Content-Type': 'application/json'})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b'null')
-
-
-def status(url):
-    try:
-        return call('GET', url)[0]
-    except OSError:
-        return None
+from helpers.standin import call, status, write_standin_module
 
 
 @pytest.fixture

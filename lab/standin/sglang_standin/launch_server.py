@@ -5,6 +5,10 @@ It behaves like SGLang where the redeploy playbook can observe it:
   -num-draft-tokens must be given together, as SGLang requires;
 - children titled ``sglang::scheduler_TP<rank>`` (one per --tp-size, each holding /dev/nvidia<rank>
   and GPU memory through the nvidia-smi simulator) and ``sglang::detokenizer``;
+- --nnodes, --node-rank and --dist-init-addr as SGLang's multi-node servers (ranks.py: its docstring is
+  the model): each node holds tp_size/nnodes of the schedulers, rank 0 serves HTTP and becomes healthy
+  only once every other rank joined it at the dist-init address, ranks > 0 serve no HTTP, and a rank
+  lost without goodbye leaves rank 0 answering /health while generation fails and the other ranks hung;
 - /health and /health_generate answer 503 during warm-up, then 200; /server_info (and the deprecated
   /get_server_info) return every resolved argument, the SGLANG_* environment and internal_states;
 - POST /generate answers like SGLang ({"text", "meta_info"}) after SGLANG_STANDIN_GENERATE_DELAY seconds
@@ -51,10 +55,12 @@ import uuid
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from sglang_standin import decode
+from sglang_standin import decode, ranks
 from sglang_standin.adaptive import resolve_adaptive
 
 HOLDER = '/opt/lab/simulators/gpu_holder.py'
+# What every scheduler keeps open besides its GPU (a CUDA process's control devices).
+CONTROL_DEVICES = ['/dev/nvidiactl', '/dev/nvidia-uvm']
 PATCH_ENV = 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'
 DRAIN_GATE = '/run/lab-standin-drain-gate'
 GENERATE_GATE = '/run/lab-standin-generate-gate'
@@ -98,6 +104,7 @@ def build_parser():
     add('--admin-api-key')
     add('--enable-metrics', action='store_true')
     add('--config')
+    ranks.add_flags(parser)
     return parser
 
 
@@ -217,14 +224,53 @@ def sglang_carries_patch():
         return False
 
 
+class Schedulers(object):
+    """This node's children: its share of the TP schedulers (each holding one local GPU), and on rank 0
+    the detokenizer (SGLang runs no tokenizer side on ranks > 0)."""
+
+    def __init__(self, resolved):
+        self.resolved = resolved
+        self.children = []
+
+    def spawn(self):
+        mib = os.environ.get('LAB_STANDIN_GPU_MIB', '20610')
+        opens = [arg for device in CONTROL_DEVICES for arg in ('--open', device)]
+        for rank, gpu in ranks.local_schedulers(self.resolved['tp_size'], self.resolved['nnodes'],
+                                                self.resolved['node_rank']):
+            self.children.append(subprocess.Popen(
+                [sys.executable, HOLDER, '--title', 'sglang::scheduler_TP%d' % rank, '--hold', '%d=%s' % (gpu, mib)]
+                + opens))
+        if self.resolved['node_rank'] == 0:
+            self.children.append(subprocess.Popen([sys.executable, HOLDER, '--title', 'sglang::detokenizer']))
+
+    def any_died(self):
+        return any(child.poll() is not None for child in self.children)
+
+    def pids(self):
+        return [child.pid for child in self.children]
+
+    def stop(self):
+        for child in self.children:
+            if child.poll() is None:
+                child.terminate()
+        for child in self.children:
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
 class Server(object):
-    def __init__(self, resolved, adaptive=None):
+    def __init__(self, resolved, adaptive=None, group=None):
         self.resolved = resolved
         self.adaptive = adaptive
+        # The other ranks (ranks.Leader) of a multi-node server; None for a single-node one.
+        self.group = group
         self.started = time.monotonic()
         self.warmup = float(os.environ.get('LAB_STANDIN_WARMUP', '1.5'))
         self.generate_delay = float(os.environ.get(GENERATE_DELAY_ENV, '0.2'))
-        self.children = []
+        self.schedulers = Schedulers(resolved)
         # Set by SIGTERM: health turns 503 and new generate requests are refused from that moment.
         self.draining = threading.Event()
         self.in_flight = 0
@@ -234,17 +280,39 @@ class Server(object):
     def ready(self):
         return time.monotonic() - self.started >= self.warmup
 
-    def serving(self):
-        return self.ready() and not self.draining.is_set()
+    def waiting_for_ranks(self):
+        return self.group.waiting_for() if self.group is not None else []
+
+    def unavailable(self):
+        """Why /health answers 503 now (draining, warming up, a rank not joined yet), or None. A rank lost
+        since does not show here: upstream's HTTP side never notices (sglang issue 4780)."""
+        if self.draining.is_set():
+            return 'shutting down'
+        if not self.ready():
+            return 'warming up'
+        waiting = self.waiting_for_ranks()
+        if waiting:
+            return 'waiting for ranks %s to join at %s' % (', '.join(map(str, waiting)), self.group.addr)
+        return None
+
+    def generation_refusal(self):
+        """(status, message) when generation cannot run now, or None: not serving (503), or a rank of
+        the group gone (500, failing fast where upstream would hang in the collective)."""
+        why = self.unavailable()
+        if why:
+            return 503, 'the server is %s' % why
+        failure = self.group.failure() if self.group is not None else None
+        return (500, failure) if failure else None
 
     def begin_request(self):
-        """Count a generate request in, unless the server no longer takes new ones."""
+        """Count a generate request in: None, or (status, message) when the server does not take it."""
         with self.in_flight_changed:
             # Checked under the lock so that wait_drained cannot miss a request admitted just before it.
-            if not self.serving():
-                return False
+            refusal = self.generation_refusal()
+            if refusal:
+                return refusal
             self.in_flight += 1
-            return True
+            return None
 
     def end_request(self):
         with self.in_flight_changed:
@@ -349,7 +417,10 @@ class Server(object):
         info = dict(self.resolved)
         info['environment'] = dict((k, v) for k, v in os.environ.items() if k.startswith('SGLANG_'))
         info['dynamic_spec_patch_present'] = sglang_carries_patch()
-        info['internal_states'] = [{'pid': os.getpid(), 'children': [c.pid for c in self.children]}]
+        info['internal_states'] = [{'pid': os.getpid(), 'children': self.schedulers.pids()}]
+        if self.group is not None:
+            # Not an upstream field: which ranks joined this rank 0, and which are gone since.
+            info['internal_states'][0]['standin_ranks'] = self.group.report()
         if self.adaptive is not None:
             # Not an upstream field: what the installed release's own parser made of the adaptive config.
             info['internal_states'][0]['standin_adaptive'] = self.adaptive
@@ -357,25 +428,6 @@ class Server(object):
         info['internal_states'][0]['standin_decode'] = decode.decode_report(self.scheduler)
         info['version'] = 'standin'
         return info
-
-    def spawn_children(self):
-        mib = os.environ.get('LAB_STANDIN_GPU_MIB', '20610')
-        for rank in range(self.resolved['tp_size']):
-            self.children.append(subprocess.Popen(
-                [sys.executable, HOLDER, '--title', 'sglang::scheduler_TP%d' % rank, '--hold', '%d=%s' % (rank, mib),
-                 '--open', '/dev/nvidiactl', '--open', '/dev/nvidia-uvm']))
-        self.children.append(subprocess.Popen([sys.executable, HOLDER, '--title', 'sglang::detokenizer']))
-
-    def stop_children(self):
-        for child in self.children:
-            if child.poll() is None:
-                child.terminate()
-        for child in self.children:
-            try:
-                child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
 
 
 class HTTPServer(ThreadingHTTPServer):
@@ -443,10 +495,12 @@ def make_handler(server):
             if self.refused(path):
                 return
             if path in ('/health', '/health_generate'):
-                if server.serving():
-                    self._send(200, {})
+                # /health_generate runs a real generation, which needs every rank: it fails where /health does not.
+                why = server.unavailable() if path == '/health' else (server.generation_refusal() or (None, None))[1]
+                if why:
+                    self._send(503, {'error': why})
                 else:
-                    self._send(503, {'error': 'shutting down' if server.draining.is_set() else 'warming up'})
+                    self._send(200, {})
             elif path in ('/server_info', '/get_server_info'):
                 self._send(200, server.info())
             elif path in ('/model_info', '/get_model_info'):
@@ -476,9 +530,9 @@ def make_handler(server):
             except ValueError as exc:
                 self._send(400, {'error': {'message': str(exc)}})
                 return
-            if not server.begin_request():
-                self._send(503, {'error': {'message': 'the server is %s' % (
-                    'shutting down' if server.draining.is_set() else 'warming up')}})
+            refusal = server.begin_request()
+            if refusal:
+                self._send(refusal[0], {'error': {'message': refusal[1]}})
                 return
             try:
                 try:
@@ -502,14 +556,25 @@ def make_handler(server):
 
 def main(argv=None):
     parser = build_parser()
-    resolved = resolve(parser.parse_args(merge_config(parser, list(sys.argv[1:] if argv is None else argv))))
+    args = parser.parse_args(merge_config(parser, list(sys.argv[1:] if argv is None else argv)))
+    ranks.check_flags(parser, args)
+    resolved = resolve(args)
     if os.environ.get(PATCH_ENV) and not sglang_carries_patch():
         sys.exit('error: %s is set but the installed sglang lacks the dynamic-speculation patch' % PATCH_ENV)
+    if resolved['node_rank'] > 0:
+        # No HTTP, no tokenizer side: only its schedulers, in the group rank 0 leads.
+        return ranks.run_follower(resolved, Schedulers(resolved))
     # As SGLang: only a server started with --speculative-adaptive reads its config file.
     adaptive = resolve_adaptive(resolved) if resolved['speculative_adaptive'] else None
-    server = Server(resolved, adaptive)
+    group = ranks.Leader(resolved['nnodes'], resolved['dist_init_addr']) if resolved['nnodes'] > 1 else None
+    server = Server(resolved, adaptive, group)
     httpd = HTTPServer((resolved['host'], resolved['port']), make_handler(server))
-    server.spawn_children()
+    if group is not None:
+        try:
+            group.listen()
+        except OSError as exc:
+            sys.exit('error: cannot listen on --dist-init-addr %s: %s' % (resolved['dist_init_addr'], exc))
+    server.schedulers.spawn()
     stopping = threading.Event()
 
     def on_term(signum, frame):
@@ -524,7 +589,7 @@ def main(argv=None):
                                                                  resolved['port'], os.getpid()))
     sys.stderr.flush()
     while not stopping.wait(0.2):
-        if any(child.poll() is not None for child in server.children):
+        if server.schedulers.any_died():
             sys.stderr.write('standin: a child died, exiting\n')
             break
     server.draining.set()
@@ -537,7 +602,11 @@ def main(argv=None):
         time.sleep(0.05)
     httpd.shutdown()
     httpd.server_close()
-    server.stop_children()
+    if group is not None and stopping.is_set():
+        # A graceful stop only, after the drain (the requests in flight needed every rank): a crash says
+        # nothing, and the other ranks hang (ranks.py).
+        group.goodbye()
+    server.schedulers.stop()
     return 0
 
 
