@@ -42,9 +42,9 @@ options:
       - Which report to build without O(report). V(final) is the run's outcome; V(opened) says the run stopped
         inside its outage window (written as the window opens, replaced by the final one).
       - V(group), on a node of a server group once every node has its final report (the fact
-        C(sglang_redeploy_report)): this node's report with the group's C(outcome) (the status its nodes share,
-        or V(split)) and C(failed_nodes), read from the nodes' reports through hostvars, written again. A
-        single-node server's report is returned as it is and no file is written.
+        C(sglang_redeploy_report)), returns this node's report with the group's C(outcome) (the status its nodes
+        share, or V(split)) and C(failed_nodes), read from the nodes' reports through hostvars, and writes it again.
+        A single-node server's report is returned as it is and no file is written.
     type: str
     choices: [final, opened, group]
     default: final
