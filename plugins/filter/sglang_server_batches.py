@@ -13,7 +13,7 @@ version_added: 0.3.0
 description:
   - Splits the play's hosts into single-node servers and the nodes of server groups (hosts with the same
     C(sglang_server_group), one C(sglang_node_rank) each), and cuts each into batches as Ansible's C(serial) would,
-    counting B(servers): a group is one server, and a batch never splits it.
+    counting B(servers) (a group is one server, and a batch never splits it).
   - RV(_value.group_serial) is the group play's C(serial) as node counts, over RV(_value.group_hosts) in that order
     (each group's nodes together, in rank order; groups in order of first appearance).
   - The canary is the rollout's first O(canary) servers, the single-node servers first; what the single-node play
