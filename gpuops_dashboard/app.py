@@ -1,7 +1,8 @@
 """The reference ops page: a FastAPI app over gpuops_dashboard.redeploy, with SQLite history.
 
     GET  /                               the page
-    GET  /api/hosts                      the inventory's gpu hosts and their current state
+    GET  /api/hosts                      the inventory's gpu hosts and their current state, and the servers they
+                                         make (a server group folded into one, rank 0's: servers.py)
     GET  /api/redeploys                  recent runs (newest first)
     POST /api/redeploys                  {limit, extra_vars, check}; Bearer token; 202 {"id": ...}
     GET  /api/redeploys/{id}             status, progress, and once finished the per-host summary
@@ -29,6 +30,7 @@ from gpuops_dashboard.inventory import HostDirectory
 from gpuops_dashboard.phases import current_phase
 from gpuops_dashboard.store import Store
 from gpuops_dashboard import performance
+from gpuops_dashboard.servers import fold_host_cards, fold_reports
 from gpuops_dashboard.timeline import render
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
@@ -98,6 +100,7 @@ class Dashboard(object):
                      'events': len(records), 'cancel': stored['cancel_notice'], 'error': stored['error']}
         if stored['status'] in FINAL:
             described['hosts'] = stored['hosts'] or {}
+            described['servers'] = fold_reports(described['hosts'])
         return described
 
 
@@ -125,7 +128,8 @@ def create_app(inventory, db_path, runs_dir, token):
 
     @app.get('/api/hosts')
     def hosts(refresh: bool = False):
-        return {'inventory': inventory, 'hosts': dashboard.directory.state(refresh)}
+        hosts = dashboard.directory.state(refresh)
+        return {'inventory': inventory, 'hosts': hosts, 'servers': fold_host_cards(hosts)}
 
     @app.get('/api/redeploys')
     def redeploys(limit: int = 20):

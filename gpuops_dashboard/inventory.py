@@ -25,7 +25,8 @@ _RESOLVE = ('{{ {"address": sglang_host | default("127.0.0.1"), "port": sglang_p
             '"report_dir": sglang_report_dir | default(""), '
             '"rollback_deadline": sglang_rollback_deadline | default(1800), '
             '"service_manager": sglang_service_manager | default("auto"), '
-            '"pve_node": pve_node | default(none), "pve_vmid": pve_vmid | default(none)} }}')
+            '"pve_node": pve_node | default(none), "pve_vmid": pve_vmid | default(none), '
+            '"server_group": sglang_server_group | default(""), "node_rank": sglang_node_rank | default(none)} }}')
 
 
 def resolve_hosts(inventory, pattern='gpu'):
@@ -120,6 +121,8 @@ class HostDirectory(object):
                     'patch_sha256': (report or {}).get('patch_sha256'),
                     'pve_node': variables.get('pve_node'), 'pve_vmid': variables.get('pve_vmid'),
                     'rollback_deadline': variables.get('rollback_deadline'),
+                    # A node of a server group (one server over several hosts; only rank 0 serves HTTP).
+                    'server_group': variables.get('server_group') or '', 'node_rank': variables.get('node_rank'),
                     'last_report': report}
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
             return list(pool.map(one, hosts.items()))

@@ -109,8 +109,12 @@ class ActionModule(ActionBase):
         """Why this host is left alone (its skip flag, a failed canary, the failure budget); "" to go on."""
         peer = inventory_vars(task_vars)
         reports = _rollout.peer_reports(settings['sglang_fleet_hosts'], task_vars['inventory_hostname'],
-                                        lambda name: peer(name).get('sglang_redeploy_report'))
-        canary = _rollout.canary_hosts(task_vars.get('ansible_play_hosts_all', []), settings['sglang_canary'])
+                                        lambda name: peer(name).get('sglang_redeploy_report'), peer)
+        # The canary is the rollout's first servers, across the single-node and the group play: the plays
+        # name the whole rollout (sglang_server_batches' rollout_hosts); one play alone is its own rollout.
+        rollout = rendered(self._templar, task_vars, ['sglang_rollout_hosts'], {'sglang_rollout_hosts': None})
+        canary = _rollout.canary_hosts(rollout['sglang_rollout_hosts'] or task_vars.get('ansible_play_hosts_all', []),
+                                       settings['sglang_canary'], peer)
         return _rollout.gate(settings['sglang_redeploy_skip'], reports, canary, settings['sglang_max_fail_percentage'])
 
     def _inventory(self, task_vars):

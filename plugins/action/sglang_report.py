@@ -6,7 +6,9 @@ the run's artifacts, in-process.
 
 Without O(report), the report is built from the role's registered results (plugin_utils/_report.py,
 unit-tested there): the final one, or with O(stage) V(opened) the one a run cut off inside its
-outage window leaves. An action plugin rather than `copy` delegated to localhost: the report is written twice a run per
+outage window leaves. With O(stage) V(group), once every node of a server group has its final report
+(the fact `sglang_redeploy_report`), a node's report gains its group's outcome, read from the other
+nodes' reports through hostvars, and is written again. An action plugin rather than `copy` delegated to localhost: the report is written twice a run per
 host (as the window opens, and at the end), and a module round trip to localhost cost about a second
 each time, on the no-op path too.
 """
@@ -64,17 +66,18 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         validation, args = self.validate_argument_spec(argument_spec=dict(
             report=dict(type='dict'),
-            stage=dict(type='str', default='final', choices=['final', 'opened']),
+            stage=dict(type='str', default='final', choices=['final', 'opened', 'group']),
             report_dir=dict(type='str', default=''),
             host=dict(type='str', required=True),
         ))
         folder, host = args['report_dir'], args['host']
         report = args['report']
         if report is None:
-            report = self._build(args['stage'], task_vars)
+            report = self._group(task_vars) if args['stage'] == 'group' else self._build(args['stage'], task_vars)
         written, write_error = [], None
-        # A check-mode run describes what would happen; it must not replace the last real report.
-        if folder and not self._task.check_mode:
+        # A check-mode run describes what would happen; it must not replace the last real report. A single-node
+        # server's report has no group outcome to add: the group stage leaves its file alone.
+        if folder and not self._task.check_mode and (args['stage'] != 'group' or report.get('group') is not None):
             try:
                 written = write_report(folder, host, report)
             except (IOError, OSError) as exc:
@@ -89,6 +92,21 @@ class ActionModule(ActionBase):
                       ansible_stats={'data': {STATS_KEY: {host: report}}, 'aggregate': True, 'per_host': False})
         return result
 
+    def _group(self, task_vars):
+        """This node's final report with its group's outcome, from every node's report (through hostvars)."""
+        found = rendered(self._templar, task_vars, ['sglang_redeploy_report', '_sglang_plan', 'inventory_hostname'],
+                         {'sglang_redeploy_report': None, '_sglang_plan': None})
+        own = found['sglang_redeploy_report']
+        if own is None:
+            raise AnsibleActionFail('stage group reads this host\'s final report (sglang_redeploy_report): run it '
+                                    'after every node has its report')
+        nodes = ((found['_sglang_plan'] or {}).get('group') or {}).get('nodes') or []
+        hostvars = task_vars.get('hostvars') or {}
+        return _report.with_group_outcome(own, [
+            (name, own if name == found['inventory_hostname']
+             else self._templar.template((hostvars.get(name) or {}).get('sglang_redeploy_report')))
+            for name in nodes])
+
     def _build(self, stage, task_vars):
         found = rendered(self._templar, task_vars, list(RESULTS.values()) + list(SETTINGS),
                          # A play from before the gate (no sglang_perf_gate) reports it off.
@@ -96,7 +114,7 @@ class ActionModule(ActionBase):
         run = dict((key, found[name]) for key, name in RESULTS.items())
         decision, state = run.pop('decision') or {}, run['state'] or {}
         plan = run.pop('plan') or {}
-        run.update(check_mode=bool(task_vars.get('ansible_check_mode')), manager=state.get('service_manager'),
+        run.update(group=plan.get('group'), check_mode=bool(task_vars.get('ansible_check_mode')), manager=state.get('service_manager'),
                    reasons=decision.get('reasons', []), redeploy_needed=decision.get('redeploy_needed', False),
                    patch_state=decision.get('patch_state', {}))
         settings = {'host': found['inventory_hostname'], 'patch_file': found['sglang_patch_file'],

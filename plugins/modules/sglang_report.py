@@ -41,8 +41,12 @@ options:
     description:
       - Which report to build without O(report). V(final) is the run's outcome; V(opened) says the run stopped
         inside its outage window (written as the window opens, replaced by the final one).
+      - V(group), on a node of a server group once every node has its final report (the fact
+        C(sglang_redeploy_report)), returns this node's report with the group's C(outcome) (the status its nodes
+        share, or V(split)) and C(failed_nodes), read from the nodes' reports through hostvars, and writes it again.
+        A single-node server's report is returned as it is and no file is written.
     type: str
-    choices: [final, opened]
+    choices: [final, opened, group]
     default: final
   report_dir:
     description: Folder on the controller; empty writes no file (the stats are still published).
@@ -64,7 +68,9 @@ EXAMPLES = r'''
 
 RETURN = r'''
 report:
-  description: The report published.
+  description:
+    - The report published. Its C(group) is null for a single-node server, else C(name), C(nnodes), this node's
+      C(rank), and the group's C(outcome) and C(failed_nodes) (null until O(stage=group)).
   returned: always
   type: dict
 written:

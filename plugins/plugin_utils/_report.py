@@ -5,8 +5,8 @@
 
 `run` maps short names to the role's registered results and notes (missing: the step never ran):
 stop, killed, released, started, patched, patch_state, router_before, router_removed, router_readmitted,
-rollback, slot, takeover, gpu_probe, after_failure, state, performance; failure, skip_reason, reasons,
-redeploy_needed, window_opened, run_id, manager, check_mode. `settings` holds host, patch_file, router_url,
+rollback, slot, takeover, gpu_probe, after_failure, state, performance, group (the plan's); failure, skip_reason,
+reasons, redeploy_needed, window_opened, run_id, manager, check_mode. `settings` holds host, patch_file, router_url,
 rollback_deadline and perf_gate. Every report has the same keys, whatever happened; the dashboard and the tests read
 the messages, so they stay word for word.
 """
@@ -19,8 +19,10 @@ import re
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import FAILED
 
 SLOT_KEYS = ('slot', 'waited_s', 'held_by', 'unavailable')
+SPLIT = 'split'
 
 
 def kill_lines(killed):
@@ -142,7 +144,35 @@ def base(run, settings):
         'rollback': None, 'router': router_block(run, settings['router_url']),
         'fleet_slot': dict((key, value) for key, value in _get(run, 'slot').items() if key in SLOT_KEYS),
         'takeover': _get(run, 'takeover').get('fired'), 'performance': performance(run, settings),
+        'group': group_block(run.get('group')),
     }
+
+
+def group_block(group):
+    """A node's group as its report names it (null for a single-node server); the group's outcome is known
+    only once every node has its report (group_outcome), null until then."""
+    if not group:
+        return None
+    return {'name': group['name'], 'nnodes': group['nnodes'], 'rank': group['rank'], 'outcome': None,
+            'failed_nodes': None}
+
+
+def group_outcome(node_reports):
+    """{outcome, failed_nodes} of a group from its nodes' reports ([(node, report or None)] in rank order):
+    the status the nodes share, or "split" when they ended differently; a node without a report (the run lost
+    it) counts as failed, as its server is not known to serve."""
+    statuses = [(report or {}).get('status', 'failed') for dummy, report in node_reports]
+    failed = [node for (node, dummy), status in zip(node_reports, statuses) if status in FAILED]
+    return {'outcome': statuses[0] if len(set(statuses)) == 1 else SPLIT, 'failed_nodes': failed}
+
+
+def with_group_outcome(own, node_reports):
+    """This node's report with its group's outcome filled in (a single-node server's report as it is)."""
+    if own.get('group') is None:
+        return own
+    whole = dict(own, group=dict(own['group']))
+    whole['group'].update(group_outcome(node_reports))
+    return whole
 
 
 def _drain_note(run):

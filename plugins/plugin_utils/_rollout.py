@@ -1,7 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The rolling policy across the fleet: where each server is reached, and whether this host takes part."""
+"""The rolling policy across the fleet: where each server is reached, and whether this host takes part.
+
+A server is a single host, or a group of hosts (`sglang_server_group`, one `sglang_node_rank` each) that
+serves as one: the peers, the gate, the canary and the batches count servers, so a group is counted once,
+under the key `group:<name>`, and reached at its rank 0's URL.
+"""
 
 from __future__ import absolute_import, division, print_function
 
@@ -15,6 +20,49 @@ EVERY_ADDRESS = ('0.0.0.0', '::', '')
 DEFAULT_HOST = '127.0.0.1'
 DEFAULT_PORT = 30000
 FAILED = ('failed', 'rolled_back')
+GROUP_KEY = 'group:'
+
+
+def server_key(host, group):
+    """The name a server is counted under: its host, or `group:<name>` for every node of a group."""
+    return GROUP_KEY + group if group else host
+
+
+def _node(inventory_vars):
+    """`node_of(name)` -> (group name or "", rank or None) from a host's inventory variables."""
+    def node_of(name):
+        peer = inventory_vars(name)
+        group = peer.get('sglang_server_group') or ''
+        return as_text(group), peer.get('sglang_node_rank') if group else None
+    return node_of
+
+
+def _rank_order(rank):
+    """Ranks sort as numbers; one that is not a number sorts last (the plan refuses it with its message)."""
+    try:
+        return (0, int(rank))
+    except (TypeError, ValueError):
+        return (1, 0)
+
+
+def servers(hosts, node_of):
+    """[(key, [node, ...])] in order of first appearance: a single host alone, a group's nodes in rank order.
+
+    A host literally named `group:<name>` (inventory names may hold a colon) would be counted as that group:
+    refused rather than merged.
+    """
+    order, nodes, kind = [], {}, {}
+    for name in hosts:
+        group, rank = node_of(name)
+        key = server_key(name, group)
+        if kind.setdefault(key, bool(group)) != bool(group):
+            raise ValueError('the host %s and the server group %s would both be counted as %s: rename the host'
+                             % (key, key[len(GROUP_KEY):], key))
+        if key not in nodes:
+            order.append(key)
+            nodes[key] = []
+        nodes[key].append((_rank_order(rank), len(nodes[key]), name))
+    return [(key, [name for dummy, dummy, name in sorted(nodes[key])]) for key in order]
 
 
 def reachable_host(listen, inventory_address):
@@ -22,27 +70,46 @@ def reachable_host(listen, inventory_address):
     return inventory_address if listen in EVERY_ADDRESS else listen
 
 
+def server_url(peer, name):
+    """Where clients reach a host's server: its sglang_router_worker_url, else
+    http://<reachable host>:<sglang_port>, from its inventory variables."""
+    url = peer.get('sglang_router_worker_url')
+    if url is None:
+        host = reachable_host(peer.get('sglang_host', DEFAULT_HOST), peer.get('ansible_host', name))
+        url = 'http://%s:%s' % (host, as_text(peer.get('sglang_port', DEFAULT_PORT)))
+    return url
+
+
 def peer_urls(fleet_hosts, inventory_vars):
-    """{host: URL} of the fleet from each host's inventory variables (`inventory_vars(name)` -> dict-like):
-    its sglang_router_worker_url, else http://<reachable host>:<sglang_port>."""
-    peers = {}
-    for name in fleet_hosts:
-        peer = inventory_vars(name)
-        url = peer.get('sglang_router_worker_url')
-        if url is None:
-            host = reachable_host(peer.get('sglang_host', DEFAULT_HOST), peer.get('ansible_host', name))
-            url = 'http://%s:%s' % (host, as_text(peer.get('sglang_port', DEFAULT_PORT)))
-        peers[name] = url
-    return peers
+    """{server key: URL} of the fleet from each host's inventory variables (`inventory_vars(name)` -> dict-like):
+    a single host under its name, a group once under `group:<name>` at its first node's (rank 0's) URL; the
+    other ranks serve no HTTP and are no servers of their own."""
+    return dict((key, server_url(inventory_vars(nodes[0]), nodes[0]))
+                for key, nodes in servers(fleet_hosts, _node(inventory_vars)))
 
 
-def peer_reports(fleet_hosts, me, report_of):
-    """Reports of the fleet's hosts that finished before this one (earlier batches, or faster peers);
-    `report_of(name)` is the host's sglang_redeploy_report or None."""
+def server_report(key, nodes, reports):
+    """One report for a server from its nodes' reports (None: none finished, or all were skipped): a group
+    failed when any node failed, and its report names it `group:<name>` with its `nodes`."""
+    finished = [report for report in reports if report is not None and report.get('status') != 'skipped']
+    if not finished:
+        return None
+    if not key.startswith(GROUP_KEY):
+        return finished[0]
+    failed = [report for report in finished if report.get('status') in FAILED]
+    return {'host': key, 'nodes': list(nodes), 'status': (failed or finished)[0].get('status')}
+
+
+def peer_reports(fleet_hosts, me, report_of, inventory_vars=None):
+    """Reports of the fleet's servers that finished before this one (earlier batches, or faster peers), one
+    per server (server_report); `report_of(name)` is the host's sglang_redeploy_report or None. This host's
+    own server (its group, for a node) is left out."""
+    node_of = _node(inventory_vars or (lambda name: {}))
+    mine = server_key(me, node_of(me)[0])
     reports = []
-    for name in fleet_hosts:
-        report = report_of(name) if name != me else None
-        if report is not None and report.get('status') != 'skipped':
+    for key, nodes in servers(fleet_hosts, node_of):
+        report = server_report(key, nodes, [report_of(name) for name in nodes]) if key != mine else None
+        if report is not None:
             reports.append(report)
     return reports
 
@@ -51,7 +118,9 @@ def gate(skip, reports, canary_hosts, max_fail_percentage):
     """Why this host is left alone: its skip flag, a failed canary, or a failure share above the budget;
     "" when it takes part."""
     failures = [report for report in reports if report.get('status') in FAILED]
-    canary_failed = [report['host'] for report in failures if report.get('host') in canary_hosts]
+    # A group's report names the group; its nodes are the canary's hosts.
+    canary_failed = [report['host'] for report in failures
+                     if set(report.get('nodes') or [report.get('host')]) & set(canary_hosts)]
     if as_bool(skip):
         return 'sglang_redeploy_skip is set for this host'
     if canary_failed:
@@ -63,6 +132,69 @@ def gate(skip, reports, canary_hosts, max_fail_percentage):
     return ''
 
 
-def canary_hosts(play_hosts, canary):
-    """The play's first batch (serial puts the canary first, in the play's host order)."""
-    return list(play_hosts[:as_int(canary)])
+def canary_hosts(rollout_hosts, canary, inventory_vars=None):
+    """The hosts of the rollout's first `canary` servers (a group's every node), in the rollout's order:
+    the single-node servers first, then the groups (server_batches)."""
+    chosen = servers(rollout_hosts, _node(inventory_vars or (lambda name: {})))[:max(0, as_int(canary))]
+    return [name for dummy, nodes in chosen for name in nodes]
+
+
+def _serial_entries(serial):
+    """Ansible's serial as a list of entries: a number, a percentage, or a list of those ([] when unset)."""
+    if serial is None or serial == '':
+        return []
+    return list(serial) if isinstance(serial, (list, tuple)) else [serial]
+
+
+def _serial_count(entry, total):
+    """One serial entry as a count of servers, as Ansible's pct_to_int reads it (a percentage rounds down,
+    to 1 at least); 0 or less means every server left."""
+    if isinstance(entry, (int, float)) and not isinstance(entry, bool):
+        return int(entry)
+    text = as_text(entry).strip()
+    try:
+        if text.endswith('%'):
+            return int(int(text[:-1]) / 100.0 * total) or 1
+        return int(text)
+    except ValueError:
+        raise ValueError('redeploy_serial: %r is neither a number nor a percentage' % (entry,))
+
+
+def batch_sizes(canary, serial, total):
+    """Servers per batch, as Ansible's serial would cut `total` hosts: a canary batch first when > 0, then
+    the serial entries, the last one repeated; a percentage is of `total`."""
+    entries = ([canary] if canary > 0 else []) + _serial_entries(serial) or [-1]
+    sizes, left = [], total
+    while left > 0:
+        size = _serial_count(entries[min(len(sizes), len(entries) - 1)], total)
+        size = left if size <= 0 else min(size, left)
+        sizes.append(size)
+        left -= size
+    return sizes
+
+
+def server_batches(play_hosts, inventory_vars, serial, canary):
+    """The redeploy's two plays from the play's hosts: {single_hosts, single_serial, group_hosts,
+    group_serial, rollout_hosts, canary_hosts}.
+
+    Serial and canary count servers (a group is one), and a batch never splits a group: group_serial is
+    the node count of each batch of groups, as the group play's `serial` (its hosts are group_hosts,
+    each group's nodes together in rank order). The canary is the rollout's first `canary` servers, the
+    single-node ones first: it is in the single-node play when that has hosts enough, and what it lacks
+    there is the group play's first batch. A percentage is of the play's own servers, as Ansible counts it.
+    """
+    canary = max(0, as_int(canary))
+    listed = servers(play_hosts, _node(inventory_vars))
+    single = [nodes[0] for key, nodes in listed if not key.startswith(GROUP_KEY)]
+    groups = [nodes for key, nodes in listed if key.startswith(GROUP_KEY)]
+    single_canary = min(canary, len(single))
+    group_serial, taken = [], 0
+    for size in batch_sizes(canary - single_canary, serial, len(groups)):
+        group_serial.append(sum(len(nodes) for nodes in groups[taken:taken + size]))
+        taken += size
+    group_hosts = [name for nodes in groups for name in nodes]
+    return {
+        'single_hosts': single, 'single_serial': batch_sizes(single_canary, serial, len(single)),
+        'group_hosts': group_hosts, 'group_serial': group_serial, 'rollout_hosts': single + group_hosts,
+        'canary_hosts': canary_hosts(single + group_hosts, canary, inventory_vars),
+    }

@@ -199,3 +199,22 @@ def test_the_performance_chart_is_served_for_a_finished_run(serve):
         assert 'data-host="gpu2" data-verdict="fail"' in response.read().decode()
     with urllib.request.urlopen(served.url + '/api/redeploys/plain/performance.svg', timeout=10) as response:
         assert response.status == 204
+
+
+def test_a_finished_runs_description_lists_a_server_group_once(serve):
+    served = serve()
+    group = {'name': 'mn', 'nnodes': 2, 'outcome': 'redeployed', 'failed_nodes': []}
+    stored = store.Store(os.path.join(served.state_dir, 'dashboard.sqlite3'))
+    stored.add_run('grouped', 'inventory/lab', None, {}, 1.0)
+    stored.finish_run('grouped', 'successful', 2.0, {
+        'gpu1': {'status': 'unchanged', 'group': None},
+        'mn1': {'status': 'redeployed', 'group': dict(group, rank=0)},
+        'mn2': {'status': 'redeployed', 'group': dict(group, rank=1)}})
+    stored.close()
+    with urllib.request.urlopen(served.url + '/api/redeploys/grouped', timeout=10) as response:
+        described = json.load(response)
+    assert sorted(described['hosts']) == ['gpu1', 'mn1', 'mn2']
+    assert [(server['host'], server['group'] and server['group']['name']) for server in described['servers']] == [
+        ('gpu1', None), ('mn1', 'mn')]
+    assert [(node['name'], node['rank']) for node in described['servers'][1]['group']['nodes']] == [('mn1', 0),
+                                                                                                    ('mn2', 1)]

@@ -145,3 +145,24 @@ def test_a_broken_group_is_refused_among_the_plans_problems(run_action):
 def test_a_node_left_alone_still_names_its_group(run_action):
     plan = run_action(ActionModule, group_vars(sglang_redeploy_skip=True))
     assert plan['left_alone_because'] and plan['group']['nodes'] == ['gpu1', 'gpu2']
+
+
+def test_a_failed_single_node_canary_stops_the_group_play(run_action):
+    # The group play's hosts are the group's nodes; the rollout (sglang_rollout_hosts) puts gpu1 first.
+    plan = run_action(ActionModule, host_vars(
+        inventory_hostname='big0', ansible_play_hosts_all=['big0', 'big1'], sglang_canary=1,
+        sglang_fleet_hosts=['gpu1', 'big0', 'big1'], sglang_rollout_hosts=['gpu1', 'big0', 'big1'],
+        hostvars={'gpu1': {'sglang_redeploy_report': {'host': 'gpu1', 'status': 'failed'}},
+                  'big0': {'sglang_server_group': 'big', 'sglang_node_rank': 0},
+                  'big1': {'sglang_server_group': 'big', 'sglang_node_rank': 1}}), args={'gate_only': True})
+    assert plan['left_alone_because'] == 'rollout stopped: the canary gpu1 failed'
+
+
+def test_the_peers_name_a_group_once(run_action):
+    plan = run_action(ActionModule, host_vars(
+        sglang_fleet_hosts=['gpu1', 'big0', 'big1'],
+        hostvars={'gpu1': {'ansible_host': '127.0.0.11', 'sglang_host': '0.0.0.0'},
+                  'big0': {'ansible_host': '127.0.0.31', 'sglang_host': '0.0.0.0', 'sglang_server_group': 'big',
+                           'sglang_node_rank': 0},
+                  'big1': {'ansible_host': '127.0.0.32', 'sglang_server_group': 'big', 'sglang_node_rank': 1}}))
+    assert plan['peers'] == {'gpu1': 'http://127.0.0.11:30000', 'group:big': 'http://127.0.0.31:30000'}

@@ -79,3 +79,42 @@ def test_a_window_open_report_that_cannot_be_written_fails_before_the_window_ope
     with pytest.raises(AnsibleActionFail, match='could not write the report of gpu1 to '):
         run_action(ActionModule, dict(RUN, _sglang_started={}),
                    args={'report_dir': str(blocked), 'host': 'gpu1', 'stage': 'opened'})
+
+
+GROUP = {'name': 'big', 'rank': 0, 'nnodes': 2, 'nodes': ['gpu1', 'gpu2'], 'leader': 'gpu1',
+         'dist_init_addr': '127.0.0.31:5000', 'leader_url': 'http://127.0.0.31:30000'}
+
+
+def test_a_group_nodes_first_report_names_its_group_with_the_outcome_still_unknown(run_action):
+    plan = dict(RUN['_sglang_plan'], group=GROUP)
+    report = run_action(ActionModule, dict(RUN, _sglang_plan=plan), args={'host': 'gpu1'})['report']
+    assert report['group'] == {'name': 'big', 'nnodes': 2, 'rank': 0, 'outcome': None, 'failed_nodes': None}
+
+
+@pytest.mark.parametrize('other, outcome, failed', [
+    ({'status': 'redeployed'}, 'redeployed', []),
+    ({'status': 'rolled_back'}, 'split', ['gpu2']),
+    (None, 'split', ['gpu2']),
+], ids=['same', 'ended-differently', 'no-report'])
+def test_the_group_stage_reads_every_nodes_report_and_writes_the_outcome(run_action, tmp_path, other, outcome, failed):
+    plan = dict(RUN['_sglang_plan'], group=GROUP)
+    first = run_action(ActionModule, dict(RUN, _sglang_plan=plan), args={'host': 'gpu1'})['report']
+    task_vars = dict(RUN, _sglang_plan=plan, sglang_redeploy_report=first,
+                     hostvars={'gpu2': {'sglang_redeploy_report': other} if other else {}})
+    result = run_action(ActionModule, task_vars, args={'host': 'gpu1', 'stage': 'group', 'report_dir': str(tmp_path)})
+    assert result['report']['group'] == dict(first['group'], outcome=outcome, failed_nodes=failed)
+    assert set(result['report']) == set(first)
+    assert json.loads((tmp_path / 'gpu1.json').read_text()) == result['report']
+    assert result['ansible_stats']['data']['sglang_redeploy']['gpu1'] == result['report']
+
+
+def test_the_group_stage_leaves_a_single_servers_report_and_file_alone(run_action, tmp_path):
+    first = run_action(ActionModule, dict(RUN), args={'host': 'gpu1'})['report']
+    result = run_action(ActionModule, dict(RUN, sglang_redeploy_report=first),
+                        args={'host': 'gpu1', 'stage': 'group', 'report_dir': str(tmp_path)})
+    assert result['report'] == first and result['written'] == [] and list(tmp_path.iterdir()) == []
+
+
+def test_the_group_stage_before_the_report_is_refused(run_action):
+    with pytest.raises(AnsibleActionFail, match='stage group reads this host.s final report'):
+        run_action(ActionModule, dict(RUN), args={'host': 'gpu1', 'stage': 'group'})

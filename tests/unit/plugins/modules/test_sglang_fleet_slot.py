@@ -282,3 +282,18 @@ def test_a_folder_that_cannot_be_made_is_a_clear_failure(fleet, tmp_path):
     assert result['failed'] and set(result) >= KEYS
     assert result['msg'].startswith('cannot create the fleet slot folder %s' % (blocker / 'slots'))
     assert blocker.read_text() == 'not a folder'
+
+
+def test_a_group_takes_one_slot_under_its_key_and_counts_once(fleet):
+    # The peers as _rollout.peer_urls lists a group: once, under group:<name>, at its rank 0's URL; rank 0 holds
+    # the slot under that key (a file name with a colon), the other ranks take none.
+    fleet.peers = {'gpu1': fleet.peers['gpu1'], 'group:big': fleet.peers['gpu2']}
+    held = fleet.acquire('group:big')
+    assert not held['failed'] and held['slot'] is True
+    assert os.path.isfile(os.path.join(str(fleet.folder), 'group:big.json'))
+    refused = fleet.acquire('gpu1')
+    assert refused['failed'] and refused['held_by'] == ['group:big']
+    assert refused['msg'].startswith('taking gpu1 down would make 2 server(s) unavailable, more than max_unavailable 1: '
+                                     'group:big (in its window)')
+    assert fleet.release('group:big')['changed'] is True
+    assert fleet.acquire('gpu1')['slot'] is True

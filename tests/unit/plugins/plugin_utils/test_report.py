@@ -80,3 +80,30 @@ def test_every_report_says_the_gates_verdict_or_why_there_is_none(run, gate, ver
     found = _report.report(run, dict(SETTINGS, perf_gate=gate))['performance']
     assert (found['verdict'], found['reason']) == (verdict, reason)
     assert set(found) == set(JUDGED)
+
+
+def node(status):
+    return {'status': status}
+
+
+@pytest.mark.parametrize('reports, outcome, failed', [
+    ([('mn1', node('redeployed')), ('mn2', node('redeployed'))], 'redeployed', []),
+    ([('mn1', node('unchanged')), ('mn2', node('unchanged')), ('mn3', node('unchanged'))], 'unchanged', []),
+    ([('mn1', node('rolled_back')), ('mn2', node('rolled_back'))], 'rolled_back', ['mn1', 'mn2']),
+    ([('mn1', node('rolled_back')), ('mn2', node('failed'))], 'split', ['mn1', 'mn2']),
+    ([('mn1', node('redeployed')), ('mn2', node('failed'))], 'split', ['mn2']),
+    ([('mn1', node('redeployed')), ('mn2', None)], 'split', ['mn2']),
+    ([('mn1', node('skipped')), ('mn2', node('skipped'))], 'skipped', []),
+], ids=['redeployed', 'unchanged', 'rolled-back', 'ended-differently', 'one-failed', 'one-lost', 'skipped'])
+def test_a_groups_outcome_is_what_its_nodes_share_or_split(reports, outcome, failed):
+    assert _report.group_outcome(reports) == {'outcome': outcome, 'failed_nodes': failed}
+
+
+def test_the_group_outcome_fills_in_the_nodes_report_and_leaves_a_single_servers_alone():
+    case = next(case for case in CASES if case['id'] == 'no-op-on-a-group-node')
+    own = case['report']
+    whole = _report.with_group_outcome(own, [('mn1', node('unchanged')), ('mn2', own)])
+    assert whole['group'] == {'name': 'big', 'nnodes': 2, 'rank': 1, 'outcome': 'unchanged', 'failed_nodes': []}
+    assert own['group']['outcome'] is None and set(whole) == set(own)
+    single = CASES[1]['report']
+    assert _report.with_group_outcome(single, []) is single

@@ -56,3 +56,127 @@ def test_gate_says_why_a_host_is_left_alone(skip, reports, canary, percentage, r
 @pytest.mark.parametrize('canary, hosts', [(0, []), ('1', ['gpu1']), (5, ['gpu1', 'gpu2'])])
 def test_canary_is_the_plays_first_hosts(canary, hosts):
     assert _rollout.canary_hosts(['gpu1', 'gpu2'], canary) == hosts
+
+
+# A fleet of two single-node servers and two groups, listed out of rank order as an inventory may list them.
+FLEET = {
+    'gpu1': {'ansible_host': '127.0.0.11'},
+    'big1': {'ansible_host': '127.0.0.32', 'sglang_server_group': 'big', 'sglang_node_rank': '1'},
+    'big0': {'ansible_host': '127.0.0.31', 'sglang_server_group': 'big', 'sglang_node_rank': 0, 'sglang_port': 30001},
+    'gpu2': {'ansible_host': '127.0.0.12'},
+    'huge0': {'ansible_host': '127.0.0.41', 'sglang_server_group': 'huge', 'sglang_node_rank': 0},
+    'huge2': {'sglang_server_group': 'huge', 'sglang_node_rank': 2},
+    'huge1': {'sglang_server_group': 'huge', 'sglang_node_rank': 1},
+}
+ORDER = ['gpu1', 'big1', 'big0', 'gpu2', 'huge0', 'huge2', 'huge1']
+GROUP_NODES = ['big0', 'big1', 'huge0', 'huge1', 'huge2']
+
+
+def fleet_vars(name):
+    return FLEET.get(name, {})
+
+
+def test_servers_keep_first_appearance_and_put_a_groups_nodes_in_rank_order():
+    assert _rollout.servers(ORDER, lambda name: (fleet_vars(name).get('sglang_server_group', ''),
+                                                 fleet_vars(name).get('sglang_node_rank'))) == [
+        ('gpu1', ['gpu1']), ('group:big', ['big0', 'big1']), ('gpu2', ['gpu2']),
+        ('group:huge', ['huge0', 'huge1', 'huge2'])]
+
+
+def test_a_rank_that_is_no_number_sorts_last_for_the_plan_to_refuse():
+    nodes = {'x': ('g', 'one'), 'y': ('g', 1), 'z': ('g', 0)}
+    assert _rollout.servers(['x', 'y', 'z'], nodes.get) == [('group:g', ['z', 'y', 'x'])]
+
+
+def test_a_host_named_like_a_group_is_refused_not_merged_into_it():
+    # Inventory names may hold a colon (a YAML or INI inventory accepts `group:big`).
+    nodes = {'group:big': ('', None), 'big0': ('big', 0)}
+    with pytest.raises(ValueError, match='the host group:big and the server group big'):
+        _rollout.servers(['group:big', 'big0'], nodes.get)
+
+
+def test_peer_urls_list_a_group_once_at_its_rank_0():
+    assert _rollout.peer_urls(ORDER, fleet_vars) == {
+        'gpu1': 'http://127.0.0.1:30000', 'gpu2': 'http://127.0.0.1:30000',
+        'group:big': 'http://127.0.0.1:30001', 'group:huge': 'http://127.0.0.1:30000'}
+    listening = dict((name, dict(variables, sglang_host='0.0.0.0')) for name, variables in FLEET.items())
+    assert _rollout.peer_urls(ORDER, listening.get)['group:big'] == 'http://127.0.0.31:30001'
+
+
+@pytest.mark.parametrize('reports, me, found', [
+    ({'big1': report('big1', 'failed'), 'big0': report('big0', 'redeployed')}, 'gpu2',
+     [{'host': 'group:big', 'nodes': ['big0', 'big1'], 'status': 'failed'}]),
+    ({'big0': report('big0', 'unchanged'), 'big1': report('big1', 'unchanged'), 'gpu1': report('gpu1', 'failed')},
+     'gpu2', [report('gpu1', 'failed'), {'host': 'group:big', 'nodes': ['big0', 'big1'], 'status': 'unchanged'}]),
+    ({'big0': report('big0', 'skipped'), 'big1': report('big1', 'skipped')}, 'gpu2', []),
+    ({'big0': report('big0', 'rolled_back'), 'huge1': report('huge1', 'redeployed')}, 'huge0',
+     [{'host': 'group:big', 'nodes': ['big0', 'big1'], 'status': 'rolled_back'}]),
+], ids=['any-node-failed', 'one-per-server', 'all-skipped', 'own-group-left-out'])
+def test_peer_reports_count_a_group_once(reports, me, found):
+    assert _rollout.peer_reports(ORDER, me, reports.get, fleet_vars) == found
+
+
+def test_a_failed_group_counts_once_in_the_failure_share_and_names_its_canary_by_group():
+    reports = _rollout.peer_reports(ORDER, 'gpu2', {'big0': report('big0', 'failed'), 'big1': report('big1', 'failed'),
+                                                    'gpu1': report('gpu1', 'redeployed')}.get, fleet_vars)
+    assert _rollout.gate(False, reports, [], 50) == ''
+    assert _rollout.gate(False, reports, [], 0) == (
+        'rollout stopped: 1 of 2 finished host(s) failed (group:big), above sglang_max_fail_percentage 0')
+    assert _rollout.gate(False, reports, ['big0', 'big1'], 100) == 'rollout stopped: the canary group:big failed'
+
+
+@pytest.mark.parametrize('rollout, canary, hosts', [
+    (ORDER, 1, ['gpu1']),
+    (ORDER, 2, ['gpu1', 'big0', 'big1']),
+    (['big1', 'big0', 'huge0', 'huge1', 'huge2'], 1, ['big0', 'big1']),
+    (ORDER, '0', []),
+    (ORDER, -1, []),
+], ids=['a-single', 'a-single-and-a-group', 'a-group', 'none', 'negative'])
+def test_the_canary_counts_servers(rollout, canary, hosts):
+    assert _rollout.canary_hosts(rollout, canary, fleet_vars) == hosts
+
+
+@pytest.mark.parametrize('canary, serial, total, sizes', [
+    (0, '100%', 4, [4]),
+    (0, None, 3, [3]),
+    (0, [], 3, [3]),
+    (1, '100%', 4, [1, 3]),
+    (0, '50%', 5, [2, 2, 1]),
+    (0, '10%', 5, [1, 1, 1, 1, 1]),
+    (0, 2, 5, [2, 2, 1]),
+    (0, '2', 3, [2, 1]),
+    (2, [1, '50%'], 8, [2, 1, 4, 1]),
+    (0, 0, 3, [3]),
+    (3, 1, 2, [2]),
+    (0, 1, 0, []),
+], ids=['all', 'unset', 'empty-list', 'canary', 'half', 'rounds-to-one', 'number', 'number-as-text', 'list',
+        'zero', 'canary-above-total', 'no-servers'])
+def test_batch_sizes_cut_servers_as_ansibles_serial_cuts_hosts(canary, serial, total, sizes):
+    assert _rollout.batch_sizes(canary, serial, total) == sizes
+
+
+def test_a_serial_entry_that_is_no_number_is_refused():
+    with pytest.raises(ValueError, match="redeploy_serial: 'half' is neither a number nor a percentage"):
+        _rollout.batch_sizes(0, 'half', 3)
+
+
+@pytest.mark.parametrize('serial, canary, single_serial, group_serial, canary_hosts', [
+    ('100%', 0, [2], [5], []),
+    (1, 0, [1, 1], [2, 3], []),
+    ('50%', 1, [1, 1], [2, 3], ['gpu1']),
+    (1, 3, [2], [2, 3], ['gpu1', 'gpu2', 'big0', 'big1']),
+    ([1, '100%'], 0, [1, 1], [2, 3], []),
+    (2, 0, [2], [5], []),
+], ids=['all-at-once', 'one-server-a-batch', 'canary-in-the-single-play', 'canary-into-the-groups',
+        'list', 'two-servers-a-batch'])
+def test_server_batches_count_servers_and_never_split_a_group(serial, canary, single_serial, group_serial,
+                                                             canary_hosts):
+    batches = _rollout.server_batches(ORDER, fleet_vars, serial, canary)
+    assert batches == {'single_hosts': ['gpu1', 'gpu2'], 'single_serial': single_serial,
+                       'group_hosts': GROUP_NODES, 'group_serial': group_serial,
+                       'rollout_hosts': ['gpu1', 'gpu2'] + GROUP_NODES, 'canary_hosts': canary_hosts}
+
+
+def test_server_batches_of_a_fleet_of_groups_only_put_the_canary_in_the_group_play():
+    batches = _rollout.server_batches(GROUP_NODES, fleet_vars, '100%', 1)
+    assert (batches['single_hosts'], batches['single_serial'], batches['group_serial']) == ([], [], [2, 3])
