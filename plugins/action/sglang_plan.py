@@ -68,8 +68,16 @@ class ActionModule(ActionBase):
             as_text(settings['sglang_server_group']), task_vars['inventory_hostname'], settings['sglang_fleet_hosts'],
             self._group_vars(settings, task_vars), settings['sglang_dist_init_addr'],
             settings['sglang_dist_init_port'], settings['sglang_tp_size'], peers)
+        if group is not None and group['rank'] > 0:
+            # Only rank 0 serves HTTP: a rank > 0 is managed and checked by its process alone.
+            where['base_url'] = ''
+        group_problems.extend(_groups.play_problems(group, task_vars.get('ansible_play_hosts_all') or []))
+        perf_levels = _performance.levels_to_measure(settings['sglang_perf_levels'],
+                                                     settings['sglang_dynamic_spec_batch_size_threshold'])
         # The group is known even on a node left alone, so the play still sees which server it belongs to.
-        result.update(paths=where, adaptive=_rules.adaptive(settings), problems=[], group=group)
+        result.update(paths=where, adaptive=_rules.adaptive(settings), problems=[], group=group,
+                      slot_key=group['key'] if group else task_vars['inventory_hostname'],
+                      peer_wait=_groups.peer_wait(group, settings, perf_levels))
         if result['left_alone_because']:
             return result
         problems = _rules.variable_problems(settings, self._inventory(task_vars)) + group_problems
@@ -88,9 +96,7 @@ class ActionModule(ActionBase):
                      for entry in files],
             contents=dict((entry['label'], entry['content']) for entry in files),
             files=[dict((key, value) for key, value in entry.items() if key != 'content') for entry in files],
-            peers=peers,
-            perf_levels=_performance.levels_to_measure(settings['sglang_perf_levels'],
-                                                       settings['sglang_dynamic_spec_batch_size_threshold']),
+            peers=peers, perf_levels=perf_levels,
         )
         # The rendered files hold the keys or the secret environment: Ansible censors this result wherever it
         # would show it. A refused plan (above) carries no file, so its messages are always shown.

@@ -15,7 +15,8 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_int, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import server_key
 
 DEFAULT_GROUP = ''
 INTEGER = re.compile(r'^[+-]?[0-9]+$')
@@ -113,8 +114,46 @@ def plan_group(name, me, fleet_hosts, inventory_vars, given_addr, port, tp_size,
     return {
         'name': name, 'rank': nodes.index(me), 'nnodes': len(nodes), 'nodes': nodes, 'leader': leader,
         'dist_init_addr': dist_init_addr(given_addr, inventory_vars(leader), leader, port),
-        'leader_url': peers[leader],
+        'leader_url': peers.get(server_key(leader, name)),
+        # The fleet slot and the reports count the group once, under this key.
+        'key': server_key(leader, name),
     }, []
+
+
+def play_problems(group, play_hosts):
+    """A run that covers only some nodes of a group (--limit) would restart some ranks under the others: refused."""
+    if group is None:
+        return []
+    missing = [node for node in group['nodes'] if node not in play_hosts]
+    if not missing:
+        return []
+    return ['the run covers only %s of the server group %s, not %s: a group is redeployed whole (--limit must name'
+            ' every node, or none).' % (', '.join(node for node in group['nodes'] if node in play_hosts) or 'none',
+                                         group['name'], ', '.join(missing))]
+
+
+# Seconds on the controller a lockstep wait may add beside the bounded work of a step (the next task's build).
+LOCKSTEP_SLACK_S = 30
+
+
+def peer_wait(group, settings, perf_levels):
+    """{armed, stopped, started}: how long a rank > 0 waits, after each of those steps of its own, for what rank 0
+    alone does in lockstep meanwhile (the group play runs each step on every node before the next), which its
+    lease must cover (`after`): rank 0's removal from the router and its baseline benchmark after the arm, its
+    drain in the stop, its start, health wait, verification, benchmark and admission after the ranks' start.
+    Zeros on rank 0 and on a single-node server, whose own steps renew their own leases."""
+    if group is None or group['rank'] == 0:
+        return {'armed': 0, 'stopped': 0, 'started': 0}
+    router = bool(as_text(settings['sglang_router_url']))
+    router_s = as_float(settings['sglang_router_timeout']) if router else 0
+    drain_s = as_float(settings['sglang_drain_timeout']) if router else 0
+    benchmark_s = (len(perf_levels) * as_float(settings['sglang_perf_timeout']) + drain_s
+                   if as_bool(settings['sglang_perf_gate']) else 0)
+    return {
+        'armed': router_s + benchmark_s + LOCKSTEP_SLACK_S,
+        'stopped': drain_s + 2 * as_float(settings['sglang_term_timeout']) + 60 + LOCKSTEP_SLACK_S,
+        'started': (as_float(settings['sglang_health_timeout']) + benchmark_s + router_s + LOCKSTEP_SLACK_S),
+    }
 
 
 def _flag_values(args):

@@ -4,8 +4,8 @@ import pytest
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _groups
 
 FLEET = ['gpu1', 'mn1', 'mn2', 'mn3']
-PEERS = {'gpu1': 'http://127.0.0.1:30000', 'mn1': 'http://127.0.0.31:30000', 'mn2': 'http://127.0.0.32:30000',
-         'mn3': 'http://127.0.0.33:30000'}
+# As _rollout.peer_urls lists them: a group once, under its key, at rank 0's URL.
+PEERS = {'gpu1': 'http://127.0.0.1:30000', 'group:ds': 'http://127.0.0.32:30000'}
 
 
 def inventory(**ranks):
@@ -63,7 +63,39 @@ def test_a_node_plans_its_group():
     group, problems = _groups.plan_group('ds', 'mn1', FLEET, inventory(mn1=1, mn2=0), '', 5000, 8, PEERS)
     assert problems == []
     assert group == {'name': 'ds', 'rank': 1, 'nnodes': 2, 'nodes': ['mn2', 'mn1'], 'leader': 'mn2',
-                     'dist_init_addr': '127.0.0.32:5000', 'leader_url': 'http://127.0.0.32:30000'}
+                     'dist_init_addr': '127.0.0.32:5000', 'leader_url': 'http://127.0.0.32:30000',
+                     'key': 'group:ds'}
+
+
+@pytest.mark.parametrize('play_hosts, problems', [
+    (['gpu1', 'mn1', 'mn2'], []),
+    (['mn2', 'mn1'], []),
+    (['mn1'], ['the run covers only mn1 of the server group ds, not mn2: a group is redeployed whole (--limit must'
+               ' name every node, or none).']),
+], ids=['whole', 'whole-any-order', 'limited-to-one-node'])
+def test_a_run_must_cover_every_node_of_a_group(play_hosts, problems):
+    group = {'name': 'ds', 'nodes': ['mn1', 'mn2']}
+    assert _groups.play_problems(group, play_hosts) == problems
+    assert _groups.play_problems(None, play_hosts) == []
+
+
+PEER_SETTINGS = {'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_router_timeout': 10, 'sglang_drain_timeout': 5,
+                 'sglang_perf_gate': False, 'sglang_perf_timeout': 60, 'sglang_term_timeout': 2,
+                 'sglang_health_timeout': 900}
+
+
+@pytest.mark.parametrize('rank, overrides, levels, wait', [
+    (0, {}, [], {'armed': 0, 'stopped': 0, 'started': 0}),
+    # Behind a router: rank 0's removal (10 s), its drain (5 s), its start and admission.
+    (1, {}, [], {'armed': 40.0, 'stopped': 99.0, 'started': 940.0}),
+    (1, {'sglang_router_url': ''}, [], {'armed': 30.0, 'stopped': 94.0, 'started': 930.0}),
+    # With the performance gate: two benchmarks of two levels, 60 s each, plus the drain before the baseline.
+    (1, {'sglang_perf_gate': True}, [1, 16], {'armed': 165.0, 'stopped': 99.0, 'started': 1065.0}),
+], ids=['rank-0', 'behind-a-router', 'no-router', 'performance-gate'])
+def test_a_rank_above_0_hands_its_lease_over_for_what_rank_0_does_meanwhile(rank, overrides, levels, wait):
+    settings = dict(PEER_SETTINGS, **overrides)
+    assert _groups.peer_wait({'rank': rank}, settings, levels) == wait
+    assert _groups.peer_wait(None, settings, levels) == {'armed': 0, 'stopped': 0, 'started': 0}
 
 
 def test_a_single_node_server_has_no_group():
