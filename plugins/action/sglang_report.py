@@ -38,7 +38,7 @@ RESULTS = {
     'takeover': '_sglang_takeover', 'gpu_probe': '_sglang_gpu_probe', 'after_failure': '_sglang_after_failure',
     'state': '_sglang_state', 'failure': '_sglang_failure', 'run_id': '_sglang_run_id',
     'window_opened': '_sglang_window_opened', 'skip_reason': '_sglang_skip_reason', 'decision': '_sglang_decision',
-    'plan': '_sglang_plan', 'performance': '_sglang_performance',
+    'plan': '_sglang_plan', 'performance': '_sglang_performance', 'group_decision': '_sglang_group_decision',
 }
 SETTINGS = ('sglang_patch_file', 'sglang_router_url', 'sglang_rollback_deadline', 'sglang_rollback_idle',
             'inventory_hostname', 'sglang_perf_gate')
@@ -114,6 +114,11 @@ class ActionModule(ActionBase):
         run = dict((key, found[name]) for key, name in RESULTS.items())
         decision, state = run.pop('decision') or {}, run['state'] or {}
         plan = run.pop('plan') or {}
+        # A node of a server group was decided with its group: its reasons name the node they come from.
+        group_decision = run.pop('group_decision') or {}
+        if 'reasons' in group_decision:
+            decision = dict(decision, reasons=group_decision['reasons'],
+                            redeploy_needed=group_decision.get('redeploy_needed', False))
         run.update(group=plan.get('group'), check_mode=bool(task_vars.get('ansible_check_mode')), manager=state.get('service_manager'),
                    reasons=decision.get('reasons', []), redeploy_needed=decision.get('redeploy_needed', False),
                    patch_state=decision.get('patch_state', {}))

@@ -88,6 +88,8 @@ options:
     description:
       - How to stop and start the server, as the M(gpuops.sglang.sglang_server) options of the same names
         (V(manager), V(service_name), V(launch_file), V(pidfile), V(log_file), V(base_url), V(term_timeout)).
+      - V(base_url="") is a rank above 0 of a server spanning several hosts, which serves no HTTP; its restore
+        counts it as started once its process has stayed up for a second.
     type: dict
     default: {}
   host:
@@ -347,7 +349,9 @@ ARGUMENT_SPEC = dict(
 
 def arm(module, guard, current, result):
     params = module.params
-    missing = [key for key in SERVER_KEYS if not params['server'].get(key)]
+    # base_url "" is a rank > 0 of a multi-node server, which serves no HTTP (its health is its process running).
+    missing = [key for key in SERVER_KEYS if not params['server'].get(key) and not (key == 'base_url'
+                                                                                     and params['server'].get(key) == '')]
     if missing:
         fail('server lacks %s' % ', '.join(missing))
     if params['deadline'] <= 0:

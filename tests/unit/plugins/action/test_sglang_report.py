@@ -91,6 +91,17 @@ def test_a_group_nodes_first_report_names_its_group_with_the_outcome_still_unkno
     assert report['group'] == {'name': 'big', 'nnodes': 2, 'rank': 0, 'outcome': None, 'failed_nodes': None}
 
 
+def test_a_group_node_reports_the_groups_reasons_which_name_their_node(run_action):
+    plan = dict(RUN['_sglang_plan'], group=GROUP)
+    decided = {'redeploy_needed': True, 'reasons': ['gpu2: server not running', 'gpu1: generation fails: x']}
+    report = run_action(ActionModule, dict(RUN, _sglang_plan=plan, _sglang_group_decision=decided),
+                        args={'host': 'gpu1'})['report']
+    assert report['reasons'] == decided['reasons'] and report['status'] == 'redeployed'
+    # A skipped group decision (a single-node server) leaves the host's own reasons.
+    report = run_action(ActionModule, dict(RUN, _sglang_group_decision={'skipped': True}), args={'host': 'gpu1'})['report']
+    assert report['reasons'] == ['force_restart']
+
+
 @pytest.mark.parametrize('other, outcome, failed', [
     ({'status': 'redeployed'}, 'redeployed', []),
     ({'status': 'rolled_back'}, 'split', ['gpu2']),
