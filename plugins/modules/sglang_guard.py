@@ -350,8 +350,8 @@ ARGUMENT_SPEC = dict(
 def arm(module, guard, current, result):
     params = module.params
     # base_url "" is a rank > 0 of a multi-node server, which serves no HTTP (its health is its process running).
-    missing = [key for key in SERVER_KEYS if not params['server'].get(key) and not (key == 'base_url'
-                                                                                     and params['server'].get(key) == '')]
+    given = params['server']
+    missing = [key for key in SERVER_KEYS if not given.get(key) and not (key == 'base_url' and given.get(key) == '')]
     if missing:
         fail('server lacks %s' % ', '.join(missing))
     if params['deadline'] <= 0:

@@ -127,9 +127,9 @@ def play_problems(group, play_hosts):
     missing = [node for node in group['nodes'] if node not in play_hosts]
     if not missing:
         return []
+    covered = ', '.join(node for node in group['nodes'] if node in play_hosts) or 'none'
     return ['the run covers only %s of the server group %s, not %s: a group is redeployed whole (--limit must name'
-            ' every node, or none).' % (', '.join(node for node in group['nodes'] if node in play_hosts) or 'none',
-                                         group['name'], ', '.join(missing))]
+            ' every node, or none).' % (covered, group['name'], ', '.join(missing))]
 
 
 # Seconds on the controller a lockstep wait may add beside the bounded work of a step (the next task's build).

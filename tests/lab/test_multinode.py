@@ -22,6 +22,7 @@ from helpers.simulated import wait_for
 INVENTORY = 'inventory/lab-multinode'
 NODES = {'mn1': ('lab-mn1', '127.0.0.31'), 'mn2': ('lab-mn2', '127.0.0.32')}
 RANK0_URL = 'http://127.0.0.31:30000'
+ROUTER = 'http://127.0.0.1:30080'
 REPORTS = os.path.join(REPO, '.cache', 'lab', 'reports')
 SGLANG_PYTHON = '/opt/sglang/venv/bin/python'
 DRAIN_GATE = '/run/lab-standin-drain-gate'
@@ -99,6 +100,11 @@ def generates():
     return status == 200 and isinstance((answer or {}).get('text'), str)
 
 
+def router_workers():
+    with urllib.request.urlopen(ROUTER + '/workers', timeout=5) as response:
+        return json.load(response)['workers']
+
+
 def report(name):
     with open(os.path.join(REPORTS, name + '.json')) as handle:
         return json.load(handle)
@@ -151,6 +157,10 @@ def test_a_group_redeploy_patches_and_restarts_every_rank_and_a_rerun_is_a_noop(
         assert args[args.index('--dist-init-addr') + 1] == '127.0.0.31:5000'
     assert nodes['mn1'].sha256(nodes['mn1'].sglang_file('srt/speculative/eagle_worker.py')) == \
         nodes['mn2'].sha256(nodes['mn2'].sglang_file('srt/speculative/eagle_worker.py'))
+    # The server went out of the lab's router once (rank 0's URL) and back in once verified.
+    assert report('mn1')['router']['removed'] is True and report('mn1')['router']['readmitted'] is True
+    assert report('mn2')['router']['removed'] is False and report('mn2')['router']['member_before'] is None
+    assert RANK0_URL in [worker['url'] for worker in router_workers() if worker['is_healthy']]
     # Rank 0 serves for the group, rank 1 serves no HTTP at all.
     info = request('GET', '/server_info')[1]
     assert info['nnodes'] == 2 and info['node_rank'] == 0 and info['dynamic_spec_patch_present'] is True
@@ -256,3 +266,5 @@ def test_a_controller_killed_mid_window_is_restored_on_both_nodes_by_their_guard
         assert node.server_pids()
         assert report(name)['status'] == 'failed'
     assert request('GET', '/server_info')[1]['max_running_requests'] == 64
+    # Rank 0's guard put the restored server back into the router it was in.
+    wait_for(lambda: RANK0_URL in [worker['url'] for worker in router_workers()], 30, 'rank 0 back in the router')
