@@ -129,8 +129,8 @@ def group(lab, tmp_path_factory):
 
 @pytest.fixture
 def redeploy_group(tmp_path):
-    def run(extravars=None, name='run'):
-        return run_playbook(tmp_path, 'playbooks/redeploy.yml', INVENTORY, extravars, name=name)
+    def run(extravars=None, name='run', cmdline=None):
+        return run_playbook(tmp_path, 'playbooks/redeploy.yml', INVENTORY, extravars, name=name, cmdline=cmdline)
     return run
 
 
@@ -173,6 +173,11 @@ def test_a_group_redeploy_patches_and_restarts_every_rank_and_a_rerun_is_a_noop(
     for name in NODES:
         assert report(name)['status'] == 'unchanged' and report(name)['group']['outcome'] == 'unchanged'
     assert state(nodes) == before
+
+    # Check mode with a change to make: the group says it would redeploy, and nothing moves on either node.
+    checked = redeploy_group(CHANGE, name='check', cmdline='--check')
+    assert checked.rc == 0, checked.stdout[-3000:]
+    assert state(nodes) == before and generates()
 
 
 def test_a_dead_rank_behind_a_healthy_rank_0_is_found_and_the_group_restarted(group, redeploy_group):
