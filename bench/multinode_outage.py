@@ -7,8 +7,10 @@ Rank 0 (mn1, 127.0.0.31) is probed from outside every 50 ms twice over, by its o
 and a real one-token POST /generate (which needs every rank: rank 0 answers /health after a rank died). An
 outage is the longest run of failed probes during one variant. Variants, alternated round by round:
 
-  restart     both ranks restarted by hand over ssh at once, as an operator would: SIGTERM rank 0's
-              detached session and start it again as the launcher does (mn1), `systemctl restart sglang` (mn2)
+  restart     both ranks restarted by hand over ssh, as an operator who knows the group would: both stopped
+              at once (SIGTERM to rank 0's detached session, waited for, on mn1; `systemctl stop sglang` on
+              mn2), then both started at once (rank 0 as the launcher does, `systemctl start sglang`). No
+              check, no GPU proof, no rollback: the floor a careful manual restart costs.
   redeploy    ansible-playbook -i inventory/lab-multinode playbooks/redeploy.yml -e sglang_force_restart=true
 
 Prints each round and the medians; writes bench/results/multinode-outage-*.json. Loopback only.
@@ -52,13 +54,24 @@ def ssh(address, script):
     subprocess.run(SSH + ['root@' + address, script], check=True, stdout=subprocess.DEVNULL)
 
 
-def plain_restart():
-    threads = [threading.Thread(target=ssh, args=(RANK0, DETACHED_RESTART)),
-               threading.Thread(target=ssh, args=(RANK1, 'systemctl restart sglang'))]
+# DETACHED_RESTART's two halves: the stop (SIGTERM the session, wait), then the start.
+RANK0_STOP, RANK0_START = DETACHED_RESTART.split('setsid', 1)
+RANK0_START = 'setsid' + RANK0_START
+
+
+def at_once(*calls):
+    threads = [threading.Thread(target=ssh, args=call) for call in calls]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def plain_restart():
+    # Stopped together, then started together: a rank restarted under a running peer would join a group
+    # that lost it (rank 0 refuses a rank that comes back), as upstream's ranks do.
+    at_once((RANK0, RANK0_STOP), (RANK1, 'systemctl stop sglang'))
+    at_once((RANK0, RANK0_START), (RANK1, 'systemctl start sglang'))
 
 
 def group_redeploy():
