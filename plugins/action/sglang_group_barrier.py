@@ -21,6 +21,8 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import re
 
 # What each node sets (tasks/group_barrier.yml) just before the barrier: the barrier it got to.
 SAID = '_sglang_group_step'
+# The barriers before the window opens (tasks/main.yml).
+BEFORE_THE_WINDOW = ('ready',)
 
 
 class ActionModule(ActionBase):
@@ -44,6 +46,8 @@ class ActionModule(ActionBase):
         stopped = _groups.barrier(group['nodes'], play_hosts, results, said, args['step'])
         result.update(changed=False, failed_nodes=stopped['failed_nodes'])
         if stopped['failed_nodes']:
-            result.update(failed=True, msg='%s; %s rolls back (%s stops here).'
-                          % (stopped['msg'], server, found['inventory_hostname']))
+            # Before the window nothing was touched: the group stops as it is; inside it, every node rolls back.
+            what = 'stops untouched' if args['step'] in BEFORE_THE_WINDOW else 'rolls back'
+            result.update(failed=True, msg='%s; %s %s (%s stops here).'
+                          % (stopped['msg'], server, what, found['inventory_hostname']))
         return result

@@ -227,6 +227,10 @@ def run_level(base_url, concurrency, requests, body, timeout_s, api_key, on_prog
             thread.join(PROGRESS_INTERVAL_S)
             if on_progress is not None:
                 on_progress()
+    # Once more at the level's end, however fast it ran (its threads may all be done before the first join):
+    # every level renews the guard's lease at least once.
+    if on_progress is not None:
+        on_progress()
     wall = clock() - started
     timed_out = issued[0] < requests or any(o['cut'] for o in outcomes)
     return summarize_level(concurrency, requests, outcomes, wall, timed_out)

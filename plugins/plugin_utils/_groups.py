@@ -137,22 +137,24 @@ LOCKSTEP_SLACK_S = 30
 
 
 def peer_wait(group, settings, perf_levels):
-    """{armed, stopped, started}: how long a rank > 0 waits, after each of those steps of its own, for what rank 0
-    alone does in lockstep meanwhile (the group play runs each step on every node before the next), which its
-    lease must cover (`after`): rank 0's removal from the router and its baseline benchmark after the arm, its
-    drain in the stop, its start, health wait, verification, benchmark and admission after the ranks' start.
-    Zeros on rank 0 and on a single-node server, whose own steps renew their own leases."""
+    """{armed, started}: how long a rank > 0 waits, after each of those steps of its own, for what rank 0 alone
+    does in lockstep meanwhile (the group play runs each step on every node before the next), which its lease
+    must cover (`after`): after the arm, rank 0's removal from the router, its baseline benchmark and its drain
+    and stop (the other ranks stop once rank 0 stopped); after the ranks' start, rank 0's start, health wait,
+    verification, benchmark and admission. Zeros on rank 0 and on a single-node server, whose own steps renew
+    their own leases."""
     if group is None or group['rank'] == 0:
-        return {'armed': 0, 'stopped': 0, 'started': 0}
+        return {'armed': 0, 'started': 0}
     router = bool(as_text(settings['sglang_router_url']))
     router_s = as_float(settings['sglang_router_timeout']) if router else 0
     drain_s = as_float(settings['sglang_drain_timeout']) if router else 0
     benchmark_s = (len(perf_levels) * as_float(settings['sglang_perf_timeout']) + drain_s
                    if as_bool(settings['sglang_perf_gate']) else 0)
+    # Rank 0's stop: its drain, the command, SIGTERM's wait (the stop does not wait for SIGKILL's).
+    stop_s = drain_s + 60 + as_float(settings['sglang_term_timeout'])
     return {
-        'armed': router_s + benchmark_s + LOCKSTEP_SLACK_S,
-        'stopped': drain_s + 2 * as_float(settings['sglang_term_timeout']) + 60 + LOCKSTEP_SLACK_S,
-        'started': (as_float(settings['sglang_health_timeout']) + benchmark_s + router_s + LOCKSTEP_SLACK_S),
+        'armed': router_s + benchmark_s + stop_s + LOCKSTEP_SLACK_S,
+        'started': as_float(settings['sglang_health_timeout']) + benchmark_s + router_s + LOCKSTEP_SLACK_S,
     }
 
 

@@ -65,3 +65,11 @@ def test_without_results_only_getting_there_counts(run_action):
     result = run_action(ActionModule, task_vars(mn1={'_sglang_stop': {'failed': True, 'msg': 'x'}}),
                         args={'step': 'stopped'})
     assert not result.get('failed') and result['failed_nodes'] == []
+
+
+def test_before_the_window_the_group_stops_untouched(run_action):
+    result = run_action(ActionModule, task_vars(mn1={'_sglang_group_step': None}, mn2={'_sglang_group_step': 'ready'}),
+                        args={'step': 'ready'})
+    assert result['failed'] is True and result['msg'] == (
+        'mn1 did not get to the barrier "ready" (it got to none); the whole server group ds stops untouched'
+        ' (mn2 stops here).')

@@ -85,17 +85,17 @@ PEER_SETTINGS = {'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_router_t
 
 
 @pytest.mark.parametrize('rank, overrides, levels, wait', [
-    (0, {}, [], {'armed': 0, 'stopped': 0, 'started': 0}),
-    # Behind a router: rank 0's removal (10 s), its drain (5 s), its start and admission.
-    (1, {}, [], {'armed': 40.0, 'stopped': 99.0, 'started': 940.0}),
-    (1, {'sglang_router_url': ''}, [], {'armed': 30.0, 'stopped': 94.0, 'started': 930.0}),
+    (0, {}, [], {'armed': 0, 'started': 0}),
+    # Behind a router: rank 0's removal (10 s), its stop with its drain (5 + 60 + 2 s), its start and admission.
+    (1, {}, [], {'armed': 107.0, 'started': 940.0}),
+    (1, {'sglang_router_url': ''}, [], {'armed': 92.0, 'started': 930.0}),
     # With the performance gate: two benchmarks of two levels, 60 s each, plus the drain before the baseline.
-    (1, {'sglang_perf_gate': True}, [1, 16], {'armed': 165.0, 'stopped': 99.0, 'started': 1065.0}),
+    (1, {'sglang_perf_gate': True}, [1, 16], {'armed': 232.0, 'started': 1065.0}),
 ], ids=['rank-0', 'behind-a-router', 'no-router', 'performance-gate'])
 def test_a_rank_above_0_hands_its_lease_over_for_what_rank_0_does_meanwhile(rank, overrides, levels, wait):
     settings = dict(PEER_SETTINGS, **overrides)
     assert _groups.peer_wait({'rank': rank}, settings, levels) == wait
-    assert _groups.peer_wait(None, settings, levels) == {'armed': 0, 'stopped': 0, 'started': 0}
+    assert _groups.peer_wait(None, settings, levels) == {'armed': 0, 'started': 0}
 
 
 def test_a_single_node_server_has_no_group():
