@@ -177,21 +177,21 @@ def server_batches(play_hosts, inventory_vars, serial, canary):
     """The redeploy's two plays from the play's hosts: {single_hosts, single_serial, group_hosts,
     group_serial, rollout_hosts, canary_hosts}.
 
-    Serial and canary count servers (a group is one), and a batch never splits a group: group_serial is
-    the node count of each batch of groups, as the group play's `serial` (its hosts are group_hosts,
-    each group's nodes together in rank order). The canary is the rollout's first `canary` servers, the
-    single-node ones first: it is in the single-node play when that has hosts enough, and what it lacks
-    there is the group play's first batch. A percentage is of the play's own servers, as Ansible counts it.
+    Serial and canary count servers (a group is one), and a batch never splits a group. The group play
+    takes ONE group per batch (group_serial: each group's node count; its hosts are group_hosts, each
+    group's nodes together in rank order), whatever `serial` says: under its linear strategy the nodes of
+    a batch move in lockstep, so a node of one group would wait, without renewing its guard's lease, for
+    as long as another group's rank 0 drains or loads its model (minutes), and its guard would roll it
+    back under a live run. The canary is the rollout's first `canary` servers, the single-node ones
+    first: it is in the single-node play when that has hosts enough, and the first group is a batch of
+    its own anyway. A percentage is of the play's own servers, as Ansible counts it.
     """
     canary = max(0, as_int(canary))
     listed = servers(play_hosts, _node(inventory_vars))
     single = [nodes[0] for key, nodes in listed if not key.startswith(GROUP_KEY)]
     groups = [nodes for key, nodes in listed if key.startswith(GROUP_KEY)]
     single_canary = min(canary, len(single))
-    group_serial, taken = [], 0
-    for size in batch_sizes(canary - single_canary, serial, len(groups)):
-        group_serial.append(sum(len(nodes) for nodes in groups[taken:taken + size]))
-        taken += size
+    group_serial = [len(nodes) for nodes in groups]
     group_hosts = [name for nodes in groups for name in nodes]
     return {
         'single_hosts': single, 'single_serial': batch_sizes(single_canary, serial, len(single)),

@@ -52,7 +52,8 @@ def run(tmp_path, serial, canary):
 
 
 @pytest.mark.parametrize('serial, canary, single, grouped', [
-    ('100%', 0, [['gpu1', 'gpu2']], [['big0', 'big1', 'huge0', 'huge1']]),
+    # One group per batch whatever serial says; serial and the canary shape the single-node servers' batches.
+    ('100%', 0, [['gpu1', 'gpu2']], [['big0', 'big1'], ['huge0', 'huge1']]),
     (1, 0, [['gpu1'], ['gpu2']], [['big0', 'big1'], ['huge0', 'huge1']]),
     ('50%', 1, [['gpu1'], ['gpu2']], [['big0', 'big1'], ['huge0', 'huge1']]),
     (['100%'], 3, [['gpu1', 'gpu2']], [['big0', 'big1'], ['huge0', 'huge1']]),
