@@ -19,7 +19,18 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bo
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
 
 KEY_PATTERN = re.compile(r'^[!-~]*$')
-SECRET_FLAG = re.compile(r'--(admin-api-key|api-key|config)(=|$)')
+SECRET_FLAGS = ('--api-key', '--admin-api-key', '--config')
+
+
+def secret_flag(arg):
+    """Whether an extra argument is, or abbreviates, a flag that carries a key.
+
+    SGLang's parser (prepare_server_args in 0.5.12.post1 and 0.5.23) is a plain argparse.ArgumentParser,
+    whose allow_abbrev defaults to True: it takes --api-ke KEY, or --admin=KEY, as the full flag. Any
+    prefix of a secret flag is refused; an ambiguous one would fail SGLang's own parsing anyway.
+    """
+    name = as_text(arg).split('=', 1)[0]
+    return len(name) > 2 and name.startswith('--') and any(flag.startswith(name) for flag in SECRET_FLAGS)
 
 
 def adaptive(settings):
@@ -133,9 +144,9 @@ def _key_problems(settings):
     return [
         ('sglang_api_key and sglang_admin_api_key must be printable ASCII without spaces (they travel in an HTTP'
          ' header).', not KEY_PATTERN.match(keys)),
-        ('sglang_extra_args must not carry --api-key, --admin-api-key or --config (every local user reads arguments'
-         ' in /proc/PID/cmdline): set sglang_api_key and sglang_admin_api_key, which the role hands over in a 0600'
-         ' file.', any(SECRET_FLAG.match(as_text(arg)) for arg in settings['sglang_extra_args'])),
+        ('sglang_extra_args must not carry --api-key, --admin-api-key or --config, nor an abbreviation of them'
+         ' (every local user reads arguments in /proc/PID/cmdline): set sglang_api_key and sglang_admin_api_key, which the role hands over in a 0600'
+         ' file.', any(secret_flag(arg) for arg in settings['sglang_extra_args'])),
         ('sglang_dynamic_spec_batch_size_threshold must be a positive batch size.',
          as_int(settings['sglang_dynamic_spec_batch_size_threshold']) <= 0),
     ]
