@@ -216,3 +216,38 @@ def test_an_abbreviation_argparse_takes_for_a_secret_flag_is_refused(args, dest)
         parser.add_argument(flag)
     assert getattr(parser.parse_args(args), dest) is not None
     assert _rules.secret_flag(args[0])
+
+
+FOLDERS = ('%s: the role keeps its files (launch configuration, keys, pid file, log) in folders of its own, which it'
+           ' makes with mode 0750 when missing; use a dedicated subfolder, such as /etc/sglang, /run/sglang or'
+           ' /var/log/sglang/server.log.')
+
+
+@pytest.mark.parametrize('overrides, refusals', [
+    # What the review ran: each left the system folder 0750 on both lab hosts.
+    ({'sglang_run_dir': '/run'}, 'sglang_run_dir /run is the system folder /run'),
+    ({'sglang_config_dir': '/etc'}, 'sglang_config_dir /etc is the system folder /etc'),
+    ({'sglang_log_file': '/var/log/sglang.log'}, "sglang_log_file's folder /var/log is the system folder /var/log"),
+    ({'sglang_run_dir': '/run/'}, 'sglang_run_dir /run/ is the system folder /run'),
+    ({'sglang_run_dir': '/run/sglang/..'}, 'sglang_run_dir /run/sglang/.. is the system folder /run'),
+    ({'sglang_config_dir': '//'}, 'sglang_config_dir // is the system folder /'),
+    ({'sglang_config_dir': '/usr/local/bin'}, 'sglang_config_dir /usr/local/bin is the system folder /usr/local/bin'),
+    ({'sglang_run_dir': '/tmp'}, 'sglang_run_dir /tmp is the system folder /tmp'),
+    ({'sglang_run_dir': '/proc/sglang'}, 'sglang_run_dir /proc/sglang is under /proc, a kernel file system'),
+    ({'sglang_run_dir': 'run/sglang'}, 'sglang_run_dir run/sglang is not an absolute path'),
+    ({'sglang_run_dir': '/run', 'sglang_config_dir': '/etc', 'sglang_log_file': '/var/log/x.log'},
+     "sglang_config_dir /etc is the system folder /etc; sglang_run_dir /run is the system folder /run;"
+     " sglang_log_file's folder /var/log is the system folder /var/log"),
+])
+def test_a_system_folder_as_one_of_the_roles_folders_is_refused(settings, overrides, refusals):
+    settings.update(overrides)
+    assert _rules.variable_problems(settings, PVE) == [FOLDERS % refusals]
+
+
+@pytest.mark.parametrize('overrides', [
+    {'sglang_run_dir': '/run/sglang-b', 'sglang_config_dir': '/etc/sglang/b', 'sglang_log_file': '/var/log/b/s.log'},
+    {'sglang_run_dir': '/srv/models/run', 'sglang_config_dir': '/opt/sglang', 'sglang_log_file': '/tmp/sglang/s.log'},
+])
+def test_a_dedicated_subfolder_of_a_system_folder_passes(settings, overrides):
+    settings.update(overrides)
+    assert _rules.variable_problems(settings, PVE) == []
