@@ -37,6 +37,10 @@ DEFAULT_SGLANG_PATTERNS = [
 
 SIGNALS = {'TERM': _signal.SIGTERM, 'KILL': _signal.SIGKILL}
 
+# The highest uid of a system user (SYS_UID_MAX in Debian's and Fedora's login.defs; useradd gives
+# people uids from 1000). The NVIDIA daemons run as root or as a system user of their own.
+SYSTEM_UID_MAX = 999
+
 
 class ProcessSourceError(Exception):
     """A process source could not list or signal processes."""
@@ -102,6 +106,22 @@ def compile_patterns(patterns, what='pattern'):
         except re.error as exc:
             raise ValueError('invalid %s %r: %s' % (what, pattern, exc))
     return compiled
+
+
+def is_excluded_daemon(executable, uids, patterns):
+    """True when a holder is one of the daemons ``patterns`` name, judged on what its user cannot choose.
+
+    ``executable`` is the real path of the running program (/proc/PID/exe), matched in full and by base
+    name; ``uids`` are its real, effective, saved and filesystem uids. The command name and argv[0] are
+    never read: any user can set those (prctl, setproctitle, a symlink, ``exec -a``) and would then
+    hold GPU memory through a release. Every uid must be root's or a system user's, so that a user who
+    copies a binary to a file named like the daemon is not excluded either. Unknown (unreadable) is
+    never excluded.
+    """
+    if not executable or not uids or max(uids) > SYSTEM_UID_MAX:
+        return False
+    names = (executable, os.path.basename(executable))
+    return any(pattern.search(name) for pattern in patterns for name in names)
 
 
 def select(records, patterns, protected_pids=()):

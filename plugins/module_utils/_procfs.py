@@ -17,6 +17,8 @@ import os
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import SIGNALS, ProcessRecord
 
+DELETED = ' (deleted)'
+
 
 def parse_stat(stat):
     """(comm, state, ppid, start_time) from the text of /proc/PID/stat."""
@@ -43,6 +45,32 @@ def read_proc_record(pid, proc_root='/proc'):
     if not cmdline:
         cmdline = '[%s]' % comm
     return ProcessRecord(pid, ppid, state, cmdline, name=comm, start_time=start_time)
+
+
+def read_identity(pid, proc_root='/proc'):
+    """(executable, uids) of PID: the real path of its program and its four uids; None for what cannot be read.
+
+    Unlike the command line, neither is the process's own choice (``is_excluded_daemon`` decides on them).
+    Reading another user's /proc/PID/exe takes root (ptrace access); the module runs as root.
+    """
+    base = os.path.join(proc_root, str(pid))
+    try:
+        executable = os.readlink(os.path.join(base, 'exe'))
+    except (IOError, OSError):
+        executable = None
+    if executable is not None and executable.endswith(DELETED):
+        # A program replaced on disk since it started (a driver upgrade) keeps its path, with this note.
+        executable = executable[:-len(DELETED)]
+    uids = None
+    try:
+        with open(os.path.join(base, 'status'), 'rb') as status:
+            for line in status:
+                if line.startswith(b'Uid:'):
+                    uids = tuple(int(value) for value in line.split()[1:])
+                    break
+    except (IOError, OSError, ValueError):
+        uids = None
+    return executable, uids
 
 
 def protected_pids(proc_root='/proc', pid=None):

@@ -10,33 +10,28 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import os
-
 from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import format_gpu_table, unreadable
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import signalled_summary
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import is_excluded_daemon, signalled_summary
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_identity, read_proc_record
 
 
-def excluded_by(record, excludes):
-    names = [record.name, os.path.basename(record.cmdline.split(' ', 1)[0])]
-    return any(pattern.search(name) for pattern in excludes for name in names)
-
-
-def classify_holders(holders, excludes, guarded):
+def classify_holders(holders, excludes, guarded, proc_root='/proc'):
     """Split holders into those to stop and those left alone (with why)."""
     targets, left_alone = [], []
     for pid in sorted(holders):
-        record = read_proc_record(pid)
+        record = read_proc_record(pid, proc_root)
         if record is None or record.is_zombie:
             continue
+        executable, uids = read_identity(pid, proc_root)
         if pid in guarded:
             reason = 'self/ancestor'
-        elif excluded_by(record, excludes):
+        elif is_excluded_daemon(executable, uids, excludes):
             reason = 'exclude'
         else:
             targets.append(record)
             continue
-        left_alone.append({'pid': pid, 'cmdline': record.cmdline, 'devices': holders[pid], 'reason': reason})
+        left_alone.append({'pid': pid, 'cmdline': record.cmdline, 'executable': executable, 'devices': holders[pid],
+                           'reason': reason})
     return targets, left_alone
 
 

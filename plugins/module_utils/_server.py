@@ -39,7 +39,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_identity, read_proc_record
+
+# A detached server's environment names its service and launch file: a run whose pid file is elsewhere
+# (sglang_run_dir changed since the server started) still finds it, in /proc/PID/environ, fixed at its exec.
+# Both, so that two servers of one name on a host (test runs side by side) are never taken for each other.
+SERVICE_MARK = 'GPUOPS_SGLANG_SERVICE'
+LAUNCH_MARK = 'GPUOPS_SGLANG_LAUNCH_FILE'
 
 
 class ServerError(Exception):
@@ -182,23 +188,67 @@ class Server(object):
     # --- what runs --------------------------------------------------------
 
     def session_members(self):
-        """Live processes of the detached server's session (its pid file names the leader)."""
+        """Live processes of the detached server's session (its pid file names the leader, else its mark)."""
+        return self._session()[1]
+
+    def _session(self):
+        """(leader, live members) of the detached server's session: the pid file's, or else the one session
+        whose leader carries the marks of this service and launch file (started by a run whose sglang_run_dir
+        was another)."""
+        sessions = self._sessions()
         leader = self._read_pid()
-        if leader is None:
-            return []
+        if leader is None or not sessions.get(leader):
+            leader = self._marked_leader(sessions)
         members = []
+        for pid in sessions.get(leader, []) if leader is not None else []:
+            record = read_proc_record(pid, self.processes.proc_root)
+            if record is not None:
+                members.append(record)
+        return leader, members
+
+    def _sessions(self):
+        """{session id: the PIDs of its live processes}, from one reading of /proc."""
+        sessions = {}
         for pid in self.processes.pids():
             try:
                 with open(os.path.join(self.processes.proc_root, str(pid), 'stat'), 'rb') as handle:
                     fields = handle.read().decode('utf-8', 'replace').rsplit(')', 1)[1].split()
-            except (IOError, OSError, IndexError):
+                session = int(fields[3])
+            except (IOError, OSError, IndexError, ValueError):
                 continue
             # fields: state ppid pgrp session ...
-            if int(fields[3]) == leader and fields[0] not in ('Z', 'X'):
-                record = read_proc_record(pid, self.processes.proc_root)
-                if record is not None:
-                    members.append(record)
-        return members
+            if fields[0] not in ('Z', 'X'):
+                sessions.setdefault(session, []).append(pid)
+        return sessions
+
+    def _marks(self):
+        return {SERVICE_MARK: self.service_name, LAUNCH_MARK: os.path.abspath(self.launch_file)}
+
+    def _marked_leader(self, sessions):
+        """The session leader started for this service and launch file (its marks) by this user; None
+        when there is none. A process of another user is never taken for the server, whatever its environment
+        says; two marked sessions are an error, not a guess."""
+        marks = set(('%s=%s' % pair).encode('utf-8') for pair in self._marks().items())
+        found = []
+        for leader in sorted(sessions):
+            if leader not in sessions[leader]:
+                continue
+            dummy, uids = read_identity(leader, self.processes.proc_root)
+            if uids is None or set(uids) != set([os.geteuid()]):
+                continue
+            try:
+                with open(os.path.join(self.processes.proc_root, str(leader), 'environ'), 'rb') as handle:
+                    environment = handle.read().split(b'\0')
+            except (IOError, OSError):
+                continue
+            if marks <= set(environment):
+                found.append(leader)
+        if len(found) > 1:
+            raise ServerError('%d detached sessions were started for the service %s from %s (pids %s) and the pid file %s'
+                              ' names none of them; the state of the server is unknown: stop the ones that should'
+                              ' not run' % (len(found), self.service_name, self.launch_file, ', '.join(str(pid) for pid in found),
+                                            self.pidfile))
+        return found[0] if found else None
 
     def _read_pid(self):
         try:
@@ -217,8 +267,8 @@ class Server(object):
                 raise ServerError('systemctl show --property=MainPID --value %s failed (rc %s): %s; the state of the'
                                   ' server is unknown' % (self.service_name, rc, (err or out).strip() or 'no answer'))
             return int(out.strip()) or None
-        leader = self._read_pid()
-        if leader is not None and any(record.pid == leader for record in self.session_members()):
+        leader, members = self._session()
+        if leader is not None and any(record.pid == leader for record in members):
             return leader
         return None
 
@@ -337,6 +387,7 @@ class Server(object):
                 raise ServerError('systemctl start %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
             return {'changed': True, 'started_at': started, 'pid': self.main_pid()}, self._systemd_death
         argv, env = load_launch(self.launch_file)
+        env.update(self._marks())
         log = open(self.log_file, 'ab')
         try:
             # Its own session: the server outlives this process and the ssh connection, and a

@@ -21,7 +21,8 @@ description:
     patterns that match nothing at all.
   - Stops them with SIGTERM, a wait of O(term_timeout) seconds and SIGKILL for the survivors, following
     each by PID and start time. Never signals itself, its parent processes, or the daemons matched by
-    O(builtin_exclude) or O(exclude); an excluded daemon that holds a device is reported in RV(excluded).
+    O(builtin_exclude) or O(exclude) (on the program they run and their uid, never on a name they can
+    choose); an excluded daemon that holds a device is reported in RV(excluded).
   - Then polls C(nvidia-smi --query-gpu=index,uuid,memory.used,memory.total) until every GPU seen before
     the release is read and uses at most O(max_used_mib) MiB, with no fixed sleep, and fails with a
     per-GPU table and the remaining compute apps when O(timeout) passes. A GPU that cannot be read before
@@ -55,16 +56,25 @@ options:
   exclude:
     description:
       - More daemons to leave alone, B(added to) O(builtin_exclude).
-      - Python regular expressions searched in a holder's command name (C(/proc/PID/comm)) and in the
-        base name of its first argument (C(comm) is cut to 15 characters, C(nv-fabricmanager) has 16).
-        A match is never killed.
+      - Python regular expressions searched in the real path of the program a holder runs
+        (C(/proc/PID/exe), symlinks resolved) and in that path's base name, for example
+        V(^my-gpu-exporter$) or V(^/usr/bin/my-gpu-exporter$).
+      - A holder is left alone only when a pattern matches B(and) it runs as root or as a system user
+        (each of its real, effective, saved and filesystem uids at most 999, the system range of
+        C(login.defs)). A process run by a person is always stopped, whatever it is called.
+      - The command name (C(/proc/PID/comm)) and the command line are never matched, for any user can set
+        them (C(exec -a), a symlink named like the daemon, C(prctl), setproctitle) and would then keep
+        GPU memory through a release and fail its proof.
+      - The module needs root to read another user's C(/proc/PID/exe); a holder whose program cannot
+        be read is not excluded.
     type: list
     elements: str
     default: []
   builtin_exclude:
     description:
       - The NVIDIA daemons that hold the devices by design and are never killed (persistence daemon,
-        fabric manager, DCGM, the X server). Same matching as O(exclude).
+        fabric manager, DCGM, the X server), matched as O(exclude) is, on the program's real path and
+        on root or a system uid.
       - Setting this B(replaces) the built-in list; V([]) leaves no daemon protected. To protect one
         more daemon, use O(exclude) instead, which keeps these.
     type: list
@@ -117,7 +127,7 @@ EXAMPLES = r'''
 - name: Protect one more GPU daemon, keeping the built-in list of NVIDIA daemons
   gpuops.sglang.gpu_release:
     exclude:
-      - '^my-gpu-exporter$'
+      - '^/usr/local/bin/my-gpu-exporter$'
     command_timeout: 10
 
 - name: See who holds the GPUs without touching anything
@@ -177,6 +187,9 @@ excluded:
     cmdline:
       description: Full command line of the holder.
       type: str
+    executable:
+      description: The real path of the program it runs (C(/proc/PID/exe)); null when it could not be read.
+      type: str
     devices:
       description: The device files it holds open or mapped.
       type: list
@@ -184,7 +197,8 @@ excluded:
     reason:
       description: V(exclude) (matched O(builtin_exclude) or O(exclude)) or V(self/ancestor) (this module or a parent of it).
       type: str
-  sample: [{"pid": 88, "cmdline": "/usr/bin/nvidia-persistenced", "devices": ["/dev/nvidiactl"], "reason": "exclude"}]
+  sample: [{"pid": 88, "cmdline": "/usr/bin/nvidia-persistenced", "executable": "/usr/bin/nvidia-persistenced",
+            "devices": ["/dev/nvidiactl"], "reason": "exclude"}]
 gpus_before:
   description: GPUs as nvidia-smi reported them before anything was signalled.
   returned: always

@@ -95,12 +95,22 @@ def dist_init_addr(given, leader_vars, leader_name, port):
     return '%s:%s' % (address, as_text(port))
 
 
+def _rank_without_group(me, rank):
+    """A rank on a host with no group: it would run as a single-node server and replace that node of a live
+    group (its ranks hang or end), so it is refused before anything stops."""
+    if rank is None or as_text(rank).strip() == '':
+        return []
+    return ['%s has sglang_node_rank %s but no sglang_server_group: it would be redeployed as a single-node server,'
+            ' replacing that rank of a running group. Set sglang_server_group (the same on every node of the group)'
+            ' or remove sglang_node_rank.' % (me, as_text(rank))]
+
+
 def plan_group(name, me, fleet_hosts, inventory_vars, given_addr, port, tp_size, peers):
     """(the plan's `group`, problems): None for a single-node server (`name` ""), else the group's name, this
     host's rank, the node count, the nodes by rank, the leader (rank 0), the dist-init address and the URL the
     others reach rank 0 at (`peers`: _rollout.peer_urls of the fleet)."""
     if not name:
-        return None, []
+        return None, _rank_without_group(me, inventory_vars(me).get('sglang_node_rank'))
     nodes, problems = members(name, fleet_hosts, inventory_vars)
     if me not in nodes:
         problems.append('%s is in the server group %s but not among sglang_fleet_hosts (%s), where the group\'s'

@@ -13,13 +13,71 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import posixpath
 import re
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
 
 KEY_PATTERN = re.compile(r'^[!-~]*$')
-SECRET_FLAG = re.compile(r'--(admin-api-key|api-key|config)(=|$)')
+SECRET_FLAGS = ('--api-key', '--admin-api-key', '--config')
+
+
+# Folders of the operating system and of every other program: the role makes its folders 0750, which on
+# these would lock out the services that read them (and drop /tmp's sticky bit). The role's folders are
+# dedicated subfolders (/etc/sglang, /run/sglang, /var/log/sglang), made and owned by the role alone.
+SYSTEM_FOLDERS = frozenset([
+    '/', '/bin', '/boot', '/dev', '/etc', '/home', '/lib', '/lib32', '/lib64', '/libx32', '/media', '/mnt', '/opt',
+    '/proc', '/root', '/run', '/sbin', '/srv', '/sys', '/tmp', '/usr', '/var',
+    '/etc/default', '/etc/systemd', '/etc/systemd/system', '/run/lock', '/run/user', '/run/systemd',
+    '/usr/bin', '/usr/include', '/usr/lib', '/usr/lib64', '/usr/libexec', '/usr/local', '/usr/local/bin',
+    '/usr/local/etc', '/usr/local/lib', '/usr/local/sbin', '/usr/local/share', '/usr/sbin', '/usr/share', '/usr/src',
+    '/var/backups', '/var/cache', '/var/lib', '/var/local', '/var/lock', '/var/log', '/var/mail', '/var/opt',
+    '/var/run', '/var/spool', '/var/tmp',
+])
+# Kernel file systems: nothing of the role's belongs under them.
+KERNEL_FOLDERS = ('/proc/', '/sys/', '/dev/')
+ROLE_FOLDERS = (('sglang_config_dir', lambda settings: settings['sglang_config_dir']),
+                ('sglang_run_dir', lambda settings: settings['sglang_run_dir']),
+                ('sglang_log_file\'s folder', lambda settings: posixpath.dirname(as_text(settings['sglang_log_file']))))
+
+
+def folder_refusal(path):
+    """Why a folder the role makes and sets 0750 on cannot be `path` ("" when it can)."""
+    path = as_text(path)
+    if not posixpath.isabs(path):
+        return 'is not an absolute path'
+    normal = posixpath.normpath(path)
+    # normpath keeps a leading '//' (POSIX lets it mean something else); here it is the root.
+    normal = '/' + normal.lstrip('/')
+    if normal in SYSTEM_FOLDERS:
+        return 'is the system folder %s' % normal
+    if (normal + '/').startswith(KERNEL_FOLDERS):
+        return 'is under /%s, a kernel file system' % normal.split('/')[1]
+    return ''
+
+
+def _folder_problems(settings):
+    refusals = []
+    for label, folder in ROLE_FOLDERS:
+        why = folder_refusal(folder(settings))
+        if why:
+            refusals.append('%s %s %s' % (label, as_text(folder(settings)), why))
+    return [('%s: the role keeps its files (launch configuration, keys, pid file, log) in folders of its own,'
+             ' which it makes with mode 0750 when missing; use a dedicated subfolder, such as /etc/sglang,'
+             ' /run/sglang or /var/log/sglang/server.log.'
+             % '; '.join(refusals), bool(refusals))]
+
+
+def secret_flag(arg):
+    """Whether an extra argument is, or abbreviates, a flag that carries a key.
+
+    SGLang's parser (prepare_server_args in 0.5.12.post1 and 0.5.23) is a plain argparse.ArgumentParser,
+    whose allow_abbrev defaults to True: it takes --api-ke KEY, or --admin=KEY, as the full flag. Any
+    prefix of a secret flag is refused; an ambiguous one would fail SGLang's own parsing anyway.
+    """
+    name = as_text(arg).split('=', 1)[0]
+    return len(name) > 2 and name.startswith('--') and any(flag.startswith(name) for flag in SECRET_FLAGS)
 
 
 def adaptive(settings):
@@ -133,9 +191,9 @@ def _key_problems(settings):
     return [
         ('sglang_api_key and sglang_admin_api_key must be printable ASCII without spaces (they travel in an HTTP'
          ' header).', not KEY_PATTERN.match(keys)),
-        ('sglang_extra_args must not carry --api-key, --admin-api-key or --config (every local user reads arguments'
-         ' in /proc/PID/cmdline): set sglang_api_key and sglang_admin_api_key, which the role hands over in a 0600'
-         ' file.', any(SECRET_FLAG.match(as_text(arg)) for arg in settings['sglang_extra_args'])),
+        ('sglang_extra_args must not carry --api-key, --admin-api-key or --config, nor an abbreviation of them'
+         ' (every local user reads arguments in /proc/PID/cmdline): set sglang_api_key and sglang_admin_api_key, which the role hands over in a 0600'
+         ' file.', any(secret_flag(arg) for arg in settings['sglang_extra_args'])),
         ('sglang_dynamic_spec_batch_size_threshold must be a positive batch size.',
          as_int(settings['sglang_dynamic_spec_batch_size_threshold']) <= 0),
     ]
@@ -207,7 +265,7 @@ def variable_problems(settings, inventory):
     rules += _speculation_problems(settings)
     rules += _inventory_problems(settings, inventory)
     rules += _timing_problems(settings) + _size_problems(settings) + _fleet_problems(settings)
-    rules += _key_problems(settings) + _deadline_problems(settings)
+    rules += _key_problems(settings) + _folder_problems(settings) + _deadline_problems(settings)
     rules += _lease_problems(settings, inventory.get('controller'))
     if as_bool(settings['sglang_perf_gate']):
         rules += _perf_problems(settings)

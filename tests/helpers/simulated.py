@@ -1,6 +1,7 @@
 """Test set-ups built on the simulators in lab/simulators: GPUs held by real processes, and containers."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -109,10 +110,24 @@ class SimulatedGpuHost(object):
         return [str(self.dev / 'nvidia[0-9]*'), str(self.dev / 'nvidiactl'), str(self.dev / 'nvidia-uvm*'),
                 str(self.dev / 'nvidia-caps/*')]
 
-    def start(self, title, hold=(), open_=(), on_term='exit', prefix=()):
+    def program(self, name, copy=True):
+        """The interpreter as a program called `name`: a copy (its own /proc/PID/exe, as a daemon's binary
+        has) or a symlink (the kernel then names the process after the link, its exe stays the interpreter)."""
+        path = self.root / 'programs' / name
+        path.parent.mkdir(exist_ok=True)
+        interpreter = os.path.realpath(sys.executable)
+        if copy:
+            shutil.copy2(interpreter, str(path))
+        else:
+            os.symlink(interpreter, str(path))
+        return str(path)
+
+    def start(self, title=None, hold=(), open_=(), on_term='exit', prefix=(), program=None):
         ready = self.root / ('ready-%d' % len(self.procs))
-        argv = list(prefix) + [sys.executable, HOLDER, '--state', str(self.state), '--title', title,
-                               '--on-term', on_term, '--ready', str(ready)]
+        argv = list(prefix) + [program or sys.executable, HOLDER, '--state', str(self.state), '--on-term', on_term,
+                               '--ready', str(ready)]
+        if title:
+            argv += ['--title', title]
         for index, mib in hold:
             argv += ['--hold', '%d=%d' % (index, mib)]
         for name in open_:

@@ -32,7 +32,8 @@ def start_server_like_holders(host):
         'scheduler1': host.start('sglang::scheduler_TP1', hold=[(1, 20610)], on_term='ignore'),
         # holds only a caps file, which `fuser /dev/nvidia*` does not reach
         'caps_only': host.start('python3 cuda_probe.py', open_=['nvidia-caps/nvidia-cap1']),
-        'daemon': host.start('nvidia-persistenced', open_=['nvidiactl']),
+        # the real daemon: its own program, run by root (these tests run as root)
+        'daemon': host.start(program=host.program('nvidia-persistenced'), open_=['nvidiactl']),
         'bystander': host.start('python3 /opt/jobs/unrelated_etl.py'),
     }
 
@@ -163,8 +164,8 @@ def test_a_glob_matching_nothing_fails_instead_of_releasing_nothing(tmp_path, gp
 
 
 def test_exclude_adds_to_the_builtin_daemons_and_builtin_exclude_replaces_them(tmp_path, gpu_host):
-    daemon = gpu_host.start('nvidia-persistenced', open_=['nvidiactl'])
-    exporter = gpu_host.start('my-gpu-exporter', open_=['nvidiactl'])
+    daemon = gpu_host.start(program=gpu_host.program('nvidia-persistenced'), open_=['nvidiactl'])
+    exporter = gpu_host.start(program=gpu_host.program('my-gpu-exporter'), open_=['nvidiactl'])
     worker = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
     added = run_task(tmp_path, 'gpuops.sglang.gpu_release',
                      release_args(gpu_host, exclude=['^my-gpu-exporter$']), name='added')
@@ -179,6 +180,26 @@ def test_exclude_adds_to_the_builtin_daemons_and_builtin_exclude_replaces_them(t
     assert [entry['pid'] for entry in replaced['killed']] == [daemon.inner_pid]
     daemon.wait(timeout=10)
     assert is_running(exporter)
+
+
+def test_a_process_named_like_a_daemon_is_released_not_excluded(tmp_path, gpu_host):
+    # Any user can name a process nvidia-persistenced: a symlink of that name gives it the command name
+    # (comm "nvidia-persiste") and argv[0], the title (setproctitle, `exec -a`) the whole command line.
+    # It holds GPU memory like any worker and must be ended, or the release's proof fails.
+    linked = gpu_host.start(program=gpu_host.program('nvidia-persistenced', copy=False), hold=[(0, 20610)])
+    titled = gpu_host.start('nvidia-persistenced', hold=[(1, 20610)], open_=['nvidiactl'])
+    with open('/proc/%d/comm' % linked.inner_pid) as comm:
+        assert comm.read().strip() == 'nvidia-persiste'
+    daemon = gpu_host.start(program=gpu_host.program('nv-hostengine'), open_=['nvidiactl'])
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host), name='release')
+    assert not result.failed, result['msg']
+    assert sorted(entry['pid'] for entry in result['killed']) == sorted([linked.inner_pid, titled.inner_pid])
+    linked.wait(timeout=5)
+    titled.wait(timeout=5)
+    assert [(entry['pid'], entry['executable'], entry['reason']) for entry in result['excluded']] == [
+        (daemon.inner_pid, str(gpu_host.root / 'programs' / 'nv-hostengine'), 'exclude')]
+    assert is_running(daemon)
+    assert gpu_host.gpus() == [0, 0]
 
 
 def test_hung_nvidia_smi_is_killed_at_command_timeout_and_nothing_is_signalled(tmp_path, gpu_host):

@@ -56,3 +56,18 @@ def test_rendered_files_are_the_bytes_of_the_template_lookup(tmp_path, keys):
     assert files['systemd unit'] == looked_up['msg'][0]
     assert 'ExecStart=/usr/bin/python3 /etc/sglang/launcher.py run /etc/sglang/launch.json' in files['systemd unit']
     assert files.get('API keys', '') == (looked_up['msg'][1] if keys else '')
+
+
+def test_system_folders_are_refused_by_the_plan_before_anything_moves(tmp_path):
+    reports = tmp_path / 'reports'
+    run = run_playbook(tmp_path, 'playbooks/redeploy.yml', role_play(tmp_path, {
+        'sglang_model_path': '/models/m', 'sglang_draft_model_path': '/models/d', 'sglang_report_dir': str(reports),
+        'sglang_config_dir': '/etc', 'sglang_run_dir': '/run', 'sglang_log_file': '/var/log/sglang.log',
+        'sglang_guard_dir': str(tmp_path / 'guard'), 'sglang_python': '/nonexistent/python'}))
+    assert run.rc != 0
+    report = json.loads((reports / 'gpu-test.json').read_text())
+    assert report['status'] == 'failed'
+    assert report['reason'].startswith(
+        "nothing was stopped: Plan this host's run (the rollout gate, the variable rules, the server's flags and"
+        " files): sglang_config_dir /etc is the system folder /etc; sglang_run_dir /run is the system folder /run;"
+        " sglang_log_file's folder /var/log is the system folder /var/log: ")

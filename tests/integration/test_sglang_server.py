@@ -95,3 +95,32 @@ def test_a_bad_stray_pattern_fails_before_anything_is_stopped(tmp_path, servers)
     assert stopped.failed and "invalid stray pattern 'sglang::('" in stopped['msg']
     assert set(stopped) >= SERVER_KEYS
     assert alive(started['pid'])
+
+
+def test_a_server_started_with_another_pid_file_is_found_and_stopped_gracefully(tmp_path, servers):
+    # The review ran the role with sglang_run_dir changed: the server's pid file was in the old folder, the run
+    # said "server not running", and the server was ended by the GPU release's signals, with no drain.
+    hold = tmp_path / 'drain-hold'
+    hold.write_text('')
+    server = servers('a', '--drain-hold-file', str(hold))
+    twin = servers('b')  # the same service name from another launch file: never taken for it
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
+    assert not started.failed, started['msg']
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', twin.args(state='started'), name='twin').failed
+    moved = tmp_path / 'moved-run-dir'
+    moved.mkdir()
+    elsewhere = dict(pidfile=str(moved / 'tiny.pid'))
+    info = run_task(tmp_path, 'gpuops.sglang.sglang_server_info', dict(
+        (key, value) for key, value in server.args(**elsewhere).items()
+        if key in ('service_name', 'launch_file', 'pidfile', 'url')), name='info')
+    assert not info.failed, info['msg']
+    assert info['running'] is True and info['pid'] == started['pid']
+    stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped', wait=False, **elsewhere),
+                       name='stop')
+    assert not stopped.failed, stopped['msg']
+    assert stopped['changed'] is True and stopped['stopping'] == [started['pid']]
+    # SIGTERM began its drain (held open): it still runs, and answers 503 as SGLang does while draining.
+    assert alive(started['pid'])
+    hold.unlink()
+    wait_for(lambda: not alive(started['pid']), what='the server to finish its drain and exit')
+    assert run_task(tmp_path, 'gpuops.sglang.sglang_server', twin.args(state='stopped'), name='twin stop')['changed']

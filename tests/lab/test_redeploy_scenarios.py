@@ -231,3 +231,39 @@ def test_api_keys_reach_the_server_in_a_0600_file_and_no_output_or_process_list_
     back = redeploy(name='api-key-back', limit='gpu1')
     assert back.rc == 0, back.stdout[-3000:]
     assert http_status(host.address, '/server_info') == 200
+
+
+def folder_modes(host):
+    return host.exec_('stat', '-c', '%n %a', '/run', '/etc', '/var/log').split('\n')
+
+
+def test_system_folders_are_refused_untouched_and_a_moved_run_dir_still_stops_the_server_gracefully(lab, redeploy):
+    # The review's runs with these settings left /run, /etc and /var/log 0750 on both hosts.
+    before = dict((name, folder_modes(lab[name])) for name in GPU_HOSTS)
+    pids = dict((name, lab[name].server_pid()) for name in GPU_HOSTS)
+    refused = redeploy({'sglang_run_dir': '/run', 'sglang_config_dir': '/etc',
+                        'sglang_log_file': '/var/log/sglang.log'}, name='system-folders')
+    assert refused.rc != 0
+    for name in GPU_HOSTS:
+        written = last_report(name)
+        assert written['status'] == 'failed' and 'sglang_run_dir /run is the system folder /run' in written['reason']
+        assert folder_modes(lab[name]) == before[name]
+        assert lab[name].server_pid() == pids[name] and lab[name].healthy()
+    # gpu2 runs detached: its pid file is in sglang_run_dir. The server a run with another run folder finds
+    # must be stopped by the stop (SIGTERM, drain), not left to the GPU release's signals.
+    marked = redeploy({'sglang_force_restart': True}, name='marked', limit='gpu2')
+    assert marked.rc == 0, marked.stdout[-3000:]
+    try:
+        moved = redeploy({'sglang_force_restart': True, 'sglang_run_dir': '/run/sglang-moved'}, name='moved',
+                         limit='gpu2')
+        assert moved.rc == 0, moved.stdout[-3000:]
+        written = last_report('gpu2')
+        assert written['status'] == 'redeployed' and written['healthy'] is True
+        assert written['killed_gpu_holders'] == [] and written['phases_s']['stop'] is not None
+    finally:
+        back = redeploy({'sglang_force_restart': True}, name='back', limit='gpu2')
+        lab['gpu2'].exec_('rm', '-rf', '/run/sglang-moved')
+    assert back.rc == 0, back.stdout[-3000:]
+    written = last_report('gpu2')
+    assert written['killed_gpu_holders'] == [] and written['phases_s']['stop'] is not None
+    assert folder_modes(lab['gpu2']) == before['gpu2']

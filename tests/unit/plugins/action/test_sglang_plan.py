@@ -171,3 +171,14 @@ def test_the_peers_name_a_group_once(run_action):
                            'sglang_node_rank': 0},
                   'big1': {'ansible_host': '127.0.0.32', 'sglang_server_group': 'big', 'sglang_node_rank': 1}}))
     assert plan['peers'] == {'gpu1': 'http://127.0.0.11:30000', 'group:big': 'http://127.0.0.31:30000'}
+
+
+@pytest.mark.parametrize('rank', [1, '1', 0, trust_as_template('{{ 0 + 1 }}')])
+def test_a_rank_on_a_host_without_a_group_is_refused_before_anything_stops(run_action, rank):
+    # It would land in the single-node play and replace that rank of a live group with a standalone server.
+    plan = run_action(ActionModule, host_vars(sglang_node_rank=rank))
+    assert plan['failed'] and plan['group'] is None and 'args' not in plan
+    assert plan['problems'] == [
+        'gpu2 has sglang_node_rank %s but no sglang_server_group: it would be redeployed as a single-node server,'
+        ' replacing that rank of a running group. Set sglang_server_group (the same on every node of the group)'
+        ' or remove sglang_node_rank.' % (0 if rank == 0 else 1)]

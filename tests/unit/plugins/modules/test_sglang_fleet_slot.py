@@ -13,6 +13,7 @@ import pytest
 from helpers.http_responder import Reply, closed_port_url, http_responder  # noqa: F401  (the fixture)
 from helpers.module_runner import run_action
 from ansible_collections.gpuops.sglang.plugins.action.sglang_fleet_slot import ActionModule
+from ansible_collections.gpuops.sglang.plugins.module_utils._fleet import slot_file_name
 
 KEYS = {'changed', 'slot', 'held_by', 'unavailable', 'waited_s'}
 HOSTS = ('gpu1', 'gpu2', 'gpu3')
@@ -297,3 +298,25 @@ def test_a_group_takes_one_slot_under_its_key_and_counts_once(fleet):
                                      'group:big (in its window)')
     assert fleet.release('group:big')['changed'] is True
     assert fleet.acquire('gpu1')['slot'] is True
+
+
+@pytest.mark.parametrize('host', ['../../escaped', 'rack/gpu1', '..', 'a%2Fb'])
+def test_a_host_name_with_a_slash_keeps_its_slot_inside_the_folder(fleet, host):
+    # An inventory host name may hold '/': written as it is, the slot of '../../escaped' was a file two
+    # folders up, beyond the lock's reach.
+    fleet.peers = {host: fleet.peers['gpu1'], 'gpu2': fleet.peers['gpu2']}
+    held = fleet.acquire(host)
+    assert not held['failed'] and held['slot'] is True
+    slots = os.listdir(str(fleet.folder))
+    assert sorted(slots) == sorted(['.lock', slot_file_name(host)]) and '/' not in slot_file_name(host)
+    assert not os.path.exists(str(fleet.folder.parent.parent / 'escaped.json'))
+    refused = fleet.acquire('gpu2')
+    assert refused['failed'] and refused['held_by'] == [host]
+    assert fleet.release(host)['changed'] is True
+    assert os.listdir(str(fleet.folder)) == ['.lock']
+
+
+def test_slot_file_names_are_distinct_per_host():
+    names = ['rack/gpu1', 'rack%2Fgpu1', 'rack_gpu1', 'group:big', '.', '..', '.lock']
+    assert len(set(slot_file_name(name) for name in names)) == len(names)
+    assert slot_file_name('group:big') == 'group:big.json' and slot_file_name('rack/gpu1') == 'rack%2Fgpu1.json'

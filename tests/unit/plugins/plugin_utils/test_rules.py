@@ -1,4 +1,6 @@
 """The preflight's rules, one case per broken rule, with the exact message the operator reads."""
+import argparse
+
 import pytest
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _rules
@@ -15,8 +17,8 @@ SPECULATIVE = ('sglang_speculative_num_steps, _eagle_topk and _num_draft_tokens 
                ' three).')
 KEYS = ('sglang_api_key and sglang_admin_api_key must be printable ASCII without spaces (they travel in an HTTP'
         ' header).')
-SECRET_ARGS = ('sglang_extra_args must not carry --api-key, --admin-api-key or --config (every local user reads'
-               ' arguments in /proc/PID/cmdline): set sglang_api_key and sglang_admin_api_key, which the role hands'
+SECRET_ARGS = ('sglang_extra_args must not carry --api-key, --admin-api-key or --config, nor an abbreviation of'
+               ' them (every local user reads arguments in /proc/PID/cmdline): set sglang_api_key and sglang_admin_api_key, which the role hands'
                ' over in a 0600 file.')
 GATE = {'sglang_perf_gate': True}
 PERF_SIZES = ('sglang_perf_levels must be positive concurrencies, sglang_perf_requests at least the highest level (%d),'
@@ -87,6 +89,12 @@ def test_consistent_settings_pass(settings, overrides):
     ({'sglang_extra_args': ['--api-key=abc']}, PVE, SECRET_ARGS),
     ({'sglang_extra_args': ['--log-level', 'info', '--config']}, PVE, SECRET_ARGS),
     ({'sglang_extra_args': ['--admin-api-key', 'x']}, PVE, SECRET_ARGS),
+    # SGLang's argparse parser allows abbreviations: each of these reaches it as the full flag.
+    ({'sglang_extra_args': ['--api-ke', 'x']}, PVE, SECRET_ARGS),
+    ({'sglang_extra_args': ['--api=x']}, PVE, SECRET_ARGS),
+    ({'sglang_extra_args': ['--admin', 'x']}, PVE, SECRET_ARGS),
+    ({'sglang_extra_args': ['--admin-api-k=x']}, PVE, SECRET_ARGS),
+    ({'sglang_extra_args': ['--conf', '/tmp/keys.yaml']}, PVE, SECRET_ARGS),
     ({'sglang_dynamic_spec_batch_size_threshold': 0}, PVE, 'sglang_dynamic_spec_batch_size_threshold must be a positive'
                                                           ' batch size.'),
     ({'sglang_rollback_deadline': 1000}, PVE,
@@ -118,7 +126,7 @@ def test_each_broken_rule_says_its_message(settings, overrides, inventory, messa
 
 
 def test_extra_args_that_only_look_like_secrets_pass(settings):
-    settings['sglang_extra_args'] = ['--api-key-file-is-not-a-flag', '--configure', '--log-level=info']
+    settings['sglang_extra_args'] = ['--api-key-file-is-not-a-flag', '--configure', '--log-level=info', '--', '-a']
     assert _rules.variable_problems(settings, PVE) == []
 
 
@@ -195,3 +203,51 @@ def controller(**keys):
 def test_the_idle_bound_must_cover_the_controllers_gap_between_two_renewals(settings, idle, inventory, messages):
     settings['sglang_rollback_idle'] = idle
     assert _rules.variable_problems(settings, inventory) == messages
+
+
+@pytest.mark.parametrize('args, dest', [
+    (['--api-ke', 'k'], 'api_key'), (['--api=k'], 'api_key'), (['--admin', 'k'], 'admin_api_key'),
+    (['--conf', 'f.yaml'], 'config'),
+])
+def test_an_abbreviation_argparse_takes_for_a_secret_flag_is_refused(args, dest):
+    # SGLang builds its parser as argparse.ArgumentParser(prog="sglang serve"): abbreviations allowed.
+    parser = argparse.ArgumentParser(prog='sglang serve')
+    for flag in ('--api-key', '--admin-api-key', '--config', '--log-level', '--context-length'):
+        parser.add_argument(flag)
+    assert getattr(parser.parse_args(args), dest) is not None
+    assert _rules.secret_flag(args[0])
+
+
+FOLDERS = ('%s: the role keeps its files (launch configuration, keys, pid file, log) in folders of its own, which it'
+           ' makes with mode 0750 when missing; use a dedicated subfolder, such as /etc/sglang, /run/sglang or'
+           ' /var/log/sglang/server.log.')
+
+
+@pytest.mark.parametrize('overrides, refusals', [
+    # What the review ran: each left the system folder 0750 on both lab hosts.
+    ({'sglang_run_dir': '/run'}, 'sglang_run_dir /run is the system folder /run'),
+    ({'sglang_config_dir': '/etc'}, 'sglang_config_dir /etc is the system folder /etc'),
+    ({'sglang_log_file': '/var/log/sglang.log'}, "sglang_log_file's folder /var/log is the system folder /var/log"),
+    ({'sglang_run_dir': '/run/'}, 'sglang_run_dir /run/ is the system folder /run'),
+    ({'sglang_run_dir': '/run/sglang/..'}, 'sglang_run_dir /run/sglang/.. is the system folder /run'),
+    ({'sglang_config_dir': '//'}, 'sglang_config_dir // is the system folder /'),
+    ({'sglang_config_dir': '/usr/local/bin'}, 'sglang_config_dir /usr/local/bin is the system folder /usr/local/bin'),
+    ({'sglang_run_dir': '/tmp'}, 'sglang_run_dir /tmp is the system folder /tmp'),
+    ({'sglang_run_dir': '/proc/sglang'}, 'sglang_run_dir /proc/sglang is under /proc, a kernel file system'),
+    ({'sglang_run_dir': 'run/sglang'}, 'sglang_run_dir run/sglang is not an absolute path'),
+    ({'sglang_run_dir': '/run', 'sglang_config_dir': '/etc', 'sglang_log_file': '/var/log/x.log'},
+     "sglang_config_dir /etc is the system folder /etc; sglang_run_dir /run is the system folder /run;"
+     " sglang_log_file's folder /var/log is the system folder /var/log"),
+])
+def test_a_system_folder_as_one_of_the_roles_folders_is_refused(settings, overrides, refusals):
+    settings.update(overrides)
+    assert _rules.variable_problems(settings, PVE) == [FOLDERS % refusals]
+
+
+@pytest.mark.parametrize('overrides', [
+    {'sglang_run_dir': '/run/sglang-b', 'sglang_config_dir': '/etc/sglang/b', 'sglang_log_file': '/var/log/b/s.log'},
+    {'sglang_run_dir': '/srv/models/run', 'sglang_config_dir': '/opt/sglang', 'sglang_log_file': '/tmp/sglang/s.log'},
+])
+def test_a_dedicated_subfolder_of_a_system_folder_passes(settings, overrides):
+    settings.update(overrides)
+    assert _rules.variable_problems(settings, PVE) == []
