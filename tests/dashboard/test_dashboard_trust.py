@@ -9,6 +9,7 @@ import re
 import sqlite3
 import stat
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ElementTree
@@ -149,8 +150,8 @@ def test_the_extra_vars_file_tags_every_string_unsafe_and_ansible_keeps_it_liter
                         '\'env\': sglang_environment, \'args\': sglang_extra_args, \'canary\': redeploy_canary + 1, '
                         '\'force\': sglang_force_restart} | to_json }}"\n' % shown_path)
     (tmp_path / 'ansible.cfg').write_text('[defaults]\n')
-    env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / 'ansible.cfg'), ANSIBLE_PYTHON_INTERPRETER=redeploy.sys.executable,
-               PATH=os.path.dirname(redeploy.sys.executable) + os.pathsep + os.environ['PATH'])
+    env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / 'ansible.cfg'), ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ['PATH'])
     run = subprocess.run(['ansible-playbook', '-i', 'localhost,', '-c', 'local', str(playbook), '-e', '@' + path],
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                          timeout=120)
