@@ -123,6 +123,12 @@ class Dashboard(object):
         self.runs_dir = runs_dir
         os.makedirs(runs_dir, mode=0o700, exist_ok=True)
         os.chmod(runs_dir, 0o700)
+        # A run that outlived its dashboard (killed mid-run) left its extra variables, keys included: no run
+        # of this process has started yet, so none is needed.
+        for name in os.listdir(runs_dir):
+            leftover = os.path.join(runs_dir, name, 'env', 'extravars')
+            if os.path.isfile(leftover):
+                os.remove(leftover)
         self.token = token
         # ansible-runner hands this process's environment to ansible-playbook and writes it into each run's
         # artifacts: no variable holding the token may be there (__main__ takes DASHBOARD_TOKEN out already).

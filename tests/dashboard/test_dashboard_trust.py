@@ -428,3 +428,11 @@ def test_rereading_the_inventory_needs_the_token(dashboard_offline):
     assert status == 401 and headers['WWW-Authenticate'] == 'Bearer'
     status, _, _ = request(dashboard_offline.url + '/api/hosts?refresh=true', {'Authorization': 'Bearer wrong'})
     assert status == 401
+
+
+def test_extra_variables_a_killed_dashboard_left_are_removed_at_the_next_start(serve, tmp_path):
+    state = str(tmp_path / 'state')
+    leftover = os.path.join(state, 'runs', 'cut-short', 'env', 'extravars')
+    extra_vars.write_unsafe(leftover, {'sglang_api_key': 'the-api-key'})
+    serve(state_dir=state)
+    assert not os.path.exists(leftover)
