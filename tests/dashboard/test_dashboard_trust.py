@@ -10,6 +10,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ElementTree
@@ -94,10 +95,11 @@ def real_run(tmp_path_factory):
         run_id = dashboard.start(RedeployRequest(**body))
         run = dashboard.active[run_id]
         assert run.wait(180) in redeploy.FINAL_STATES
-        for _ in range(200):  # _finish stores the outcome right after the run ends
+        for _ in range(600):  # _finish stores the outcome right after the run ends
             if dashboard.store.run(run_id)['status'] != 'running':
                 break
-            run._done.wait(0.05)
+            time.sleep(0.05)
+        assert dashboard.store.run(run_id)['status'] in redeploy.FINAL_STATES
     finally:
         os.environ.clear()
         os.environ.update(saved)
