@@ -4,7 +4,8 @@ Listens on 127.0.0.1 only and answers only requests whose Host header is an allo
 names with its port, or --allowed-host / DASHBOARD_ALLOWED_HOSTS). The token for whatever runs anything comes
 from DASHBOARD_TOKEN (taken out of the environment at once, so no ansible-playbook inherits it), or is
 generated and written to STATE_DIR/token (0600): it is never printed. Everything the dashboard writes is
-0600 in 0700 folders (umask 077).
+0600 in 0700 folders (umask 077). A redeploy may name as its patch only a file in --patch-dir /
+DASHBOARD_PATCH_DIRS (default: the collection's files/).
 """
 import argparse
 import os
@@ -14,6 +15,7 @@ import sys
 import uvicorn
 
 from gpuops_dashboard.app import create_app
+from gpuops_dashboard.extra_vars import DEFAULT_PATCH_DIRS, patch_folders
 from gpuops_dashboard.redeploy import REPO
 
 
@@ -61,7 +63,16 @@ def build(argv=None):
                         help='a Host header value to answer besides 127.0.0.1, localhost and [::1] at --port '
                              '("name" for any port, "name:port"; repeat, or comma-separate in '
                              'DASHBOARD_ALLOWED_HOSTS), e.g. the name a TLS reverse proxy forwards')
+    parser.add_argument('--patch-dir', action='append',
+                        default=[folder for folder in os.environ.get('DASHBOARD_PATCH_DIRS', '').split(':') if folder],
+                        help='a folder whose files a redeploy may name as sglang_patch_file (repeat, or colon-separate '
+                             'in DASHBOARD_PATCH_DIRS; default: the collection\'s files/); a patch file is the '
+                             'controller file a run copies to every GPU host')
     args = parser.parse_args(argv)
+    try:
+        patch_dirs = patch_folders(args.patch_dir or DEFAULT_PATCH_DIRS)
+    except ValueError as error:
+        parser.error(str(error))
     # Files this process and its ansible-playbook children make are theirs alone (the database, its WAL, the
     # runs' artifacts); explicit modes below cover what existed before.
     os.umask(0o077)
@@ -69,7 +80,7 @@ def build(argv=None):
     runs = private_folder(os.path.join(args.state_dir, 'runs'))
     token, source = take_token(args.state_dir)
     app = create_app(args.inventory, os.path.join(args.state_dir, 'dashboard.sqlite3'), runs, token,
-                     allowed_hosts=allowed_hosts(args.port, args.allowed_host))
+                     allowed_hosts=allowed_hosts(args.port, args.allowed_host), patch_dirs=patch_dirs)
     return app, args, source
 
 

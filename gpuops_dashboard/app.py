@@ -12,7 +12,9 @@
     GET  /api/redeploys/{id}/performance.svg  the performance gate's before/after per host (204: none measured)
 
 Reads are open to whoever reaches the app (it listens on 127.0.0.1) and never show a secret; whatever runs
-anything (a redeploy, a cancel, re-reading the inventory) needs the token. Requests whose Host header is not
+anything (a redeploy, a cancel, re-reading the inventory) needs the token, and a redeploy's extra variables are
+what a redeploy varies, never what runs as root or which controller file is shipped (gpuops_dashboard.extra_vars:
+a patch file comes from the --patch-dir folders). Requests whose Host header is not
 an allowed name are refused (400): a page on another site cannot reach the app by DNS rebinding. Every answer
 carries a Content-Security-Policy without inline scripts, so markup that slipped into a picture cannot run.
 docs/security.md has the threat model.
@@ -116,8 +118,10 @@ def bounded_int(value, name, low, high, default):
 class Dashboard(object):
     """The app's state: the store, the inventory, and the runs this process started."""
 
-    def __init__(self, inventory, db_path, runs_dir, token):
+    def __init__(self, inventory, db_path, runs_dir, token, patch_dirs=None):
         self.inventory = inventory
+        self.patch_dirs = _extra_vars.patch_folders(_extra_vars.DEFAULT_PATCH_DIRS if patch_dirs is None
+                                                    else patch_dirs)
         self.store = Store(db_path)
         self.directory = HostDirectory(inventory)
         self.runs_dir = runs_dir
@@ -138,14 +142,20 @@ class Dashboard(object):
         self._lock = threading.Lock()
 
     def start(self, request):
+        try:
+            # The request model knows no app: the patch folders are this app's, checked here before anything.
+            extra_vars = _extra_vars.validate(request.extra_vars, ALLOWED_EXTRA_VARS, patch_dirs=self.patch_dirs)
+        except _extra_vars.InvalidExtraVars as error:
+            raise HTTPException(422, [{'loc': ['body', 'extra_vars'], 'msg': str(error)}])
         with self._lock:
             running = [run for run in self.active.values() if run.status == 'running']
             if running:
                 raise HTTPException(409, 'redeploy %s is still running: cancel it or wait' % running[0].id)
             run_id = _redeploy.new_run_id()
-            self.store.add_run(run_id, self.inventory, request.limit, request.extra_vars, time.time())
-            run = _redeploy.start(self.inventory, limit=request.limit, extra_vars=request.extra_vars,
+            self.store.add_run(run_id, self.inventory, request.limit, extra_vars, time.time())
+            run = _redeploy.start(self.inventory, limit=request.limit, extra_vars=extra_vars,
                                   runs_dir=self.runs_dir, run_id=run_id, check=request.check,
+                                  patch_dirs=self.patch_dirs,
                                   on_record=lambda run, record: self.store.add_record(run.id, record))
             self.active[run_id] = run
         threading.Thread(target=self._finish, args=(run,), daemon=True).start()
@@ -185,13 +195,14 @@ class Dashboard(object):
         return described
 
 
-def create_app(inventory, db_path, runs_dir, token, allowed_hosts=None):
+def create_app(inventory, db_path, runs_dir, token, allowed_hosts=None, patch_dirs=None):
     """The app. `allowed_hosts`: the Host header values it answers ('name' for any port, 'name:port');
-    default the loopback names (LOOPBACK_HOSTS)."""
+    default the loopback names (LOOPBACK_HOSTS). `patch_dirs`: the folders a request's sglang_patch_file may
+    name a file in (default the collection's files/); ValueError for one that is not a folder."""
     if not token:
         raise ValueError('the dashboard needs a token')
     allowed_hosts = tuple(allowed_hosts or LOOPBACK_HOSTS)
-    dashboard = Dashboard(inventory, db_path, runs_dir, token)
+    dashboard = Dashboard(inventory, db_path, runs_dir, token, patch_dirs=patch_dirs)
     app = FastAPI(title='gpuops.sglang dashboard', version='1')
     app.state.dashboard = dashboard
 

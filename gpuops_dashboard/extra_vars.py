@@ -8,8 +8,11 @@ ALLOW_JINJA_IN_EXTRA_VARS=template:
 - only the role's documented variables (roles/sglang/meta/argument_specs.yml, read at start so the list
   follows the role) and the playbook's documented `redeploy_*` variables are taken, each type-checked
   against its documented type and choices; anything else (`ansible_*`, a typo) is refused, naming the key;
-  a few documented variables are the inventory's alone (PINNED: where the controller writes, where the
-  router's key goes, which host is which);
+  documented variables that decide what runs as root on the GPU hosts, where the role writes, what it kills,
+  which hosts make the fleet, where keys go, and the keys themselves are the inventory's alone (PINNED);
+- sglang_patch_file, the one controller file a run ships to the GPU hosts, must be "" or a regular file inside
+  the dashboard's patch folders (--patch-dir; default the collection's files/), resolved with realpath so that
+  neither a symlink nor `..` leads out (`patch_file`);
 - the values reach Ansible as a 0600 YAML file in the run's private data dir (ansible-runner passes
   env/extravars as `-e @file`, never on a command line) where every string, keys included, is tagged
   `!unsafe`: Ansible never templates them, a `{{ ... }}` arrives as those characters;
@@ -32,9 +35,36 @@ PLAYBOOK_VARIABLES = {
     'redeploy_max_unavailable': {'type': 'int', 'minimum': 0},
 }
 
-# Documented, but the inventory's alone: per-host identity (one value for every host makes no sense),
-# controller folders the run writes as the dashboard's user, and where the router's key is sent.
+# The folders a request's sglang_patch_file may name a file in, unless the dashboard is given others (--patch-dir).
+DEFAULT_PATCH_DIRS = (os.path.join(REPO, 'files'),)
+
+_ROOT_WRITES = 'a path the role writes as root on the GPU hosts'
+_IN_THE_VAULT = 'a key: it belongs in the inventory\'s vault, not in a request or its history'
+
+# Documented, but the inventory's alone. The token opens a redeploy button, not a shell: whoever holds it may
+# vary what a redeploy varies (models, speculation, timeouts, the rollout), never what runs as root on the GPU
+# hosts and with which environment, what gets killed, where the role writes, which hosts are which or make the
+# fleet, where traffic and keys go, nor the keys themselves.
 PINNED = {
+    'sglang_python': 'the interpreter the server runs as root on the GPU hosts',
+    'sglang_launch_module': 'the module the server runs as root on the GPU hosts',
+    'sglang_environment': 'the environment of a root process (LD_PRELOAD, PYTHONPATH, ... run code)',
+    'sglang_secret_environment': 'the environment of a root process, and secrets belong in the vault',
+    'sglang_dynamic_spec_env_name': 'names a variable of a root process\'s environment (the patch defines it)',
+    'sglang_kill_patterns': 'what the run kills on the GPU hosts',
+    'sglang_config_dir': _ROOT_WRITES,
+    'sglang_run_dir': _ROOT_WRITES,
+    'sglang_log_file': _ROOT_WRITES,
+    'sglang_guard_dir': _ROOT_WRITES,
+    'sglang_service_name': 'the unit and pid file the role writes and stops as root',
+    'sglang_service_manager': 'how the server is run as root',
+    'sglang_fleet_hosts': 'the fleet\'s membership',
+    'sglang_fleet_group': 'the fleet\'s membership',
+    'sglang_router_worker_url': 'where the router sends this server\'s traffic',
+    'sglang_dist_init_addr': 'where the ranks of a server group meet',
+    'sglang_dist_init_port': 'where the ranks of a server group meet',
+    'sglang_api_key': _IN_THE_VAULT,
+    'sglang_admin_api_key': _IN_THE_VAULT,
     'pve_node': 'each host\'s own Proxmox node',
     'pve_vmid': 'each host\'s own container',
     'sglang_server_group': 'each host\'s own server group',
@@ -42,7 +72,7 @@ PINNED = {
     'sglang_report_dir': 'a folder the run writes on the controller (and the page reads)',
     'sglang_fleet_slot_dir': 'a folder the run writes on the controller',
     'sglang_router_url': 'where the run sends the router\'s API key',
-    'sglang_router_api_key': 'the router\'s key',
+    'sglang_router_api_key': _IN_THE_VAULT,
 }
 
 # Names whose value is a secret: never stored in clear, never served back.
@@ -118,9 +148,43 @@ def _check(key, value, spec):
         raise InvalidExtraVars(key, 'must be at most %s' % spec['maximum'])
 
 
-def validate(extra_vars, allowed=None):
+def patch_folders(folders):
+    """The real paths of the folders patch files may come from; ValueError naming one that is not a folder."""
+    resolved = []
+    for folder in folders:
+        real = os.path.realpath(folder)
+        if not os.path.isdir(real):
+            raise ValueError('patch folder %s is not a folder' % folder)
+        resolved.append(real)
+    return tuple(resolved)
+
+
+def patch_file(value, folders):
+    """The file sglang_patch_file names, as the run must read it: "" (no patch), or the real path of a regular
+    file inside one of `folders` (real paths, patch_folders). Anything else raises InvalidExtraVars: the run
+    copies this controller file to every GPU host, so a free path would ship any file the dashboard's user can
+    read (an ssh key, the vault password file). A relative path is refused too: Ansible's file lookup would
+    search the role's and the playbook's folders for it."""
+    if value == '':
+        return value
+    allowed = ', '.join(folders) or 'none'
+    if not os.path.isabs(value):
+        raise InvalidExtraVars('sglang_patch_file', 'must be "" or an absolute path inside the dashboard\'s patch '
+                                                    'folders (%s; --patch-dir), not %r' % (allowed, value))
+    real = os.path.realpath(value)
+    if not any(os.path.commonpath([real, folder]) == folder and real != folder for folder in folders):
+        raise InvalidExtraVars('sglang_patch_file', 'must be a file inside the dashboard\'s patch folders (%s; '
+                                                    '--patch-dir): %r leads elsewhere' % (allowed, value))
+    if not os.path.isfile(real):
+        raise InvalidExtraVars('sglang_patch_file', 'must be a regular file inside the dashboard\'s patch folders '
+                                                    '(%s; --patch-dir): %r is not one' % (allowed, value))
+    return real
+
+
+def validate(extra_vars, allowed=None, patch_dirs=None):
     """The request's extra variables, checked: returns them, or raises InvalidExtraVars naming the first key
-    that is not a documented variable a request may set, or whose value has the wrong type."""
+    that is not a documented variable a request may set, or whose value has the wrong type. With `patch_dirs`
+    (real paths, patch_folders), sglang_patch_file is also held to them and handed on resolved (patch_file)."""
     allowed = allowed_variables() if allowed is None else allowed
     if not isinstance(extra_vars, dict):
         raise InvalidExtraVars('', 'must be an object')
@@ -132,7 +196,10 @@ def validate(extra_vars, allowed=None):
                                         'or the playbook (redeploy_serial, redeploy_canary, '
                                         'redeploy_max_fail_percentage, redeploy_max_unavailable)')
         _check(key, extra_vars[key], allowed[key])
-    return dict(extra_vars)
+    checked = dict(extra_vars)
+    if patch_dirs is not None and 'sglang_patch_file' in checked:
+        checked['sglang_patch_file'] = patch_file(checked['sglang_patch_file'], patch_dirs)
+    return checked
 
 
 def is_secret(name):

@@ -219,17 +219,20 @@ class Redeploy(object):
         self._done.set()
 
 
-def start(inventory, limit=None, extra_vars=None, runs_dir=None, run_id=None, on_record=None, check=False):
+def start(inventory, limit=None, extra_vars=None, runs_dir=None, run_id=None, on_record=None, check=False,
+          patch_dirs=None):
     """Start a redeploy and return its Redeploy at once.
 
     ``inventory`` is required (never ansible.cfg's default): a path, relative to this checkout or absolute.
     ``runs_dir`` holds one private data dir per run (created; default .cache/dashboard/runs).
     ``on_record(run, record)`` is called from the run's thread for every progress record.
     ``extra_vars`` must be documented variables of the role or the playbook (extra_vars.InvalidExtraVars
-    otherwise, a ValueError); ``limit`` None or a host pattern (ValueError for an empty one).
+    otherwise, a ValueError), sglang_patch_file "" or a file inside ``patch_dirs`` (default the collection's
+    files/); ``limit`` None or a host pattern (ValueError for an empty one).
     """
     limit = check_limit(limit)
-    extra_vars = _extra_vars.validate(extra_vars or {})
+    folders = _extra_vars.patch_folders(_extra_vars.DEFAULT_PATCH_DIRS if patch_dirs is None else patch_dirs)
+    extra_vars = _extra_vars.validate(extra_vars or {}, patch_dirs=folders)
     inventory_path = _inventory_path(inventory)
     run_id = run_id or new_run_id()
     runs = runs_dir or DEFAULT_RUNS_DIR

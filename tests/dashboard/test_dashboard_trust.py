@@ -27,8 +27,12 @@ from helpers.http_responder import HttpResponder, Reply
 # The token tests/dashboard/conftest.py gives the apps it serves.
 TOKEN = 'test-token'
 
+# The collection's files/: the patch folder of a dashboard given none.
+FILES = os.path.realpath(os.path.join(redeploy.REPO, 'files'))
+
 # A value that runs a command wherever Ansible templates it.
 MARK_NAME = 'templated-and-ran'
+PATCH = '--- a/sglang/x.py\n+++ b/sglang/x.py\n@@ -1 +1 @@\n-a\n+b\n'
 
 
 def lookup(mark):
@@ -80,15 +84,18 @@ def real_run(tmp_path_factory):
     base = tmp_path_factory.mktemp('trust')
     inventory = write_inventory(str(base / 'inventory'), UNREACHABLE)
     state = str(base / 'state')
+    patches = base / 'patches'
+    patches.mkdir()
+    (patches / 'threshold.diff').write_text(PATCH)
     saved, umask = dict(os.environ), os.umask(0o022)
     os.environ.update(DASHBOARD_TOKEN=TOKEN, ANSIBLE_VERBOSITY='3')
-    body = {'extra_vars': {'sglang_patch_file': lookup(base / MARK_NAME),
-                           'sglang_environment': {'A': lookup(base / (MARK_NAME + '-env'))},
-                           'sglang_extra_args': [lookup(base / (MARK_NAME + '-arg'))],
-                           'sglang_api_key': 'the-api-key', 'sglang_admin_api_key': 'the-admin-key',
-                           'sglang_secret_environment': {'HF_TOKEN': 'the-hf-token'}}}
+    body = {'extra_vars': {'sglang_patch_file': os.path.join(str(patches), '..', 'patches', 'threshold.diff'),
+                           'sglang_model_path': lookup(base / MARK_NAME),
+                           'sglang_dynamic_spec_adaptive_config': {'K': lookup(base / (MARK_NAME + '-config'))},
+                           'sglang_extra_args': [lookup(base / (MARK_NAME + '-arg'))]}}
     try:
-        app, args, source = main_module.build(['--inventory', inventory, '--state-dir', state, '--port', '1'])
+        app, args, source = main_module.build(['--inventory', inventory, '--state-dir', state, '--port', '1',
+                                               '--patch-dir', str(patches)])
         assert source == 'DASHBOARD_TOKEN' and 'DASHBOARD_TOKEN' not in os.environ
         dashboard = app.state.dashboard
         # What POST /api/redeploys does once the token is checked: the request model's checks, then start.
@@ -104,7 +111,8 @@ def real_run(tmp_path_factory):
         os.environ.clear()
         os.environ.update(saved)
         os.umask(umask)
-    yield {'base': base, 'state': state, 'run': run, 'run_id': run_id, 'dashboard': dashboard, 'body': body}
+    yield {'base': base, 'state': state, 'run': run, 'run_id': run_id, 'dashboard': dashboard, 'body': body,
+           'patch': str(patches / 'threshold.diff')}
     dashboard.store.close()
 
 
@@ -141,15 +149,15 @@ def test_extra_variables_reach_the_play_as_literal_strings_and_run_nothing(real_
 
 def test_the_extra_vars_file_tags_every_string_unsafe_and_ansible_keeps_it_literal(tmp_path):
     mark = tmp_path / MARK_NAME
-    values = {'sglang_patch_file': lookup(mark), 'sglang_environment': {'K{{ 1 }}': lookup(mark)},
+    values = {'sglang_model_path': lookup(mark), 'sglang_dynamic_spec_adaptive_config': {'K{{ 1 }}': lookup(mark)},
               'sglang_extra_args': [lookup(mark)], 'redeploy_canary': 1, 'sglang_force_restart': True}
     path = extra_vars.write_unsafe(str(tmp_path / 'env' / 'extravars'), values)
     assert mode(path) == 0o600 and mode(str(tmp_path / 'env')) == 0o700
     shown_path = tmp_path / 'shown.json'
     playbook = tmp_path / 'show.yml'
     playbook.write_text('- hosts: localhost\n  gather_facts: false\n  tasks:\n'
-                        '    - ansible.builtin.copy:\n        dest: %s\n        content: "{{ {\'patch\': sglang_patch_file, '
-                        '\'env\': sglang_environment, \'args\': sglang_extra_args, \'canary\': redeploy_canary + 1, '
+                        '    - ansible.builtin.copy:\n        dest: %s\n        content: "{{ {\'model\': sglang_model_path, '
+                        '\'config\': sglang_dynamic_spec_adaptive_config, \'args\': sglang_extra_args, \'canary\': redeploy_canary + 1, '
                         '\'force\': sglang_force_restart} | to_json }}"\n' % shown_path)
     (tmp_path / 'ansible.cfg').write_text('[defaults]\n')
     env = dict(os.environ, ANSIBLE_CONFIG=str(tmp_path / 'ansible.cfg'), ANSIBLE_PYTHON_INTERPRETER=sys.executable,
@@ -159,7 +167,7 @@ def test_the_extra_vars_file_tags_every_string_unsafe_and_ansible_keeps_it_liter
                          timeout=120)
     assert run.returncode == 0, run.stdout[-2000:]
     shown = json.loads(shown_path.read_text())
-    assert shown == {'patch': lookup(mark), 'env': {'K{{ 1 }}': lookup(mark)}, 'args': [lookup(mark)],
+    assert shown == {'model': lookup(mark), 'config': {'K{{ 1 }}': lookup(mark)}, 'args': [lookup(mark)],
                      'canary': 2, 'force': True}
     assert not mark.exists()
 
@@ -175,7 +183,7 @@ def test_the_extra_vars_file_tags_every_string_unsafe_and_ansible_keeps_it_liter
     ({'sglang_port': True}, 'sglang_port'),
     ({'sglang_dynamic_spec_mode': 'sometimes'}, 'sglang_dynamic_spec_mode'),
     ({'sglang_extra_args': ['--x', 3]}, 'sglang_extra_args[1]'),
-    ({'sglang_environment': {'A': {'nested': 1}}}, 'sglang_environment.A'),
+    ({'sglang_dynamic_spec_adaptive_config': {'A': {'nested': 1}}}, 'sglang_dynamic_spec_adaptive_config.A'),
     ({'sglang_report_dir': '/etc/cron.d'}, 'sglang_report_dir'),
     ({'sglang_router_url': 'http://elsewhere:1'}, 'sglang_router_url'),
     ({'redeploy_serial': '0'}, 'redeploy_serial'),
@@ -190,7 +198,7 @@ def test_an_extra_variable_that_is_not_documented_or_of_the_wrong_type_is_refuse
 def test_documented_variables_of_the_role_and_the_playbook_are_taken():
     given = {'sglang_force_restart': True, 'sglang_rollback_deadline': 25, 'sglang_term_timeout': 2.5,
              'sglang_max_running_requests': 96, 'sglang_patch_file': '/srv/p.diff', 'sglang_extra_args': ['--x'],
-             'sglang_environment': {'A': '1'}, 'redeploy_serial': '50%', 'redeploy_canary': 1,
+             'sglang_dynamic_spec_adaptive_config': {'A': '1'}, 'redeploy_serial': '50%', 'redeploy_canary': 1,
              'redeploy_max_fail_percentage': 0, 'redeploy_max_unavailable': 2, 'sglang_dynamic_spec_mode': 'env'}
     assert extra_vars.validate(given) == given
     # The allow-list is the role's argument_specs.yml: a variable documented there is known here.
@@ -201,6 +209,10 @@ def test_documented_variables_of_the_role_and_the_playbook_are_taken():
     ({'redeploy_canary': lookup('/tmp/x')}, 'redeploy_canary'),
     ({'ansible_connection': 'local'}, 'ansible_connection'),
     ({'redeploy_canary': 'x'}, 'redeploy_canary'),
+    ({'sglang_python': '/bin/sh'}, 'sglang_python'),
+    ({'sglang_environment': {'LD_PRELOAD': '/tmp/evil.so'}}, 'sglang_environment'),
+    ({'sglang_kill_patterns': ['sshd']}, 'sglang_kill_patterns'),
+    ({'sglang_patch_file': '/root/.ssh/id_ed25519'}, 'sglang_patch_file'),
 ])
 def test_the_api_answers_422_naming_the_refused_key_and_starts_nothing(dashboard_offline, extra, key):
     status, body, _ = post(dashboard_offline.url + '/api/redeploys', TOKEN, {'extra_vars': extra})
@@ -211,21 +223,69 @@ def test_the_api_answers_422_naming_the_refused_key_and_starts_nothing(dashboard
     assert json.loads(request(dashboard_offline.url + '/api/redeploys')[1])['redeploys'] == []
 
 
+@pytest.mark.parametrize('patch', ['/root/.ssh/id_ed25519', os.path.join(FILES, '..', 'README.md'),
+                                   'eagle_dynamic_spec_threshold.diff', FILES])
+def test_a_patch_outside_the_patch_folders_is_refused_naming_them_and_starts_nothing(dashboard_offline, patch):
+    status, body, _ = post(dashboard_offline.url + '/api/redeploys', TOKEN, {'extra_vars': {'sglang_patch_file': patch}})
+    assert status == 422
+    assert any(problem['msg'].startswith('extra_vars.sglang_patch_file: ') and FILES in problem['msg']
+               for problem in body['detail']), body
+    assert json.loads(request(dashboard_offline.url + '/api/redeploys')[1])['redeploys'] == []
+
+
+def test_the_patch_folders_come_from_patch_dir_and_dashboard_patch_dirs(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, 'umask', lambda mask: 0o022)  # the test process keeps its own umask
+    monkeypatch.delenv('DASHBOARD_PATCH_DIRS', raising=False)
+    folders = [tmp_path / name for name in ('a', 'b', 'c')]
+    for folder in folders:
+        folder.mkdir()
+    (tmp_path / 'link').symlink_to(folders[2])
+    cases = [([], None, (FILES,)),
+             ([], '%s:%s' % tuple(folders[:2]), tuple(str(folder) for folder in folders[:2])),
+             (['--patch-dir', str(tmp_path / 'link')], str(folders[0]), (str(folders[0]), str(folders[2])))]
+    for index, (options, environment, wanted) in enumerate(cases):
+        monkeypatch.setenv('DASHBOARD_TOKEN', TOKEN)
+        if environment is not None:
+            monkeypatch.setenv('DASHBOARD_PATCH_DIRS', environment)
+        app, _, _ = main_module.build(['--state-dir', str(tmp_path / ('state%d' % index)), '--port', '1'] + options)
+        assert app.state.dashboard.patch_dirs == wanted
+        app.state.dashboard.store.close()
+
+
+def test_a_patch_dir_that_is_not_a_folder_stops_the_dashboard_before_it_makes_anything(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main_module.build(['--state-dir', str(tmp_path / 'state'), '--patch-dir', str(tmp_path / 'missing')])
+    assert stopped.value.code == 2
+    assert 'patch folder %s is not a folder' % (tmp_path / 'missing') in capsys.readouterr().err
+    assert not (tmp_path / 'state').exists()
+
+
 # -- 3. secrets -------------------------------------------------------------------------------------------
 
-def test_a_runs_description_never_shows_a_secret(real_run, serve):
+def test_a_runs_description_shows_its_values_as_ansible_got_them(real_run, serve):
     served = serve(state_dir=real_run['state'], inventory='inventory/lab')
     status, text, _ = request('%s/api/redeploys/%s' % (served.url, real_run['run_id']))
     assert status == 200
     shown = json.loads(text)['extra_vars']
-    assert shown['sglang_api_key'] == shown['sglang_admin_api_key'] == extra_vars.REDACTED
-    assert shown['sglang_secret_environment'] == {'HF_TOKEN': extra_vars.REDACTED}
-    assert shown['sglang_patch_file'] == real_run['body']['extra_vars']['sglang_patch_file']
-    for secret in ('the-api-key', 'the-admin-key', 'the-hf-token'):
-        assert secret not in text
+    given = real_run['body']['extra_vars']
+    # The patch as the run read it: resolved (the request's ".." gone), inside the --patch-dir folder.
+    assert shown == dict(given, sglang_patch_file=real_run['patch'])
+    assert given['sglang_patch_file'] != real_run['patch']
 
 
-def test_the_state_is_0600_files_in_0700_folders_and_holds_no_secret_nor_the_token(real_run):
+@pytest.mark.parametrize('key', ['sglang_api_key', 'sglang_admin_api_key', 'sglang_router_api_key',
+                                 'sglang_secret_environment'])
+def test_keys_and_secrets_cannot_be_sent_so_no_history_holds_one(dashboard_offline, key):
+    value = {'HF_TOKEN': 'the-hf-token'} if key == 'sglang_secret_environment' else 'the-key'
+    status, body, _ = post(dashboard_offline.url + '/api/redeploys', TOKEN, {'extra_vars': {key: value}})
+    assert status == 422
+    assert any(('extra_vars.%s: is set by the inventory only' % key) in problem['msg']
+               for problem in body['detail']), body
+    assert 'the-hf-token' not in json.dumps(body) and 'the-key' not in json.dumps(body)
+    assert json.loads(request(dashboard_offline.url + '/api/redeploys')[1])['redeploys'] == []
+
+
+def test_the_state_is_0600_files_in_0700_folders_and_never_holds_the_token(real_run):
     state = real_run['state']
     paths = [state] + list(every_file(state))
     assert os.path.exists(os.path.join(state, 'dashboard.sqlite3-wal'))
@@ -237,14 +297,13 @@ def test_the_state_is_0600_files_in_0700_folders_and_holds_no_secret_nor_the_tok
         assert mode(path) & 0o077 == 0, '%s is %o' % (path, mode(path))
         if os.path.basename(path) in ('dashboard.sqlite3', 'dashboard.sqlite3-wal', 'request.json', 'runs'):
             assert mode(path) == wanted, '%s is %o' % (path, mode(path))
-    # The extra variables file is gone once the run ended; nothing left holds a secret or the token.
+    # The extra variables file is gone once the run ended; nothing left holds the token.
     assert not os.path.exists(os.path.join(real_run['run'].private_data_dir, 'env', 'extravars'))
     for path in paths:
         if os.path.isfile(path) and not os.path.islink(path):
             with open(path, 'rb') as handle:
                 content = handle.read()
-            for secret in (TOKEN, 'the-api-key', 'the-admin-key', 'the-hf-token'):
-                assert secret.encode() not in content, '%s holds %s' % (path, secret)
+            assert TOKEN.encode() not in content, '%s holds the token' % path
 
 
 def test_the_run_was_handed_neither_the_token_nor_the_extra_variables_on_its_command_line(real_run):
@@ -255,7 +314,7 @@ def test_the_run_was_handed_neither_the_token_nor_the_extra_variables_on_its_com
     assert TOKEN not in json.dumps(command) and 'DASHBOARD_TOKEN' not in command['env']
     assert command['env']['ANSIBLE_HOST_KEY_CHECKING'] == 'True'
     assert '@%s' % os.path.join(real_run['run'].private_data_dir, 'env', 'extravars') in command['command']
-    assert 'sglang_api_key' not in json.dumps(command['command'])
+    assert 'sglang_model_path' not in json.dumps(command['command'])
 
 
 def test_a_generated_token_goes_to_a_0600_file_and_is_never_printed(tmp_path, monkeypatch, capsys):
