@@ -122,7 +122,8 @@ demo-multinode: demo-setup
 	lab/lab summary
 
 # The reference ops page against the lab: http://127.0.0.1:$${DASHBOARD_PORT:-8765}/, token from
-# DASHBOARD_TOKEN or generated and printed.
+# DASHBOARD_TOKEN, or generated into .cache/dashboard/token (0600; never printed). Patch files a redeploy may
+# name: files/ (DASHBOARD_PATCH_DIRS, colon-separated, for others).
 dashboard: setup
 	lab/lab up
 	$(BIN)/python -m gpuops_dashboard --inventory inventory/lab

@@ -11,7 +11,13 @@
     GET  /api/redeploys/{id}/timeline.svg  the run as a per-host timeline
     GET  /api/redeploys/{id}/performance.svg  the performance gate's before/after per host (204: none measured)
 
-Reads are open (the app listens on 127.0.0.1); whatever acts on hosts needs the token.
+Reads are open to whoever reaches the app (it listens on 127.0.0.1) and never show a secret; whatever runs
+anything (a redeploy, a cancel, re-reading the inventory) needs the token, and a redeploy's extra variables are
+what a redeploy varies, never what runs as root or which controller file is shipped (gpuops_dashboard.extra_vars:
+a patch file comes from the --patch-dir folders). Requests whose Host header is not
+an allowed name are refused (400): a page on another site cannot reach the app by DNS rebinding. Every answer
+carries a Content-Security-Policy without inline scripts, so markup that slipped into a picture cannot run.
+docs/security.md has the threat model.
 """
 import asyncio
 import json
@@ -22,9 +28,11 @@ import time
 from typing import Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import FileResponse, Response, StreamingResponse
-from pydantic import BaseModel, Field
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gpuops_dashboard import extra_vars as _extra_vars
 from gpuops_dashboard import redeploy as _redeploy
 from gpuops_dashboard.inventory import HostDirectory
 from gpuops_dashboard.phases import current_phase
@@ -36,35 +44,118 @@ from gpuops_dashboard.timeline import render
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
 FINAL = _redeploy.FINAL_STATES
 SSE_POLL_S = 0.25
+HISTORY_MAX = 200
+# The names a browser on this machine uses for the app; any port unless the entry names one.
+LOOPBACK_HOSTS = ('127.0.0.1', 'localhost', '[::1]')
+SECURITY_HEADERS = {
+    # No inline script, no plugin, no framing: an attribute that slipped into an SVG cannot run.
+    'Content-Security-Policy': "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                               "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+                               "form-action 'none'",
+    'X-Content-Type-Options': 'nosniff',
+    'Referrer-Policy': 'no-referrer',
+    'X-Frame-Options': 'DENY',
+}
+ALLOWED_EXTRA_VARS = _extra_vars.allowed_variables()
 
 
 class RedeployRequest(BaseModel):
-    limit: Optional[str] = Field(None, description='Ansible --limit pattern, e.g. "gpu2"')
-    extra_vars: dict = Field(default_factory=dict, description='extra variables, e.g. {"sglang_force_restart": true}')
+    model_config = ConfigDict(extra='forbid')
+
+    limit: Optional[str] = Field(None, description='Ansible --limit pattern, e.g. "gpu2"; null for every gpu host')
+    extra_vars: dict = Field(default_factory=dict, description='documented variables of the role or the playbook, '
+                                                               'e.g. {"sglang_force_restart": true}')
     check: bool = Field(False, description='run in check mode (changes nothing, reports why it would redeploy)')
+
+    @field_validator('limit')
+    @classmethod
+    def _limit(cls, value):
+        return _redeploy.check_limit(value)
+
+    @field_validator('extra_vars')
+    @classmethod
+    def _extra_vars(cls, value):
+        return _extra_vars.validate(value, ALLOWED_EXTRA_VARS)
+
+
+def _host_and_port(value):
+    """('name', 'port' or None) of a Host header or an allowed-host entry; IPv6 stays in brackets."""
+    value = (value or '').strip().lower()
+    if value.startswith('['):
+        name, _, rest = value.partition(']')
+        return name + ']', (rest[1:] if rest.startswith(':') else None) or None
+    if value.count(':') > 1:  # a bare IPv6 address in an entry
+        return '[%s]' % value, None
+    name, _, port = value.partition(':')
+    return name, port or None
+
+
+def host_allowed(header, allowed):
+    """Whether a request's Host header names the app as `allowed` says (entries 'name' or 'name:port')."""
+    name, port = _host_and_port(header)
+    if not name:
+        return False
+    for entry in allowed:
+        allowed_name, allowed_port = _host_and_port(entry)
+        if name == allowed_name and (allowed_port is None or port == allowed_port):
+            return True
+    return False
+
+
+def bounded_int(value, name, low, high, default):
+    """A query parameter or header as an int in [low, high]; 400 naming it otherwise (never a 500)."""
+    if value in (None, ''):
+        return default
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise HTTPException(400, '%s must be a whole number from %d to %d, not %r' % (name, low, high, value))
+    return number
 
 
 class Dashboard(object):
     """The app's state: the store, the inventory, and the runs this process started."""
 
-    def __init__(self, inventory, db_path, runs_dir, token):
+    def __init__(self, inventory, db_path, runs_dir, token, patch_dirs=None):
         self.inventory = inventory
+        self.patch_dirs = _extra_vars.patch_folders(_extra_vars.DEFAULT_PATCH_DIRS if patch_dirs is None
+                                                    else patch_dirs)
         self.store = Store(db_path)
         self.directory = HostDirectory(inventory)
         self.runs_dir = runs_dir
+        os.makedirs(runs_dir, mode=0o700, exist_ok=True)
+        os.chmod(runs_dir, 0o700)
+        # A run that outlived its dashboard (killed mid-run) left its extra variables, keys included: no run
+        # of this process has started yet, so none is needed.
+        for name in os.listdir(runs_dir):
+            leftover = os.path.join(runs_dir, name, 'env', 'extravars')
+            if os.path.isfile(leftover):
+                os.remove(leftover)
         self.token = token
+        # ansible-runner hands this process's environment to ansible-playbook and writes it into each run's
+        # artifacts: no variable holding the token may be there (__main__ takes DASHBOARD_TOKEN out already).
+        for name in [name for name, value in os.environ.items() if value == token]:
+            del os.environ[name]
         self.active = {}
         self._lock = threading.Lock()
 
     def start(self, request):
+        try:
+            # The request model knows no app: the patch folders are this app's, checked here before anything.
+            extra_vars = _extra_vars.validate(request.extra_vars, ALLOWED_EXTRA_VARS, patch_dirs=self.patch_dirs)
+        except _extra_vars.InvalidExtraVars as error:
+            raise HTTPException(422, [{'loc': ['body', 'extra_vars'], 'msg': str(error)}])
         with self._lock:
             running = [run for run in self.active.values() if run.status == 'running']
             if running:
                 raise HTTPException(409, 'redeploy %s is still running: cancel it or wait' % running[0].id)
             run_id = _redeploy.new_run_id()
-            self.store.add_run(run_id, self.inventory, request.limit, request.extra_vars, time.time())
-            run = _redeploy.start(self.inventory, limit=request.limit, extra_vars=request.extra_vars,
+            self.store.add_run(run_id, self.inventory, request.limit, extra_vars, time.time())
+            run = _redeploy.start(self.inventory, limit=request.limit, extra_vars=extra_vars,
                                   runs_dir=self.runs_dir, run_id=run_id, check=request.check,
+                                  patch_dirs=self.patch_dirs,
                                   on_record=lambda run, record: self.store.add_record(run.id, record))
             self.active[run_id] = run
         threading.Thread(target=self._finish, args=(run,), daemon=True).start()
@@ -104,10 +195,34 @@ class Dashboard(object):
         return described
 
 
-def create_app(inventory, db_path, runs_dir, token):
-    dashboard = Dashboard(inventory, db_path, runs_dir, token)
+def create_app(inventory, db_path, runs_dir, token, allowed_hosts=None, patch_dirs=None):
+    """The app. `allowed_hosts`: the Host header values it answers ('name' for any port, 'name:port');
+    default the loopback names (LOOPBACK_HOSTS). `patch_dirs`: the folders a request's sglang_patch_file may
+    name a file in (default the collection's files/); ValueError for one that is not a folder."""
+    if not token:
+        raise ValueError('the dashboard needs a token')
+    allowed_hosts = tuple(allowed_hosts or LOOPBACK_HOSTS)
+    dashboard = Dashboard(inventory, db_path, runs_dir, token, patch_dirs=patch_dirs)
     app = FastAPI(title='gpuops.sglang dashboard', version='1')
     app.state.dashboard = dashboard
+
+    @app.middleware('http')
+    async def guard(request: Request, call_next):
+        if not host_allowed(request.headers.get('host'), allowed_hosts):
+            response = JSONResponse({'detail': 'this dashboard does not answer to Host %r (allowed: %s; see '
+                                               '--allowed-host)' % (request.headers.get('host'),
+                                                                    ', '.join(allowed_hosts))}, status_code=400)
+        else:
+            response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def refused(request: Request, error: RequestValidationError):
+        # pydantic's own answer echoes the input back, keys included: only where and why.
+        return JSONResponse({'detail': [{'loc': list(problem.get('loc', ())), 'msg': problem.get('msg')}
+                                        for problem in error.errors()]}, status_code=422)
 
     def require_token(request: Request):
         header = request.headers.get('authorization', '')
@@ -127,14 +242,18 @@ def create_app(inventory, db_path, runs_dir, token):
         return FileResponse(path)
 
     @app.get('/api/hosts')
-    def hosts(refresh: bool = False):
+    def hosts(request: Request, refresh: bool = False):
+        if refresh:
+            # Re-reading the inventory runs ansible-runner: only for the token's holder.
+            require_token(request)
         hosts = dashboard.directory.state(refresh)
         return {'inventory': inventory, 'hosts': hosts, 'servers': fold_host_cards(hosts)}
 
     @app.get('/api/redeploys')
-    def redeploys(limit: int = 20):
+    def redeploys(limit: Optional[str] = None):
+        count = bounded_int(limit, 'limit', 1, HISTORY_MAX, 20)
         return {'redeploys': [dict((key, run[key]) for key in ('id', 'status', 'created_at', 'finished_at', 'limit'))
-                              for run in dashboard.store.runs(limit)]}
+                              for run in dashboard.store.runs(count)]}
 
     @app.post('/api/redeploys', status_code=202, dependencies=[Depends(require_token)])
     def start(request: RedeployRequest):
@@ -162,10 +281,13 @@ def create_app(inventory, db_path, runs_dir, token):
         return Response(svg, media_type='image/svg+xml') if svg else Response(status_code=204)
 
     @app.get('/api/redeploys/{run_id}/events')
-    async def events(run_id: str, request: Request, after: int = 0):
+    async def events(run_id: str, request: Request, after: Optional[str] = None):
+        # SQLite integers are 64-bit: a larger one would fail the query, not the request.
+        last = bounded_int(request.headers.get('last-event-id'), 'Last-Event-ID', 0, 2 ** 62, None)
+        if last is None:
+            last = bounded_int(after, 'after', 0, 2 ** 62, 0)
         if dashboard.store.run(run_id) is None:
             raise HTTPException(404, 'no redeploy %s' % run_id)
-        last = int(request.headers.get('last-event-id') or after or 0)
 
         async def stream():
             nonlocal last

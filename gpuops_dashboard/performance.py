@@ -5,7 +5,7 @@ panel per host with a pair of bars per concurrency level (before: the baseline, 
 the p95 inter-token latencies written under each pair and the verdict's reason above. Pure: the
 summary in, SVG text out (every text escaped), as the timeline is.
 """
-from xml.sax.saxutils import escape
+from gpuops_dashboard.timeline import escape
 
 VERDICT_COLOURS = {'pass': '#2d6a4f', 'fail': '#c0392b', 'skipped': '#52606d'}
 BEFORE = '#9aa5b1'

@@ -14,6 +14,12 @@ interpreter (the venv need not be on PATH), the collection and ansible.cfg of th
 (ANSIBLE_CONFIG, ANSIBLE_COLLECTIONS_PATH), the inventory is always passed explicitly, and cancel is
 noticed every 0.2 s instead of ansible-runner's default 5 s (`pexpect_timeout`).
 
+And what it refuses to leave open (docs/security.md): host keys are checked (ansible-runner turns that off
+unless told; an inventory that turns it off itself, as inventory/lab does, still can), the extra variables
+are the role's documented ones, type-checked, and reach Ansible as a 0600 file of `!unsafe` strings that is
+never templated and is removed when the run ends (gpuops_dashboard.extra_vars), the limit is a real pattern,
+and the run's private data dir is 0700 with request.json (secrets redacted) 0600.
+
 A cancel is a SIGKILL of ansible-playbook's process group: nothing on the controller cleans up. What
 happens on each host depends on how far it got, and `cancel()` says so (see `expectations_after_cancel`):
 - before its guard was armed: nothing was stopped, the old server serves;
@@ -32,6 +38,7 @@ import time
 
 import ansible_runner
 
+from gpuops_dashboard import extra_vars as _extra_vars
 from gpuops_dashboard import phases as _phases
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +58,10 @@ def ansible_environment():
         'PATH': venv_bin + os.pathsep + os.environ.get('PATH', '/usr/bin:/bin'),
         # Dashboards read events; the text output is kept in the artifacts only.
         'ANSIBLE_FORCE_COLOR': '0',
+        # ansible-runner sets ANSIBLE_HOST_KEY_CHECKING=False unless the environment names it, and an
+        # environment variable beats ansible.cfg: without this every run would trust any host key. An
+        # inventory can still turn it off for its own hosts (ansible_host_key_checking, as inventory/lab does).
+        'ANSIBLE_HOST_KEY_CHECKING': 'True',
     }
 
 
@@ -59,6 +70,19 @@ def _inventory_path(inventory):
     if not os.path.exists(path):
         raise ValueError('inventory %s does not exist' % path)
     return path
+
+
+def check_limit(limit):
+    """The --limit pattern, or None for every gpu host; refuses what would widen or misuse it."""
+    if limit is None:
+        return None
+    if not isinstance(limit, str) or not limit.strip():
+        # ansible-runner drops an empty limit: the run would take every host.
+        raise ValueError('limit must name hosts (leave it out, or null, for every gpu host), not %r' % (limit,))
+    if limit.strip().startswith('@') or any(ord(char) < 32 for char in limit):
+        # `--limit @FILE` reads a file on the controller.
+        raise ValueError('limit must be a host pattern (no @file, no control characters): %r' % (limit,))
+    return limit.strip()
 
 
 def new_run_id():
@@ -168,8 +192,9 @@ class Redeploy(object):
                 private_data_dir=self.private_data_dir,
                 playbook=PLAYBOOK,
                 inventory=self.inventory,
-                limit=self.limit or None,
-                extravars=self.extra_vars,
+                limit=self.limit,
+                # No extravars: start() wrote them to env/extravars as !unsafe strings, which ansible-runner
+                # passes as `-e @env/extravars` (extravars= would put them on the command line, templated).
                 cmdline='--check' if self.check else None,
                 envvars=ansible_environment(),
                 quiet=True,
@@ -183,23 +208,44 @@ class Redeploy(object):
             status = 'failed'
             self.rc = -1
             self.error = '%s: %s' % (type(error).__name__, error)
+        finally:
+            # ansible-playbook read them at its start; keys in them must not stay on disk.
+            try:
+                os.remove(os.path.join(self.private_data_dir, 'env', 'extravars'))
+            except OSError:
+                pass
         self.finished_at = time.time()
         self._status = status if status in FINAL_STATES else 'failed'
         self._done.set()
 
 
-def start(inventory, limit=None, extra_vars=None, runs_dir=None, run_id=None, on_record=None, check=False):
+def start(inventory, limit=None, extra_vars=None, runs_dir=None, run_id=None, on_record=None, check=False,
+          patch_dirs=None):
     """Start a redeploy and return its Redeploy at once.
 
     ``inventory`` is required (never ansible.cfg's default): a path, relative to this checkout or absolute.
     ``runs_dir`` holds one private data dir per run (created; default .cache/dashboard/runs).
     ``on_record(run, record)`` is called from the run's thread for every progress record.
+    ``extra_vars`` must be documented variables of the role or the playbook (extra_vars.InvalidExtraVars
+    otherwise, a ValueError), sglang_patch_file "" or a file inside ``patch_dirs`` (default the collection's
+    files/); ``limit`` None or a host pattern (ValueError for an empty one).
     """
+    limit = check_limit(limit)
+    folders = _extra_vars.patch_folders(_extra_vars.DEFAULT_PATCH_DIRS if patch_dirs is None else patch_dirs)
+    extra_vars = _extra_vars.validate(extra_vars or {}, patch_dirs=folders)
+    inventory_path = _inventory_path(inventory)
     run_id = run_id or new_run_id()
-    private = os.path.join(runs_dir or DEFAULT_RUNS_DIR, run_id)
-    os.makedirs(private, exist_ok=False)
-    with open(os.path.join(private, 'request.json'), 'w') as handle:
-        json.dump({'inventory': inventory, 'limit': limit, 'extra_vars': extra_vars or {}, 'check': check}, handle)
-    run = Redeploy(run_id, private, _inventory_path(inventory), limit, extra_vars, on_record=on_record, check=check)
+    runs = runs_dir or DEFAULT_RUNS_DIR
+    os.makedirs(runs, mode=0o700, exist_ok=True)
+    private = os.path.join(runs, run_id)
+    os.mkdir(private, 0o700)
+    os.chmod(private, 0o700)
+    descriptor = os.open(os.path.join(private, 'request.json'), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, 'w') as handle:
+        json.dump({'inventory': inventory, 'limit': limit, 'extra_vars': _extra_vars.redact(extra_vars),
+                   'check': check}, handle)
+    if extra_vars:
+        _extra_vars.write_unsafe(os.path.join(private, 'env', 'extravars'), extra_vars)
+    run = Redeploy(run_id, private, inventory_path, limit, extra_vars, on_record=on_record, check=check)
     run._thread.start()
     return run

@@ -1,8 +1,15 @@
-"""Runs and their events in SQLite, so a restart of the dashboard keeps the history."""
+"""Runs and their events in SQLite, so a restart of the dashboard keeps the history.
+
+The database and its WAL are 0600 (SQLite gives the -wal and -shm files the database file's mode), and the
+extra variables are stored with their secrets redacted: the history never holds a key.
+"""
 import json
+import os
 import sqlite3
 import threading
 import time
+
+from gpuops_dashboard.extra_vars import redact
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -30,6 +37,11 @@ class Store(object):
     def __init__(self, path):
         self.path = path
         self._lock = threading.Lock()
+        # Created 0600 before SQLite opens it (an older dashboard's 0644 files are closed too).
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        for name in (path, path + '-wal', path + '-shm'):
+            if os.path.exists(name):
+                os.chmod(name, 0o600)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute('PRAGMA journal_mode=WAL')
         self._db.executescript(_SCHEMA)
@@ -46,7 +58,7 @@ class Store(object):
         with self._lock:
             self._db.execute('INSERT INTO runs (id, created_at, status, inventory, run_limit, extra_vars) '
                              "VALUES (?, ?, 'running', ?, ?, ?)",
-                             (run_id, created_at, inventory, limit, json.dumps(extra_vars or {})))
+                             (run_id, created_at, inventory, limit, json.dumps(redact(extra_vars or {}))))
 
     def add_record(self, run_id, record):
         with self._lock:
@@ -68,6 +80,8 @@ class Store(object):
         run = dict(zip(keys, row))
         for key in ('extra_vars', 'hosts', 'cancel_notice'):
             run[key] = json.loads(run[key]) if run[key] else None
+        # A run an older dashboard stored may hold keys in clear.
+        run['extra_vars'] = redact(run['extra_vars'])
         return run
 
     def run(self, run_id):

@@ -5,9 +5,16 @@ own measurements (phases_s, downtime_s from the report) are written on the pictu
 tooltip. Pure: records and summary in, SVG text out.
 """
 import datetime
-from xml.sax.saxutils import escape
+from html import escape as _html_escape
 
 from gpuops_dashboard.phases import PHASE_LABELS, WINDOW_PHASES, host_phases
+
+
+def escape(value):
+    """Text or attribute value for the SVG: <, >, & and both quotes escaped (saxutils.escape leaves quotes,
+    and a host name with a `"` would end a data-host attribute and start one of its own)."""
+    return _html_escape(str(value), quote=True)
+
 
 COLOURS = {
     'preflight': '#9aa5b1', 'takeover': '#b08968', 'prepare': '#7b8794', 'arm': '#6c5ce7',
@@ -86,7 +93,7 @@ def render(records, hosts_summary, title=''):
             stroke = ' stroke="#c0392b" stroke-width="2"' if phase['state'] in ('failed', 'unreachable') else ''
             parts.append('<rect class="phase" data-phase="%s" x="%.1f" y="%d" width="%.1f" height="22" rx="3" '
                          'fill="%s"%s><title>%s</title></rect>'
-                         % (phase['phase'], x0, top + 6, width, COLOURS.get(phase['phase'], '#999'), stroke,
+                         % (escape(phase['phase']), x0, top + 6, width, COLOURS.get(phase['phase'], '#999'), stroke,
                             escape(tip)))
             if width > 6 * len(phase['label']):
                 parts.append('<text x="%.1f" y="%d" text-anchor="middle" fill="#1f2933">%s</text>'

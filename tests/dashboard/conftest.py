@@ -31,14 +31,15 @@ def _free_port():
 
 @pytest.fixture(scope='module')
 def serve(tmp_path_factory):
-    """Start the app with uvicorn in a thread on 127.0.0.1; stops it at the end of the module."""
+    """Start the app with uvicorn in a thread on 127.0.0.1; stops it at the end of the module. `patch_dirs`: the
+    folders a request's sglang_patch_file may come from (create_app's default: the collection's files/)."""
     servers = []
 
-    def start(state_dir=None):
+    def start(state_dir=None, inventory='inventory/lab', allowed_hosts=None, patch_dirs=None):
         state_dir = state_dir or str(tmp_path_factory.mktemp('dashboard'))
         os.makedirs(os.path.join(state_dir, 'runs'), exist_ok=True)
-        app = create_app('inventory/lab', os.path.join(state_dir, 'dashboard.sqlite3'),
-                         os.path.join(state_dir, 'runs'), TOKEN)
+        app = create_app(inventory, os.path.join(state_dir, 'dashboard.sqlite3'),
+                         os.path.join(state_dir, 'runs'), TOKEN, allowed_hosts=allowed_hosts, patch_dirs=patch_dirs)
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(app, host='127.0.0.1', port=port, log_level='warning'))
         thread = threading.Thread(target=server.run, daemon=True)

@@ -111,7 +111,9 @@ def test_redeploy_streams_each_hosts_phases_and_ends_with_the_summary(dashboard,
     again.store.close()
 
 
-def test_patch_that_does_not_apply_fails_the_host_with_its_reason(dashboard, tmp_path):
+def test_patch_that_does_not_apply_fails_the_host_with_its_reason(serve, lab_serving, tmp_path):
+    # A request may name only a patch inside the dashboard's patch folders: this one serves tmp_path's.
+    dashboard = serve(patch_dirs=[str(tmp_path)])
     bad = tmp_path / 'for-another-version.diff'
     bad.write_text('--- a/sglang/srt/speculative/eagle_worker.py\n+++ b/sglang/srt/speculative/eagle_worker.py\n'
                    '@@ -1,2 +1,2 @@\n-import logging_v9\n+import logging_v10\n import time\n')
