@@ -245,6 +245,35 @@ cmd:
   returned: always
   type: list
   elements: str
+timeline:
+  description:
+    - Where the time went, for a release slower than the driver's own. Each signal, each GPU reading
+      and each change in how many signalled holders are still alive in C(/proc), plus when this
+      module's process and its main function started.
+    - At most 200 entries; an entry V(truncated) says how many more were left out.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    at:
+      description: Seconds from the first signal to a holder (where RV(elapsed) starts; negative before it, such as the module's start).
+      type: float
+    event:
+      description:
+        - V(process start), V(module start), V(signal), V(poll) (holders still alive), V(holders gone)
+          (the first poll that found none of them), V(gpu reading), V(memory free) (where RV(elapsed) ends)
+          or V(truncated).
+      type: str
+    took:
+      description: Seconds the entry took (a GPU reading, a /proc poll); null for an instant.
+      type: float
+    detail:
+      description: What was signalled, read or found.
+      type: str
+  sample: [{"at": 0.0, "event": "signal", "took": null, "detail": "SIGKILL to pid 436"},
+           {"at": 0.121, "event": "holders gone", "took": 0.0, "detail": "0 of 1 alive (/proc poll 6)"},
+           {"at": 0.122, "event": "gpu reading", "took": 0.024, "detail": "nvidia-smi: GPU 0 0 MiB"},
+           {"at": 0.146, "event": "memory free", "took": null, "detail": ""}]
 '''
 
 import time
@@ -279,7 +308,14 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     signalled_summary,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids
-from ansible_collections.gpuops.sglang.plugins.module_utils._release import classify_holders, not_free_message
+from ansible_collections.gpuops.sglang.plugins.module_utils._release import (
+    Timeline,
+    TracedProcesses,
+    TracedReader,
+    classify_holders,
+    not_free_message,
+    process_started_at,
+)
 
 ARGUMENT_SPEC = dict(
     devices=dict(type='list', elements='str', default=NVIDIA_DEVICE_GLOBS),
@@ -347,10 +383,10 @@ def await_stopping(module, local, result):
     return awaited.killed
 
 
-def end_holders(module, local, targets, ended_early, result):
+def end_holders(module, local, targets, ended_early, result, timeline):
     """SIGTERM, then SIGKILL for the survivors; returns when the kill began (monotonic clock)."""
     params = module.params
-    started = time.monotonic()
+    started = timeline.origin = timeline.clock()
     outcome = Termination(local, params['term_timeout'], params['kill_timeout']).run(targets)
     result['killed'] = ended_early + outcome.killed
     result['changed'] = bool(result['killed'])
@@ -361,11 +397,12 @@ def end_holders(module, local, targets, ended_early, result):
     return started
 
 
-def prove_free(module, reader, local, expected, started, result):
+def prove_free(module, reader, local, expected, started, result, timeline):
     params = module.params
     proof = FreeMemoryProof(reader, params['max_used_mib'], expected)
     result['gpus'] = proof.wait(params['timeout'])
     result['elapsed'] = round(time.monotonic() - started, 3)
+    timeline.add('memory free' if proof.free() else 'memory not proven free')
     if proof.timed_out is not None:
         fail('cannot prove the GPU memory free: %s; %s. A hung nvidia-smi usually means a wedged '
              'driver: see dmesg (Xid errors) on this host.' % (proof.timed_out, signalled_summary(result['killed'])))
@@ -376,7 +413,7 @@ def prove_free(module, reader, local, expected, started, result):
                           sorted(local.holders(result['devices']))))
 
 
-def release(module, result):
+def release(module, result, timeline):
     params = module.params
     excludes = validated_excludes(params)
     lease = Renewer.from_option(None if module.check_mode else params['guard'], 'gpu_release')
@@ -385,27 +422,33 @@ def release(module, result):
         result['devices'] = expand_devices(params['devices'])
     except DeviceError as exc:
         fail('%s; nothing was signalled' % exc)
-    reader = gpu_reader(module)
+    reader = TracedReader(gpu_reader(module), timeline)
     result['cmd'] = reader.command.query_gpus()
     expected = read_before(module, reader, result)
-    local = LocalProcesses()
+    local = TracedProcesses(LocalProcesses(), timeline)
     ended_early = await_stopping(module, local, result)
     targets, result['excluded'] = classify_holders(local.holders(result['devices']), excludes, protected_pids())
     if module.check_mode:
         result.update(killed=planned_kills(targets, params['term_timeout']), changed=bool(targets),
                       gpus=result['gpus_before'])
         return
-    started = end_holders(module, local, targets, ended_early, result)
-    prove_free(module, reader, local, expected, started, result)
+    started = end_holders(module, local, targets, ended_early, result, timeline)
+    prove_free(module, reader, local, expected, started, result, timeline)
     lease.done()
 
 
 def main():
+    timeline = Timeline()
+    process_start = process_started_at(timeline.clock)
+    if process_start is not None:
+        timeline.add('process start', at=process_start)
+    timeline.add('module start')
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     result = new_result(killed=[], excluded=[], gpus_before=[], gpus=[], devices=[], compute_apps=[], elapsed=0.0,
-                        cmd=[], awaited=nothing_awaited())
+                        cmd=[], awaited=nothing_awaited(), timeline=[])
     # LeaseError: the guard restored while this ran; its message says so.
-    run_module(module, result, lambda: release(module, result), errors=(LeaseError,))
+    run_module(module, result, lambda: release(module, result, timeline), errors=(LeaseError,),
+               finish=lambda result: result.update(timeline=timeline.report()))
 
 
 if __name__ == '__main__':
