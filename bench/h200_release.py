@@ -105,7 +105,7 @@ def driver_release(specs, signum):
             'smi_calls': len(calls), 'smi_max_s': max(calls), 'smi_median_s': statistics.median(calls)}
 
 
-def module_release(specs, term_timeout, on_term, out, collections):
+def module_release(specs, term_timeout, on_term, out, collections, reader=None):
     procs = start_holders(specs, on_term)
     held = used()
     result_file = os.path.join(out, 'release-result.json')
@@ -114,13 +114,15 @@ def module_release(specs, term_timeout, on_term, out, collections):
     subprocess.check_call(['ansible-playbook', '-i', 'localhost,', '-c', 'local',
                            '-e', 'ansible_python_interpreter=%s' % sys.executable,
                            '-e', 'term_timeout=%s' % term_timeout, '-e', 'result_file=%s' % result_file,
+                           '-e', 'release_timeout=20'] + (['-e', 'memory_reader=%s' % reader] if reader else []) + [
                            os.path.join(REPO, 'tests', 'gpu', 'release_once.yml')], stdout=subprocess.DEVNULL, env=env)
     wall = time.monotonic() - started
     for proc in procs:
         proc.wait()
     with open(result_file) as handle:
         result = json.load(handle)
-    return {'held_mib': held, 'elapsed': result['elapsed'], 'playbook_wall': round(wall, 3),
+    return {'held_mib': held, 'elapsed': result['elapsed'], 'failed': bool(result.get('failed')),
+            'msg': result.get('msg'), 'memory_reader': result.get('memory_reader'), 'playbook_wall': round(wall, 3),
             'after_mib': [gpu['memory_used_mib'] for gpu in result['gpus']],
             'signals': sorted(set(k['signal'] for k in result['killed'])), 'killed': len(result['killed']),
             'timeline': result.get('timeline')}
@@ -130,13 +132,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--variant', action='append', default=[],
-                        help='NAME=COLLECTIONS_ROOT (repeatable); default: module=$ANSIBLE_COLLECTIONS_PATH')
+                        help='NAME=COLLECTIONS_ROOT[,MEMORY_READER] (repeatable); '
+                        'default: module=$ANSIBLE_COLLECTIONS_PATH')
     parser.add_argument('--budget-s', type=float, default=0,
                         help='start no new round after this many seconds (0: no limit)')
     parser.add_argument('--cases', default='kill,term,eight,tp2')
     args = parser.parse_args()
-    variants = [tuple(spec.split('=', 1)) for spec in args.variant] or \
-        [('module', os.environ.get('ANSIBLE_COLLECTIONS_PATH', os.path.join(REPO, '.cache', 'collections')))]
+    variants = [(spec.split('=', 1)[0],) + tuple((spec.split('=', 1)[1] + ',').split(',')[:2])
+                for spec in args.variant] or \
+        [('module', os.environ.get('ANSIBLE_COLLECTIONS_PATH', os.path.join(REPO, '.cache', 'collections')), '')]
     out = os.environ.get('OUT', '/tmp/h200-release')
     os.makedirs(out, exist_ok=True)
     gpus = len(used())
@@ -146,7 +150,8 @@ def main():
     if gpus >= 2:
         cases.append(('tp2', 'tensor-parallel-2 set across two GPUs, term_timeout 0', [(0, 20), (1, 20)], 0))
     cases = [case for case in cases if case[0] in args.cases.split(',')]
-    report = {'gpus': gpus, 'variants': dict(variants), 'driver': subprocess.check_output(
+    report = {'gpus': gpus, 'variants': dict((name, [root, reader]) for name, root, reader in variants),
+              'driver': subprocess.check_output(
         ['nvidia-smi', '--query-gpu=driver_version,name,persistence_mode', '--format=csv,noheader'],
         universal_newlines=True).strip(), 'cases': []}
     began = time.monotonic()
@@ -160,15 +165,15 @@ def main():
                 print('budget spent: %s stops after %d rounds' % (key, number), flush=True)
                 break
             row = {'driver': driver_release(specs, signum)}
-            for variant, collections in variants:
-                row[variant] = module_release(specs, term_timeout, 'exit', out, collections)
+            for variant, collections, reader in variants:
+                row[variant] = module_release(specs, term_timeout, 'exit', out, collections, reader or None)
             case['rounds'].append(row)
             print('%-6s round %d  driver %.3f s (gone %s s, nvidia-smi max %.3f s)  %s' % (
                 key, number + 1, row['driver']['elapsed'], row['driver']['gone_s'], row['driver']['smi_max_s'],
                 '  '.join('%s %.3f s (%+.3f)' % (variant, row[variant]['elapsed'],
                                                 row[variant]['elapsed'] - row['driver']['elapsed'])
-                          for variant, _ in variants)), flush=True)
-        for variant, _ in variants:
+                          for variant, _, _ in variants)), flush=True)
+        for variant, _, _ in variants:
             over = [row[variant]['elapsed'] - row['driver']['elapsed'] for row in case['rounds']]
             case[variant + '_worst_over_driver_s'] = round(max(over), 3) if over else None
         with open(os.path.join(out, 'h200_release.json'), 'w') as handle:
