@@ -207,7 +207,7 @@ class NvmlReader(object):
     """GPU records read in-process through NVML (nvidia-ml-py), the same records as GpuReader's.
 
     Why: on an H200 an nvidia-smi reading started while the driver was freeing a killed holder's
-    memory took about 1.1 s instead of 0.03 to 0.15 s, one release in five or so; NVML in-process
+    memory took 1.0 to 1.2 s instead of 0.03 to 0.15 s (4 releases in 60); NVML in-process
     costs no process start per reading. Memory is NVML's v2 memory info, never v1, which counted
     615 MiB of reserved memory on an idle H200 (nvidia-smi's memory.used excludes it too). Used
     memory is rounded up to whole MiB, so a GPU reads as at or under the threshold only when it is.
