@@ -43,6 +43,10 @@ NVIDIA_DAEMON_EXCLUDES = [
 ]
 
 
+# First and longest wait between two nvidia-smi readings (seconds).
+POLL_INTERVALS = (0.05, 0.25)
+
+
 class DeviceError(Exception):
     """The device patterns match nothing, or match something that is not an NVIDIA device file."""
 
@@ -210,8 +214,20 @@ def format_gpu_table(gpus, max_used_mib, expected_indices=()):
     return '\n'.join(lines)
 
 
+def memory_dropped(previous, current):
+    """True when some GPU read in both readings uses less memory in the second (the driver is freeing it)."""
+    before = dict((gpu['index'], gpu['memory_used_mib']) for gpu in previous
+                  if gpu['index'] is not None and gpu['memory_used_mib'] is not None)
+    return any(gpu['index'] in before and gpu['memory_used_mib'] is not None and
+               gpu['memory_used_mib'] < before[gpu['index']] for gpu in current)
+
+
 class GpuReader(object):
     """nvidia-smi through the one command runner (either back end): every call bounded by its deadline."""
+
+    # One nvidia-smi call costs about 22 ms (a process start) on an H200.
+    poll_intervals = POLL_INTERVALS
+    source_name = 'nvidia-smi'
 
     def __init__(self, runner, nvidia_smi_path, timeout=None):
         self.runner = runner
@@ -285,10 +301,18 @@ class FreeMemoryProof(object):
     def done(self, gpus):
         return self.timed_out is not None or self.free(gpus)
 
-    def wait(self, timeout, max_interval=0.25):
-        """The last reading: free, or what it was when timeout passed (or nvidia-smi hung)."""
-        # One nvidia-smi query costs about 22 ms on an H200: a release is seen within 0.25 s of the driver's.
-        return poll_until(self.read, self.done, timeout, first_interval=0.05, max_interval=max_interval)
+    def wait(self, timeout, max_interval=None):
+        """The last reading: free, or what it was when timeout passed (or nvidia-smi hung).
+
+        Polls at the reader's pace (``poll_intervals``: first and longest wait; max_interval, when
+        given, caps the latter) and starts again from the first wait whenever the memory in use went
+        down: on an H200 the driver frees a killed holder's memory over 0.1 to 0.4 s after it exits.
+        """
+        first, longest = getattr(self.reader, 'poll_intervals', POLL_INTERVALS)
+        if max_interval is not None:
+            longest = max(first, max_interval)
+        return poll_until(self.read, self.done, timeout, first_interval=first, max_interval=longest,
+                          progressed=memory_dropped)
 
     def busy(self):
         """Readable GPUs of the last reading over the threshold."""

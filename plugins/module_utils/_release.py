@@ -10,9 +10,21 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import format_gpu_table, unreadable
+import math
+import os
+import threading
+import time
+
+try:
+    import pynvml
+except ImportError:
+    # nvidia-ml-py is optional: without it the memory is read with nvidia-smi.
+    pynvml = None
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError
+from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import NvidiaSmiError, format_gpu_table, unreadable
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import is_excluded_daemon, signalled_summary
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_identity, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import parse_stat, read_identity, read_proc_record
 
 
 def classify_holders(holders, excludes, guarded, proc_root='/proc'):
@@ -57,3 +69,265 @@ def not_free_message(proof, timeout, killed, compute_apps, still_holding):
                format_gpu_table(gpus, proof.max_used_mib, proof.expected),
                'last nvidia-smi error: %s\n' % proof.last_error if proof.last_error else '',
                compute_apps or 'none', still_holding or 'none'))
+
+
+class Timeline(object):
+    """What happened when during a release, for RV(timeline): signals, /proc polls, nvidia-smi calls.
+
+    Every entry is kept against one monotonic clock and reported as seconds from the first signal (the
+    start of ``elapsed``), so a slow release shows where its time went: in the holders' exit, in one
+    slow nvidia-smi call, or in the wait between two readings. /proc polls are many and cheap: only
+    those whose count of live holders changed are kept, each with the number of polls so far.
+    """
+
+    LIMIT = 200
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.entries = []
+        self.dropped = 0
+        # Set when the first signal goes out; until then entries count from the first entry.
+        self.origin = None
+
+    def add(self, event, detail='', at=None, took=None):
+        if len(self.entries) >= self.LIMIT:
+            self.dropped += 1
+            return
+        self.entries.append((self.clock() if at is None else at, event, took, detail))
+
+    def report(self):
+        """Entries as dicts, ``at`` in seconds from the origin (negative before it), 3 decimals."""
+        origin = self.origin
+        if origin is None:
+            origin = min(entry[0] for entry in self.entries) if self.entries else 0.0
+        rows = [{'at': round(at - origin, 3), 'event': event, 'took': None if took is None else round(took, 3),
+                 'detail': detail} for at, event, took, detail in self.entries]
+        if self.dropped:
+            rows.append({'at': rows[-1]['at'], 'event': 'truncated', 'took': None,
+                         'detail': '%d later entries left out' % self.dropped})
+        return rows
+
+
+class TracedProcesses(object):
+    """A process source (same verbs) that notes signals and changes in who is alive on a Timeline."""
+
+    def __init__(self, source, timeline):
+        self.source = source
+        self.timeline = timeline
+        self.poll_max_interval = getattr(source, 'poll_max_interval', 0.5)
+        self.polls = 0
+        self.last_counts = None
+        self.last_poll = None
+
+    def __getattr__(self, name):
+        return getattr(self.source, name)
+
+    def signal(self, records, signame):
+        sent = self.source.signal(records, signame)
+        self.timeline.add('signal', 'SIG%s to pid %s' % (signame, ', '.join(
+            str(record.pid) for record in (records if sent is None else sent)) or 'none (all gone)'))
+        return sent
+
+    def alive(self, records):
+        started = self.timeline.clock()
+        alive = self.source.alive(records)
+        self.polls += 1
+        counts = (len(alive), len(records))
+        if counts != self.last_counts:
+            self.last_counts = counts
+            self.timeline.add('holders gone' if not alive else 'poll', '%d of %d alive (/proc poll %d%s)' % (
+                len(alive), len(records), self.polls, '' if self.last_poll is None else
+                ', the one before %.3f s earlier' % (started - self.last_poll)), at=started,
+                took=self.timeline.clock() - started)
+        self.last_poll = started
+        return alive
+
+
+class TracedReader(object):
+    """A GPU reader (same verbs) that notes each nvidia-smi call, its duration and what it read."""
+
+    def __init__(self, reader, timeline):
+        self.reader = reader
+        self.timeline = timeline
+        self.source_name = getattr(reader, 'source_name', 'nvidia-smi')
+
+    def __getattr__(self, name):
+        return getattr(self.reader, name)
+
+    def gpus(self):
+        started = self.timeline.clock()
+        try:
+            gpus = self.reader.gpus()
+        except Exception as exc:
+            self.timeline.add('gpu reading', '%s failed: %s' % (self.source_name, exc), at=started,
+                              took=self.timeline.clock() - started)
+            raise
+        self.timeline.add('gpu reading', self.source_name + ': ' + ', '.join('GPU %s %s MiB' % (
+            '?' if gpu['index'] is None else gpu['index'],
+            '?' if gpu['memory_used_mib'] is None else gpu['memory_used_mib']) for gpu in gpus),
+            at=started, took=self.timeline.clock() - started)
+        return gpus
+
+
+def process_started_at(clock=time.monotonic, stat_path='/proc/self/stat'):
+    """When this process started, on clock's scale (to 1/CLK_TCK s), or None where it cannot be told.
+
+    /proc/PID/stat counts the start in clock ticks since boot (CLOCK_BOOTTIME): the module's own
+    start-up (the interpreter, Ansiballz unpacking, imports) shows as the gap to ``module start``.
+    """
+    boottime = getattr(time, 'CLOCK_BOOTTIME', None)
+    if boottime is None:
+        return None
+    try:
+        with open(stat_path, 'rb') as stat_file:
+            stat = stat_file.read().decode('utf-8', 'replace')
+        ticks = parse_stat(stat)[3]
+        since_boot = time.clock_gettime(boottime)
+        now = clock()
+        return now - (since_boot - ticks / float(os.sysconf('SC_CLK_TCK')))
+    except (IOError, OSError, IndexError, ValueError):
+        return None
+
+
+MIB = 1024 * 1024
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here (nvidia-ml-py missing or too old, or nvmlInit failed)."""
+
+
+def _text(value):
+    return value.decode('utf-8', 'replace') if isinstance(value, bytes) else value
+
+
+class NvmlReader(object):
+    """GPU records read in-process through NVML (nvidia-ml-py), the same records as GpuReader's.
+
+    Why: on an H200 an nvidia-smi reading started while the driver was freeing a killed holder's
+    memory took 1.0 to 1.2 s instead of 0.03 to 0.15 s (4 releases in 60); NVML in-process
+    costs no process start per reading. Memory is NVML's v2 memory info, never v1, which counted
+    615 MiB of reserved memory on an idle H200 (nvidia-smi's memory.used excludes it too). Used
+    memory is rounded up to whole MiB, so a GPU reads as at or under the threshold only when it is.
+    Each call runs under ``timeout`` in a helper thread: a wedged driver hangs NVML as it hangs
+    nvidia-smi, and the caller then gets CommandError as from a killed nvidia-smi.
+    """
+
+    source_name = 'NVML'
+    # An NVML reading costs well under a millisecond: polling every 20 ms costs nothing.
+    poll_intervals = (0.02, 0.02)
+
+    def __init__(self, nvml, timeout):
+        self.nvml = nvml
+        self.timeout = timeout
+
+    @classmethod
+    def open(cls, timeout, nvml=None):
+        """A reader over an initialised NVML; NvmlUnavailable says why there is none."""
+        nvml = pynvml if nvml is None else nvml
+        if nvml is None:
+            raise NvmlUnavailable('nvidia-ml-py (pynvml) is not installed for this Python')
+        if not hasattr(nvml, 'nvmlMemory_v2'):
+            raise NvmlUnavailable('nvidia-ml-py is too old for NVML v2 memory info (nvmlMemory_v2)')
+        reader = cls(nvml, timeout)
+        try:
+            reader._call(nvml.nvmlInit, 'nvmlInit')
+        except (CommandError, nvml.NVMLError) as exc:
+            raise NvmlUnavailable('nvmlInit failed: %s' % exc)
+        return reader
+
+    def _call(self, function, what):
+        outcome = {}
+
+        def target():
+            try:
+                outcome['value'] = function()
+            except Exception as exc:  # handed to the caller's thread below
+                outcome['error'] = exc
+
+        worker = threading.Thread(target=target, name='nvml')
+        worker.daemon = True
+        worker.start()
+        worker.join(self.timeout)
+        if worker.is_alive():
+            raise CommandError('NVML %s did not return within %gs' % (what, self.timeout))
+        if 'error' in outcome:
+            raise outcome['error']
+        return outcome['value']
+
+    def _read_all(self):
+        nvml = self.nvml
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            raise NvidiaSmiError('NVML could not count the GPUs: %s' % exc)
+        gpus = []
+        for index in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
+            except nvml.NVMLError as exc:
+                gpus.append({'index': index, 'uuid': None, 'memory_used_mib': None, 'memory_total_mib': None,
+                             'error': 'NVML: %s' % exc})
+                continue
+            gpus.append({'index': index, 'uuid': uuid, 'memory_used_mib': int(math.ceil(memory.used / float(MIB))),
+                         'memory_total_mib': int(memory.total // MIB), 'error': None})
+        if not gpus:
+            raise NvidiaSmiError('NVML listed no GPU')
+        return gpus
+
+    def gpus(self):
+        """GPU records; NvidiaSmiError when NVML names no GPU; CommandError when a call hangs."""
+        return self._call(self._read_all, 'memory reading')
+
+    def close(self):
+        try:
+            self._call(self.nvml.nvmlShutdown, 'nvmlShutdown')
+        except (CommandError, self.nvml.NVMLError):
+            pass
+
+
+class MemoryReader(object):
+    """What gpu_release reads the memory with: NVML or nvidia-smi, and nvidia-smi for compute apps."""
+
+    def __init__(self, gpus_reader, smi_reader):
+        self.gpus_reader = gpus_reader
+        self.smi_reader = smi_reader
+        self.source_name = gpus_reader.source_name
+        self.poll_intervals = gpus_reader.poll_intervals
+
+    def gpus(self):
+        return self.gpus_reader.gpus()
+
+    def compute_apps(self):
+        if self.smi_reader is None:
+            return [{'error': 'nvidia-smi was not found on PATH: no compute apps to show'}]
+        return self.smi_reader.compute_apps()
+
+    def cmd(self):
+        """The nvidia-smi argv that read the memory; none when NVML did."""
+        return [] if self.gpus_reader is not self.smi_reader else self.smi_reader.command.query_gpus()
+
+    def close(self):
+        if self.gpus_reader is not self.smi_reader:
+            self.gpus_reader.close()
+
+
+def choose_reader(choice, smi_reader, timeout, nvml=None):
+    """(MemoryReader, why NVML is not used or None) for memory_reader auto, nvml or nvidia-smi.
+
+    ``auto`` takes NVML where it works and nvidia-smi otherwise. Raises NvmlUnavailable for ``nvml``
+    without NVML, and NvidiaSmiError for ``nvidia-smi`` (or ``auto`` without NVML) without nvidia-smi.
+    """
+    why = None
+    if choice in ('auto', 'nvml'):
+        try:
+            return MemoryReader(NvmlReader.open(timeout, nvml), smi_reader), None
+        except NvmlUnavailable as exc:
+            if choice == 'nvml':
+                raise
+            why = str(exc)
+    if smi_reader is None:
+        raise NvidiaSmiError('nvidia-smi was not found on PATH%s; install the NVIDIA driver utilities or set the '
+                             'nvidia_smi option' % ('' if why is None else ' and NVML cannot be used (%s)' % why))
+    return MemoryReader(smi_reader, smi_reader), why

@@ -23,13 +23,15 @@ description:
     each by PID and start time. Never signals itself, its parent processes, or the daemons matched by
     O(builtin_exclude) or O(exclude) (on the program they run and their uid, never on a name they can
     choose); an excluded daemon that holds a device is reported in RV(excluded).
-  - Then polls C(nvidia-smi --query-gpu=index,uuid,memory.used,memory.total) until every GPU seen before
-    the release is read and uses at most O(max_used_mib) MiB, with no fixed sleep, and fails with a
-    per-GPU table and the remaining compute apps when O(timeout) passes. A GPU that cannot be read before
+  - Then reads the GPUs' memory until every GPU seen before the release is read and uses at most
+    O(max_used_mib) MiB, with no fixed sleep, and fails with a per-GPU table and the remaining compute
+    apps when O(timeout) passes. The memory is read through NVML in the module's own process where
+    nvidia-ml-py is installed, else with C(nvidia-smi --query-gpu=index,uuid,memory.used,memory.total)
+    (see O(memory_reader)). A GPU that cannot be read before
     the release (C([N/A]), C(Unknown Error)) is reported and does not stop the release; after it, an
     unreadable GPU is never taken as free.
-  - Every nvidia-smi call runs under O(command_timeout); a hung one is killed and the failure says
-    what was and was not signalled.
+  - Every nvidia-smi call and every NVML reading runs under O(command_timeout); a hung one ends the
+    wait and the failure says what was and was not signalled.
   - Replaces C(fuser -k /dev/nvidia*; sleep 2; nvidia-smi | grep 0MiB), which killed the NVIDIA daemons,
     missed C(/dev/nvidia-caps), guessed the wait, and could not tell a free GPU from a busy one.
 author:
@@ -107,9 +109,23 @@ options:
   nvidia_smi:
     description: Path of nvidia-smi. Found on E(PATH) when not given.
     type: path
+  memory_reader:
+    description:
+      - How the GPU memory is read.
+      - V(nvml) reads NVML's v2 memory info in this module's process through nvidia-ml-py (C(pynvml)),
+        polling every 20 ms; it fails when nvidia-ml-py or NVML cannot be used.
+      - V(nvidia-smi) runs C(nvidia-smi --query-gpu) for each reading, polling every 0.05 s and less
+        often (up to 0.25 s) while the memory does not go down.
+      - V(auto) uses NVML where it works and nvidia-smi otherwise.
+      - Either way every GPU seen before the release must be read and at or under O(max_used_mib).
+    type: str
+    choices: [auto, nvml, nvidia-smi]
+    default: auto
 notes:
-  - Memory is read from nvidia-smi's memory.used, not NVML's v1 memory info, which on an idle H200
-    reported 615 MiB of reserved memory as used.
+  - Memory is nvidia-smi's memory.used or NVML's v2 memory info (used, rounded up to whole MiB), never
+    NVML's v1 memory info, which on an idle H200 reported 615 MiB of reserved memory as used.
+  - On an H200 an nvidia-smi reading started while the driver was freeing a killed holder's memory
+    took 1.0 to 1.2 s, 4 releases in 60; NVML readings in the module's process never took over 0.03 s.
 seealso:
   - module: gpuops.sglang.pct_exec_kill
 '''
@@ -255,10 +271,46 @@ compute_apps:
       type: int
   sample: [{"pid": 436, "process_name": "python3", "used_memory_mib": 20610}]
 cmd:
-  description: The nvidia-smi argv used to read the GPUs (each call also runs under coreutils C(timeout)).
+  description:
+    - The nvidia-smi argv used to read the GPUs (each call also runs under coreutils C(timeout)).
+    - Empty when the memory was read through NVML (RV(memory_reader)).
   returned: always
   type: list
   elements: str
+memory_reader:
+  description: What read the GPU memory, V(NVML) or V(nvidia-smi) (see O(memory_reader)).
+  returned: always
+  type: str
+  sample: NVML
+timeline:
+  description:
+    - Where the time went, for a release slower than the driver's own. Each signal, each GPU reading
+      and each change in how many signalled holders are still alive in C(/proc), plus when this
+      module's process and its main function started.
+    - At most 200 entries; an entry V(truncated) says how many more were left out.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    at:
+      description: Seconds from the first signal to a holder (where RV(elapsed) starts; negative before it, such as the module's start).
+      type: float
+    event:
+      description:
+        - V(process start), V(module start), V(signal), V(poll) (holders still alive), V(holders gone)
+          (the first poll that found none of them), V(gpu reading), V(memory free) (where RV(elapsed) ends)
+          or V(truncated).
+      type: str
+    took:
+      description: Seconds the entry took (a GPU reading, a /proc poll); null for an instant.
+      type: float
+    detail:
+      description: What was signalled, read or found.
+      type: str
+  sample: [{"at": 0.0, "event": "signal", "took": null, "detail": "SIGKILL to pid 436"},
+           {"at": 0.121, "event": "holders gone", "took": 0.0, "detail": "0 of 1 alive (/proc poll 6)"},
+           {"at": 0.122, "event": "gpu reading", "took": 0.024, "detail": "nvidia-smi: GPU 0 0 MiB"},
+           {"at": 0.146, "event": "memory free", "took": null, "detail": ""}]
 '''
 
 import time
@@ -293,7 +345,16 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     signalled_summary,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids
-from ansible_collections.gpuops.sglang.plugins.module_utils._release import classify_holders, not_free_message
+from ansible_collections.gpuops.sglang.plugins.module_utils._release import (
+    NvmlUnavailable,
+    Timeline,
+    TracedProcesses,
+    TracedReader,
+    choose_reader,
+    classify_holders,
+    not_free_message,
+    process_started_at,
+)
 
 ARGUMENT_SPEC = dict(
     devices=dict(type='list', elements='str', default=NVIDIA_DEVICE_GLOBS),
@@ -305,6 +366,7 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type='float', default=60.0),
     command_timeout=dict(type='float', default=30.0),
     nvidia_smi=dict(type='path'),
+    memory_reader=dict(type='str', default='auto', choices=['auto', 'nvml', 'nvidia-smi']),
     await_exit=dict(type='list', elements='int', default=[]),
     guard=GUARD_OPTION,
 )
@@ -327,10 +389,17 @@ def validated_excludes(params):
 
 
 def gpu_reader(module):
-    nvidia_smi = module.params['nvidia_smi'] or module.get_bin_path('nvidia-smi', required=False)
-    if not nvidia_smi:
-        fail('nvidia-smi was not found on PATH; install the NVIDIA driver utilities or set the nvidia_smi option')
-    return GpuReader(CommandRunner(module, module.params['command_timeout']), nvidia_smi)
+    """The memory reader memory_reader asks for (NVML or nvidia-smi), nvidia-smi also for compute apps."""
+    params = module.params
+    nvidia_smi = params['nvidia_smi'] or module.get_bin_path('nvidia-smi', required=False)
+    smi = GpuReader(CommandRunner(module, params['command_timeout']), nvidia_smi) if nvidia_smi else None
+    try:
+        reader, why = choose_reader(params['memory_reader'], smi, params['command_timeout'])
+    except (NvmlUnavailable, NvidiaSmiError) as exc:
+        fail('%s; nothing was signalled' % exc)
+    if why is not None and params['memory_reader'] == 'auto':
+        module.debug('gpu_release reads the memory with nvidia-smi: %s' % why)
+    return reader
 
 
 def read_before(module, reader, result):
@@ -361,10 +430,10 @@ def await_stopping(module, local, result):
     return awaited.killed
 
 
-def end_holders(module, local, targets, ended_early, result):
+def end_holders(module, local, targets, ended_early, result, timeline):
     """SIGTERM, then SIGKILL for the survivors; returns when the kill began (monotonic clock)."""
     params = module.params
-    started = time.monotonic()
+    started = timeline.origin = timeline.clock()
     outcome = Termination(local, params['term_timeout'], params['kill_timeout']).run(targets)
     result['killed'] = ended_early + outcome.killed
     result['changed'] = bool(result['killed'])
@@ -375,11 +444,12 @@ def end_holders(module, local, targets, ended_early, result):
     return started
 
 
-def prove_free(module, reader, local, expected, started, result):
+def prove_free(module, reader, local, expected, started, result, timeline):
     params = module.params
     proof = FreeMemoryProof(reader, params['max_used_mib'], expected)
     result['gpus'] = proof.wait(params['timeout'])
     result['elapsed'] = round(time.monotonic() - started, 3)
+    timeline.add('memory free' if proof.free() else 'memory not proven free')
     if proof.timed_out is not None:
         fail('cannot prove the GPU memory free: %s; %s. A hung nvidia-smi usually means a wedged '
              'driver: see dmesg (Xid errors) on this host.' % (proof.timed_out, signalled_summary(result['killed'])))
@@ -390,7 +460,7 @@ def prove_free(module, reader, local, expected, started, result):
                           sorted(local.holders(result['devices']))))
 
 
-def release(module, result):
+def release(module, result, timeline):
     params = module.params
     excludes = validated_excludes(params)
     lease = Renewer.from_option(None if module.check_mode else params['guard'], 'gpu_release')
@@ -399,27 +469,41 @@ def release(module, result):
         result['devices'] = expand_devices(params['devices'])
     except DeviceError as exc:
         fail('%s; nothing was signalled' % exc)
-    reader = gpu_reader(module)
-    result['cmd'] = reader.command.query_gpus()
+    reader = TracedReader(gpu_reader(module), timeline)
+    result['cmd'], result['memory_reader'] = reader.cmd(), reader.source_name
+    try:
+        release_with(module, result, timeline, excludes, lease, reader)
+    finally:
+        reader.close()
+
+
+def release_with(module, result, timeline, excludes, lease, reader):
+    params = module.params
     expected = read_before(module, reader, result)
-    local = LocalProcesses()
+    local = TracedProcesses(LocalProcesses(), timeline)
     ended_early = await_stopping(module, local, result)
     targets, result['excluded'] = classify_holders(local.holders(result['devices']), excludes, protected_pids())
     if module.check_mode:
         result.update(killed=planned_kills(targets, params['term_timeout']), changed=bool(targets),
                       gpus=result['gpus_before'])
         return
-    started = end_holders(module, local, targets, ended_early, result)
-    prove_free(module, reader, local, expected, started, result)
+    started = end_holders(module, local, targets, ended_early, result, timeline)
+    prove_free(module, reader, local, expected, started, result, timeline)
     lease.done()
 
 
 def main():
+    timeline = Timeline()
+    process_start = process_started_at(timeline.clock)
+    if process_start is not None:
+        timeline.add('process start', at=process_start)
+    timeline.add('module start')
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     result = new_result(killed=[], excluded=[], gpus_before=[], gpus=[], devices=[], compute_apps=[], elapsed=0.0,
-                        cmd=[], awaited=nothing_awaited())
+                        cmd=[], memory_reader='', awaited=nothing_awaited(), timeline=[])
     # LeaseError: the guard restored while this ran; its message says so.
-    run_module(module, result, lambda: release(module, result), errors=(LeaseError,))
+    run_module(module, result, lambda: release(module, result, timeline), errors=(LeaseError,),
+               finish=lambda result: result.update(timeline=timeline.report()))
 
 
 if __name__ == '__main__':

@@ -157,3 +157,33 @@ def test_a_release_renews_its_guard_and_one_not_its_runs_reads_nothing(run_modul
                                 smi([IDLE]), bin_paths={'nvidia-smi': SMI})
     assert refused['failed'] and 'the rollback guard of run run-2 is not armed' in refused['msg'] and calls == []
     assert set(refused) >= KEYS
+
+
+def test_memory_is_read_through_nvml_where_it_works(run_module, devices, monkeypatch):
+    from helpers.fake_nvml import FakeNvml
+    from ansible_collections.gpuops.sglang.plugins.module_utils import _release
+    monkeypatch.setattr(_release, 'pynvml', FakeNvml([[0]]))
+    result, calls = run_module(gpu_release.main, devices, smi([HELD]), bin_paths={'nvidia-smi': SMI})
+    assert not result['failed'] and result['memory_reader'] == 'NVML' and result['cmd'] == []
+    assert calls == [] and result['gpus'][0]['memory_used_mib'] == 0
+    assert [entry['event'] for entry in result['timeline']][-2:] == ['gpu reading', 'memory free']
+    assert result['timeline'][-2]['detail'] == 'NVML: GPU 0 0 MiB'
+
+
+def test_memory_reader_nvidia_smi_ignores_nvml(run_module, devices, monkeypatch):
+    from helpers.fake_nvml import FakeNvml
+    from ansible_collections.gpuops.sglang.plugins.module_utils import _release
+    monkeypatch.setattr(_release, 'pynvml', FakeNvml([[20619 * 2 ** 20]]))
+    result, calls = run_module(gpu_release.main, dict(devices, memory_reader='nvidia-smi'), smi([IDLE]),
+                               bin_paths={'nvidia-smi': SMI})
+    assert not result['failed'] and result['memory_reader'] == 'nvidia-smi' and len(calls) == 2
+    assert result['timeline'][-2]['detail'] == 'nvidia-smi: GPU 0 0 MiB'
+
+
+def test_memory_reader_nvml_without_nvidia_ml_py_fails_before_signalling(run_module, devices, monkeypatch):
+    from ansible_collections.gpuops.sglang.plugins.module_utils import _release
+    monkeypatch.setattr(_release, 'pynvml', None)
+    result, calls = run_module(gpu_release.main, dict(devices, memory_reader='nvml'), smi([IDLE]),
+                               bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and 'nvidia-ml-py (pynvml) is not installed' in result['msg']
+    assert 'nothing was signalled' in result['msg'] and calls == [] and result['killed'] == []
