@@ -123,8 +123,8 @@ def _problem(path, info, owners, want_dir=True):
     if info.st_mode & 0o022:
         # Sticky or not: in a sticky folder another user still creates any name that is free (ours before we
         # make it), so what we find there would depend on who came first.
-        return '%s is writable by %s (mode %04o)' % (path, 'its group' if info.st_mode & 0o020 else 'others',
-                                                      stat.S_IMODE(info.st_mode))
+        writers = ' and '.join(who for who, bit in (('its group', 0o020), ('others', 0o002)) if info.st_mode & bit)
+        return '%s is writable by %s (mode %04o)' % (path, writers, stat.S_IMODE(info.st_mode))
     return None
 
 

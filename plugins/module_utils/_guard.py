@@ -266,7 +266,8 @@ class Guard(object):
     def _start_watcher(self, state, deadline_s):
         """The watcher polls the lease and the deadline (main's watch): a transient systemd service, or a
         process in its own session. A timer at the deadline could not see the lease lapse."""
-        argv = [state['python'], '-I', self.entry_point, 'watch', '--folder', self.folder,
+        # -B: no __pycache__ beside lib/ (it would get the umask's mode, not the guard folder's 0700).
+        argv = [state['python'], '-I', '-B', self.entry_point, 'watch', '--folder', self.folder,
                 '--run-id', state['run_id']]
         if state['watcher'] == 'systemd':
             unit = state['unit']
