@@ -303,6 +303,7 @@ class Guard(object):
 
     def confirm(self, run_id):
         """The new server is verified: drop the guard. Returns (confirmed, fired_report_or_None)."""
+        self.check_folder()
         with Lock(self.folder, self.lock_timeout):
             state = self.state()
             if state is None or state.get('run_id') != run_id or state.get('restore_failed'):
@@ -337,6 +338,8 @@ class Guard(object):
         removed when every file was put back, kept (marked restore_failed, with the backups) when a file
         could not be, so that the next restore (playbooks/rollback.yml, a later run's takeover) finishes it.
         """
+        # Before the lock: not even a lock file is made in a folder that is not safe.
+        self.check_folder()
         with Lock(self.folder, self.lock_timeout):
             state = self.state()
             if state is None or (run_id is not None and state.get('run_id') != run_id):

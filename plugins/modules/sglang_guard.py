@@ -52,7 +52,7 @@ options:
     description:
       - The guard's folder on the host (one per server); holds the backups, the lock and the reports.
       - The guard runs as root and acts on what it keeps there, so every state refuses a folder that another user
-        could have written: the folder and every folder above it, up to C(/), must belong to the user the module
+        could have written. The folder and every folder above it, up to C(/), must belong to the user the module
         runs as (or root) and be writable by neither group nor others. A sticky, world-writable folder such as
         C(/tmp) on the way is refused too. The watcher checks again on every poll and acts on nothing once it fails.
       - Made C(0700) (an existing one is tightened to it); everything in it is C(0600).
@@ -105,7 +105,7 @@ options:
   kill_patterns:
     description:
       - Regular expressions of command lines stopped after the server (what SGLang leaves behind), searched in the
-        command line (its arguments joined by spaces): anchor them to SGLang's own command lines (the role's
+        command line (its arguments joined by spaces). Anchor them to SGLang's own command lines (the role's
         C(sglang_kill_patterns)), so that an editor or a C(tail) whose arguments merely name SGLang never matches.
       - Only processes of the user the server runs as (the user that armed the guard) are stopped; each one is
         listed in RV(fired.killed).
@@ -261,16 +261,44 @@ fired:
         (null unless failed). Each file is restored on its own: one that cannot be written never keeps the others.
       type: list
       elements: dict
+      contains:
+        path:
+          description: The file.
+          type: str
+        outcome:
+          description: V(restored), V(removed), V(unchanged) or V(failed).
+          type: str
+        error:
+          description: Why it could not be written back (null unless V(failed)).
+          type: str
     failed_files:
-      description: The files that could not be written back, each with its path and error.
+      description: The files that could not be written back.
       type: list
       elements: dict
+      contains:
+        path:
+          description: The file.
+          type: str
+        error:
+          description: Why it could not be written back.
+          type: str
     killed:
-      description: >-
-        The processes the restore stopped after the server (O(kill_patterns)), each with its pid, user, command
-        line and the last signal sent.
+      description: The processes the restore stopped after the server (O(kill_patterns)).
       type: list
       elements: dict
+      contains:
+        pid:
+          description: Its PID.
+          type: int
+        user:
+          description: The user it ran as (the server's).
+          type: str
+        cmdline:
+          description: Its command line, arguments joined by spaces.
+          type: str
+        signal:
+          description: The last signal sent, V(TERM) or V(KILL).
+          type: str
     steps:
       description: The restore steps that succeeded, in order.
       type: list
