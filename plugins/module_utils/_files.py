@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Files: the one lock, the one atomic write, and a JSON read.
+"""Files: the one lock, the one atomic write, a JSON read, and the trusted-folder check.
 
 Base layer, standard library only: the host-side guard installs and runs this without Ansible.
 
@@ -18,6 +18,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 import time
 
@@ -97,6 +98,121 @@ def mode_and_owner(path):
     """(mode, (uid, gid) when this process may give files away, else None) of path: what a replacement keeps."""
     info = os.stat(path)
     return info.st_mode & 0o7777, ((info.st_uid, info.st_gid) if os.geteuid() == 0 else None)
+
+
+# --- trust: what a root process may act on ---------------------------------------
+
+# The kernel's own bound on symlinks followed while resolving one path (ELOOP past it).
+MAX_SYMLINKS = 40
+
+
+class UntrustedPath(Exception):
+    """Another user could have written or replaced what lies at the path; the message says who and where."""
+
+
+def _owners(euid):
+    # root may change anything anyway: a folder of root's is as safe for another uid as one of its own.
+    return (euid, 0) if euid != 0 else (0,)
+
+
+def _problem(path, info, owners, want_dir=True):
+    if want_dir and not stat.S_ISDIR(info.st_mode):
+        return '%s is not a folder' % path
+    if info.st_uid not in owners:
+        return '%s belongs to uid %d, not to %s' % (path, info.st_uid, ' or '.join('uid %d' % uid for uid in owners))
+    if info.st_mode & 0o022:
+        # Sticky or not: in a sticky folder another user still creates any name that is free (ours before we
+        # make it), so what we find there would depend on who came first.
+        writers = ' and '.join(who for who, bit in (('its group', 0o020), ('others', 0o002)) if info.st_mode & bit)
+        return '%s is writable by %s (mode %04o)' % (path, writers, stat.S_IMODE(info.st_mode))
+    return None
+
+
+def distrust(path, euid=None):
+    """Why a process running as euid must not trust the folder at path; None when it may.
+
+    Trusted: every folder the kernel walks through to reach path, from / down, symlinks followed as the
+    kernel follows them (each link read in a folder already found trusted, so nobody else can swap it), is a
+    folder owned by euid or root and writable by neither its group nor others. Then nobody else can
+    replace, create or rename anything there. The part of path that does not exist yet counts as trusted:
+    only its trusted parent's owner can create it. An ACL granting another user write shows in the
+    group bits of the mode (its mask), so it is refused too.
+    """
+    owners = _owners(os.geteuid() if euid is None else euid)
+    if not os.path.isabs(path):
+        path = os.path.join(os.getcwd(), path)
+    current = '/'
+    problem = _problem(current, os.lstat(current), owners)
+    if problem:
+        return problem
+    pending = path.split('/')
+    links = 0
+    while pending:
+        name = pending.pop(0)
+        if name in ('', '.'):
+            continue
+        if name == '..':
+            # current never holds a symlink, so its lexical parent is the real one.
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            info = os.lstat(candidate)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            return 'cannot read %s: %s' % (candidate, exc)
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if links > MAX_SYMLINKS:
+                return 'too many symlinks on the way to %s' % path
+            target = os.readlink(candidate)
+            if target.startswith('/'):
+                current = '/'
+            pending = target.split('/') + pending
+            continue
+        problem = _problem(candidate, info, owners)
+        if problem:
+            return problem
+        current = candidate
+    return None
+
+
+def make_private_folder(path, mode=0o700):
+    """Create path (and every missing folder above it) with mode, whatever the umask; tighten an existing path to
+    mode. UntrustedPath when any folder on the way is not trusted (distrust), before anything is made."""
+    problem = distrust(path)
+    if problem:
+        raise UntrustedPath(problem)
+    # os.makedirs gives the folders above the last one 0777 minus the umask: the umask decides them all.
+    umask = os.umask(0o777 & ~mode)
+    try:
+        os.makedirs(path, mode, exist_ok=True)
+    finally:
+        os.umask(umask)
+    if stat.S_IMODE(os.stat(path).st_mode) != mode:
+        os.chmod(path, mode)
+    problem = distrust(path)
+    if problem:
+        raise UntrustedPath(problem)
+
+
+def read_json_trusted(path, euid=None):
+    """As read_json, for a file a root process acts on: UntrustedPath when it is a symlink, not a regular file,
+    another user's, or writable by group or others (a file left from before its folder was made private)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedPath('%s is a symlink' % path)
+        return None
+    with os.fdopen(fd, 'rb') as handle:
+        problem = _problem(path, os.fstat(fd), _owners(os.geteuid() if euid is None else euid), want_dir=False)
+        if problem is None and not stat.S_ISREG(os.fstat(fd).st_mode):
+            problem = '%s is not a regular file' % path
+        if problem:
+            raise UntrustedPath(problem)
+        return json.loads(handle.read().decode('utf-8'))
 
 
 class LockTimeout(Exception):

@@ -21,6 +21,11 @@ Layout of the guard folder (one per server):
   lib/         this file and the policy files it imports, run without Ansible by the
                watcher: a transient systemd service where systemd runs, a detached process
                in its own session elsewhere; both poll the lease and the deadline
+  watcher.log  the detached watcher's output (a systemd watcher's goes to the journal)
+
+The guard runs as root and acts on what it keeps here (it writes files back and starts the
+command the launch configuration names): every action refuses a folder that another user could
+have written, at any level from / down (_files.distrust), and everything it makes is 0700/0600.
 
 Pure standard library plus this collection's own module_utils (installed into lib/).
 """
@@ -34,9 +39,11 @@ import hashlib
 import json
 import os
 import shutil
+import pwd
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner, subprocess_runner
@@ -51,8 +58,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lease import (
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import (
     FileLock,
     LockTimeout,
+    UntrustedPath,
+    distrust,
+    make_private_folder,
     read_bytes,
-    read_json,
+    read_json_trusted,
     write_atomic,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
@@ -82,6 +92,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._guard import main
 sys.exit(main(sys.argv[1:]))
 '''
 WATCH_INTERVAL = 0.5
+# A router step of the restore may take its own timeout plus this (its requests' own timeouts): past it the
+# restore goes on without the router, so that a router that hangs never keeps the previous server down.
+ROUTER_SLACK_S = 15.0
 
 
 class GuardError(Exception):
@@ -92,14 +105,24 @@ class GuardError(Exception):
 
 def _read_json(path):
     try:
-        return read_json(path)
-    except ValueError:
+        return read_json_trusted(path)
+    except UntrustedPath as exc:
+        raise GuardError('%s is not safe to act on: %s; the guard did nothing' % (path, exc))
+    except (ValueError, RecursionError):
         # A state file is only ever replaced by rename; an unreadable one was not written by us.
         raise GuardError('%s is not valid JSON; inspect it before running again' % path)
 
 
 def _write_json(path, document, mode=0o600):
     write_atomic(path, json.dumps(document, indent=1, sort_keys=True).encode('utf-8'), mode)
+
+
+def untrusted_message(folder, problem):
+    return ('the guard folder %s is not safe for a guard that runs as root: %s. The guard writes files back and '
+            'starts the server its launch configuration names from what it keeps there, so every folder from / '
+            'down to it must belong to root and be writable by no one else (a sticky, world-writable folder such '
+            'as /tmp is refused too); choose another sglang_guard_dir or fix the owner and mode (docs/guard.md). '
+            'The guard did nothing' % (folder, problem))
 
 
 def _sha256(data):
@@ -137,10 +160,25 @@ class Guard(object):
         self.commands.append(list(argv))
         return self.runner(argv, timeout)
 
+    def check_folder(self):
+        """GuardError unless the folder (and every folder above it) is one only root can change."""
+        problem = distrust(self.folder)
+        if problem:
+            raise GuardError(untrusted_message(self.folder, problem))
+
+    def make_folder(self):
+        """The folder, made (or tightened to) 0700 after the trust check, before anything is written in it."""
+        try:
+            make_private_folder(self.folder)
+        except UntrustedPath as exc:
+            raise GuardError(untrusted_message(self.folder, exc))
+
     def state(self):
+        self.check_folder()
         return _read_json(self.state_path)
 
     def last_fired(self):
+        self.check_folder()
         return _read_json(self.fired_path)
 
     def lease(self):
@@ -155,33 +193,31 @@ class Guard(object):
     # --- arm ---------------------------------------------------------------
 
     def install_runtime(self, read_source):
-        """Write the watcher's code into lib/ (read_source(name) -> bytes); True when anything changed."""
+        """Write the watcher's code into lib/ (read_source(name) -> bytes); True when anything changed.
+
+        The guard folder is made first (0700, after the trust check): lib/ inside it must never be the
+        first folder made, or the guard folder would get the umask's mode.
+        """
+        self.make_folder()
         target = os.path.join(self.lib, *PACKAGE.split('.'))
-        if not os.path.isdir(target):
-            os.makedirs(target, 0o700)
+        make_private_folder(target)
         changed = False
         wanted = [(os.path.join(target, name), read_source(name)) for name in RUNTIME_FILES]
         wanted.append((self.entry_point, ENTRY_POINT.encode('utf-8')))
         for path, data in wanted:
-            try:
-                with open(path, 'rb') as handle:
-                    if handle.read() == data:
-                        continue
-            except (IOError, OSError):
-                pass
+            if _holds(path, data):
+                continue
             write_atomic(path, data, 0o600)
             changed = True
         return changed
 
     def arm(self, run_id, deadline_s, files, server, host, python, settings, systemd, idle_s=None, after_s=0):
         """Snapshot files, record how to restore, start the watcher. Returns the state written."""
-        if not os.path.isdir(self.folder):
-            os.makedirs(self.folder, 0o700)
+        self.make_folder()
         with Lock(self.folder, self.lock_timeout):
             current = self.state()
             if current is not None:
-                raise GuardError('a guard armed by run %s is still pending; restore it first (state=restored)'
-                                 % current.get('run_id'))
+                raise GuardError(pending_message(current))
             backups = os.path.join(self.folder, 'files')
             shutil.rmtree(backups, ignore_errors=True)
             os.makedirs(backups, 0o700)
@@ -194,6 +230,9 @@ class Guard(object):
                 'idle': float(idle_s) if idle_s else None,
                 'files': entries, 'server': server, 'settings': settings, 'python': python,
                 'watcher': 'systemd' if systemd else 'detached', 'unit': self.unit_name(server['service_name']),
+                # The user the server runs as: the guard (root) starts it, as systemd's unit (no User=) does.
+                # The restore stops leftovers of this user only.
+                'server_uid': os.geteuid(),
             }
             if state['idle']:
                 # The arm is the first renewal: the lease of an earlier run must not count for this one.
@@ -227,7 +266,8 @@ class Guard(object):
     def _start_watcher(self, state, deadline_s):
         """The watcher polls the lease and the deadline (main's watch): a transient systemd service, or a
         process in its own session. A timer at the deadline could not see the lease lapse."""
-        argv = [state['python'], '-I', self.entry_point, 'watch', '--folder', self.folder,
+        # -B: no __pycache__ beside lib/ (it would get the umask's mode, not the guard folder's 0700).
+        argv = [state['python'], '-I', '-B', self.entry_point, 'watch', '--folder', self.folder,
                 '--run-id', state['run_id']]
         if state['watcher'] == 'systemd':
             unit = state['unit']
@@ -243,12 +283,18 @@ class Guard(object):
                                  % (rc, (err or out).strip()))
             return
         try:
-            # Its own session, stdio detached: it outlives this process, the ssh connection
-            # and a SIGKILL of the controller's process group.
-            with open(os.devnull, 'r+b') as devnull:
-                # run_command waits for its child: this one must outlive the module (2.21's pylint flags it).
-                subprocess.Popen(argv, stdin=devnull, stdout=devnull, stderr=devnull, cwd='/',  # pylint: disable=ansible-bad-function
-                                 close_fds=True, start_new_session=True)
+            # Its own session, stdin detached: it outlives this process, the ssh connection and a SIGKILL of
+            # the controller's process group. Its output goes to a log opened now, in the folder found trusted:
+            # what it says (a refusal included) lands in root's file even if the folder changes later.
+            log = os.open(os.path.join(self.folder, 'watcher.log'),
+                          os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, 'O_NOFOLLOW', 0), 0o600)
+            try:
+                with open(os.devnull, 'rb') as devnull:
+                    # run_command waits for its child: this one must outlive the module (2.21's pylint flags it).
+                    subprocess.Popen(argv, stdin=devnull, stdout=log, stderr=log, cwd='/',  # pylint: disable=ansible-bad-function
+                                     close_fds=True, start_new_session=True)
+            finally:
+                os.close(log)
         except OSError as exc:
             raise GuardError('could not start the guard watcher %s: %s' % (argv[0], exc))
         self.commands.append(argv)
@@ -257,9 +303,10 @@ class Guard(object):
 
     def confirm(self, run_id):
         """The new server is verified: drop the guard. Returns (confirmed, fired_report_or_None)."""
+        self.check_folder()
         with Lock(self.folder, self.lock_timeout):
             state = self.state()
-            if state is None or state.get('run_id') != run_id:
+            if state is None or state.get('run_id') != run_id or state.get('restore_failed'):
                 fired = self.last_fired()
                 if fired is not None and fired.get('run_id') == run_id:
                     return False, fired
@@ -286,8 +333,13 @@ class Guard(object):
     def restore(self, reason, acted_by, run_id=None, bound=None):
         """Put back the pre-run state and start the previous server; None when no guard is armed.
 
-        Returns the report it also writes to fired.json.
+        Returns the report it also writes to fired.json. Every step's error is caught and reported, so a
+        restore that got as far as reading the state always ends with a report and a truthful state.json:
+        removed when every file was put back, kept (marked restore_failed, with the backups) when a file
+        could not be, so that the next restore (playbooks/rollback.yml, a later run's takeover) finishes it.
         """
+        # Before the lock: not even a lock file is made in a folder that is not safe.
+        self.check_folder()
         with Lock(self.folder, self.lock_timeout):
             state = self.state()
             if state is None or (run_id is not None and state.get('run_id') != run_id):
@@ -296,49 +348,91 @@ class Guard(object):
             # Which bound made the guard act: idle or deadline (the watcher), or who asked
             # (controller, takeover, on_demand).
             report['bound'] = bound or acted_by
-            _write_json(self.fired_path, report, 0o644)
-            # Removed last: a restore cut short is finished by the next one.
-            self._drop(state)
+            self._settle(state, report)
             return report
+
+    def _settle(self, state, report):
+        """Write the report and leave state.json saying the truth: gone, or still owed a restore."""
+        if report['failed_files']:
+            state['restore_failed'] = {'at': report['finished_at'], 'by': report['acted_by'],
+                                       'files': [entry['path'] for entry in report['failed_files']]}
+            try:
+                _write_json(self.state_path, state)
+            except Exception as exc:  # a full disk: the report (or the log) still says so
+                report['problems'].append('could not mark state.json as owed a restore: %s' % _describe(exc))
+        try:
+            _write_json(self.fired_path, report)
+        except Exception as exc:
+            report['problems'].append('could not write %s: %s' % (self.fired_path, _describe(exc)))
+            # The caller (the watcher's log, the module's result) still carries the report.
+        if not report['failed_files']:
+            try:
+                # Removed last: a restore cut short is finished by the next one.
+                self._drop(state)
+            except Exception as exc:
+                report['problems'].append('could not drop the guard: %s' % _describe(exc))
 
     def _restore(self, state, reason, acted_by):
         started = time.time()
-        settings = state['settings']
-        server = Server.from_dict(state['server'], runner=self.runner)
         steps = RestoreSteps()
-        restored = self._put_back(steps, state, server)
-        health = self._start_previous(steps, state, server)
-        healthy = bool(health['healthy'])
-        readmitted, router_problem = self._readmit_restored(steps, settings, server, healthy)
-        stopped_at = _read_stop_marker(settings.get('stop_marker'))
+        outcome = {'files': [], 'killed': [], 'health': {'healthy': False, 'healthy_at': None},
+                   'readmitted': None, 'router_problem': None}
+        try:
+            self._carry_out(steps, state, outcome)
+        except Exception as exc:  # a malformed state or a bug: the report still says how far it got
+            steps.problems.append('the restore stopped: %s' % _describe(exc))
+        healthy = bool(outcome['health']['healthy'])
+        failed_files = [dict(path=entry['path'], error=entry['error']) for entry in outcome['files']
+                        if entry['outcome'] == 'failed']
+        stopped_at = _read_stop_marker((state.get('settings') or {}).get('stop_marker'))
         return {
-            'run_id': state['run_id'], 'host': state['host'], 'acted_by': acted_by,
-            'status': 'rolled_back' if healthy else 'failed',
+            'run_id': state.get('run_id'), 'host': state.get('host'), 'acted_by': acted_by,
+            'status': 'rolled_back' if healthy and not failed_files else 'failed',
             'healthy': healthy,
             'reason': reason,
-            'restored_files': restored or [],
+            'restored_files': [entry['path'] for entry in outcome['files'] if entry['outcome'] in ('restored', 'removed')],
+            'files': outcome['files'], 'failed_files': failed_files,
+            'killed': outcome['killed'],
             'steps': steps.done, 'problems': steps.problems, 'timings': steps.timings,
-            'started_at': started, 'finished_at': time.time(), 'healthy_at': health.get('healthy_at'),
-            'downtime_s': round(health['healthy_at'] - stopped_at, 2) if healthy and stopped_at else None,
-            'router_readmitted': readmitted,
-            'router_problem': router_problem,
+            'started_at': started, 'finished_at': time.time(), 'healthy_at': outcome['health'].get('healthy_at'),
+            'downtime_s': round(outcome['health']['healthy_at'] - stopped_at, 2) if healthy and stopped_at else None,
+            'router_readmitted': outcome['readmitted'],
+            'router_problem': outcome['router_problem'],
             'hostname': socket.gethostname(),
         }
 
-    def _put_back(self, steps, state, server):
-        """Everything of the run out of the way, the pre-run files back; returns the files restored."""
+    def _carry_out(self, steps, state, outcome):
         settings = state['settings']
-        if settings.get('router'):
+        server = Server.from_dict(state['server'], runner=self.runner)
+        router = settings.get('router')
+        taking_out = None
+        if router:
             # The run may have put the new server back already (or never taken the old one out):
-            # no request may be routed to a server that is about to stop.
-            steps.run('take the server out of the router', lambda: self._take_out(settings['router']))
+            # no request may be routed to a server that is about to stop. Bounded: a router that hangs
+            # must not keep the restore (and the lock) past the router's own timeout.
+            taking_out = BoundedStep(lambda: self._take_out(router), _router_bound(router))
+            steps.run('take the server out of the router', taking_out.wait)
         steps.run('stop the server that runs now', server.stop)
-        steps.run('stop what is left of SGLang', lambda: self._kill_leftovers(settings))
-        restored = steps.run('restore the pre-run files', lambda: self._restore_files(state['files']))
+        steps.run('stop what is left of SGLang',
+                  lambda: self._kill_leftovers(settings, state.get('server_uid'), outcome['killed']))
+        outcome['files'] = self._restore_files(steps, state['files'])
+        failed = [entry for entry in outcome['files'] if entry['outcome'] == 'failed']
+        if failed:
+            steps.problems.append(
+                '%d file(s) could not be restored (%s): the tree is half old, half new, so no server was started; '
+                'the pre-run bytes stay in %s and the guard stays owed a restore: fix the cause, then restore '
+                'again (playbooks/rollback.yml)' % (len(failed), ', '.join(entry['path'] for entry in failed),
+                                                     os.path.join(self.folder, 'files')))
+            outcome['router_problem'] = 'nothing was started, so nothing was put back' if router else None
+            outcome['readmitted'] = False if router else None
+            return
         if server.manager == 'systemd':
             steps.run('reload systemd', lambda: self._run(['systemctl', 'daemon-reload']))
         steps.run('wait for the GPUs', lambda: self._wait_gpus(settings))
-        return restored
+        outcome['health'] = self._start_previous(steps, state, server)
+        if router:
+            outcome['readmitted'], outcome['router_problem'] = self._readmit_restored(
+                steps, router, server, bool(outcome['health']['healthy']), taking_out)
 
     @staticmethod
     def _start_previous(steps, state, server):
@@ -352,23 +446,29 @@ class Guard(object):
             return health
         launched = steps.run('start the previous server', lambda: server.start(daemon_reload=False))
         if launched is not None:
-            health = server.wait_healthy(float(settings.get('health_timeout', 900)),
-                                         float(settings.get('health_interval', 0.25)), died=launched[1])
+            waited = steps.run('wait for health', lambda: server.wait_healthy(
+                float(settings.get('health_timeout', 900)), float(settings.get('health_interval', 0.25)),
+                died=launched[1]))
+            health = waited or health
             steps.timings['wait for health'] = round(time.time() - (launched[0]['started_at']), 3)
-            if not health['healthy']:
+            if waited is not None and not health['healthy']:
                 steps.problems.append('the previous server is not healthy: %s' % health['why'])
         return health
 
-    def _readmit_restored(self, steps, settings, server, healthy):
-        """(put back into the router, why not); (None, None) without a router."""
-        if not settings.get('router'):
-            return None, None
+    def _readmit_restored(self, steps, router, server, healthy, taking_out):
+        """(put back into the router, why not)."""
         name = 'put the server back into the router'
-        # The previous server's key is in the restored launch configuration (it may differ from the run's).
-        readmitted = bool(healthy and steps.run(name, lambda: self._readmit(settings['router'], server.api_key())))
+        if not healthy:
+            return False, 'the restored server is not healthy, so it was not put back'
+        if taking_out is not None and taking_out.running():
+            # Its DELETE may still land after an admission: the router would end up without the server.
+            return False, ('the router did not finish taking the server out (it hangs?), so it was not put back; '
+                           'admit it by hand once the router answers')
+        readmitted = steps.run(name, BoundedStep(lambda: self._readmit(router, server.api_key()),
+                                                 _router_bound(router)).wait)
         if readmitted:
             return True, None
-        return False, steps.failed.get(name) or 'the restored server is not healthy, so it was not put back'
+        return False, steps.failed.get(name) or 'the router did not admit it'
 
     @staticmethod
     def _router(router_settings):
@@ -383,36 +483,43 @@ class Guard(object):
                                                    float(router_settings.get('timeout') or 30),
                                                    worker_api_key=worker_api_key)
 
-    def _kill_leftovers(self, settings):
+    def _kill_leftovers(self, settings, server_uid, killed):
+        """SGLang's leftovers: processes of the server's user whose command line matches the kill patterns
+        (the role anchors them to SGLang's own command lines). Each one signalled lands in killed."""
         local = LocalProcesses()
         patterns = compile_patterns(settings.get('kill_patterns') or [])
         if not patterns:
             return []
-        targets = select(local.list(), patterns, protected_pids())
+        uid = os.geteuid() if server_uid is None else int(server_uid)
+        # Another user's process is never the server's, whatever its command line says.
+        targets = [record for record in select(local.list(), patterns, protected_pids())
+                   if process_uids(record.pid, local.proc_root) == (uid, uid)]
         outcome = terminate(local, targets, float(settings.get('term_timeout', 30)))
+        killed.extend(dict(entry, user=user_name(uid)) for entry in outcome.killed)
         if outcome.remaining:
             raise GuardError('survived SIGKILL: %s' % ', '.join(str(r.pid) for r in outcome.remaining))
-        return outcome.killed
+        return killed
 
-    def _restore_files(self, entries):
-        restored = []
+    @staticmethod
+    def _restore_files(steps, entries):
+        """Each file on its own (one that cannot be written never keeps the others from being restored):
+        [{path, outcome (restored, removed, unchanged, failed), error}]."""
+        outcomes = []
+        begun = time.time()
         for entry in entries:
-            path = entry['path']
-            if not entry['existed']:
-                if os.path.lexists(path):
-                    os.unlink(path)
-                    restored.append(path)
-                continue
-            if entry['kind'] == 'symlink':
-                if os.path.islink(path) and os.readlink(path) == entry['target']:
-                    continue
-                tmp = '%s.gpuops-restore.%d' % (path, os.getpid())
-                os.symlink(entry['target'], tmp)
-                os.rename(tmp, path)
-            elif not _restore_file(entry):
-                continue
-            restored.append(path)
-        return restored
+            path = entry.get('path')
+            try:
+                result = _restore_entry(entry)
+                outcomes.append({'path': path, 'outcome': result, 'error': None})
+            except Exception as exc:
+                outcomes.append({'path': path, 'outcome': 'failed', 'error': _describe(exc)})
+        steps.timings['restore the pre-run files'] = round(time.time() - begun, 3)
+        if all(entry['outcome'] != 'failed' for entry in outcomes):
+            steps.done.append('restore the pre-run files')
+        else:
+            steps.failed['restore the pre-run files'] = '; '.join(
+                '%s: %s' % (entry['path'], entry['error']) for entry in outcomes if entry['outcome'] == 'failed')
+        return outcomes
 
     def _wait_gpus(self, settings):
         """The one "memory is free" proof (_nvidia), missing GPUs included; GuardError naming what is not."""
@@ -438,28 +545,141 @@ class Guard(object):
         raise GuardError('; '.join(problems))
 
 
+def pending_message(state):
+    """Why a guard cannot be armed over this one."""
+    failed = state.get('restore_failed')
+    if failed:
+        return ('the guard armed by run %s restored and could not write back %s (see fired.json); fix the cause, '
+                'then restore it (state=restored, playbooks/rollback.yml)'
+                % (state.get('run_id'), ', '.join(failed.get('files') or []) or 'every file'))
+    return 'a guard armed by run %s is still pending on this host; restore it first (state=restored)' % state.get('run_id')
+
+
+def _describe(exc):
+    text = str(exc)
+    return '%s: %s' % (type(exc).__name__, text) if text else type(exc).__name__
+
+
+def _router_bound(router_settings):
+    return float(router_settings.get('timeout') or 30) + ROUTER_SLACK_S
+
+
+class BoundedStep(object):
+    """One action run in a thread of its own, waited for at most `bound` seconds.
+
+    The router's steps: a router that trickles its answer or never answers costs the restore `bound`, then the
+    restore goes on without it (the thread is a daemon: it never keeps the watcher from exiting).
+    """
+
+    def __init__(self, action, bound):
+        self.action, self.bound = action, float(bound)
+        self.thread = None
+        self.outcome = {}
+
+    def _run(self):
+        try:
+            self.outcome['value'] = self.action()
+        except BaseException as exc:  # handed to the waiting thread, RecursionError included
+            self.outcome['error'] = exc
+
+    def wait(self):
+        self.thread = threading.Thread(target=self._run, name='gpuops-sglang-guard-router')
+        self.thread.daemon = True
+        self.thread.start()
+        self.thread.join(self.bound)
+        if self.thread.is_alive():
+            raise GuardError('no outcome within %gs (the router hangs or trickles its answer); went on without it'
+                             % self.bound)
+        if 'error' in self.outcome:
+            raise self.outcome['error']
+        return self.outcome.get('value')
+
+    def running(self):
+        return self.thread is not None and self.thread.is_alive()
+
+
 class RestoreSteps(object):
     """The restore's steps: each one timed, a failure noted and the next step run anyway."""
-
-    ERRORS = (ServerError, GuardError, NvidiaSmiError, CommandError, RouterError, OSError, ValueError)
 
     def __init__(self):
         self.done, self.problems = [], []
         self.timings, self.failed = {}, {}
 
     def run(self, name, action):
-        """action()'s outcome; None when it raised one of ERRORS (then named in problems and failed)."""
+        """action()'s outcome; None when it raised (then named in problems and failed).
+
+        Any Exception: a hostile router's answer (RecursionError in the JSON parser), a full disk, a bug; one
+        step failing must never keep the next ones (the previous server's start) from running.
+        """
         begun = time.time()
         try:
             outcome = action()
             self.done.append(name)
             return outcome
-        except self.ERRORS as exc:
-            self.problems.append('%s: %s' % (name, exc))
-            self.failed[name] = str(exc)
+        except Exception as exc:
+            self.problems.append('%s: %s' % (name, _describe(exc) if not isinstance(exc, self.EXPECTED) else exc))
+            self.failed[name] = str(exc) or type(exc).__name__
             return None
         finally:
             self.timings[name] = round(time.time() - begun, 3)
+
+    # Errors whose message says it all; others are named by their type too.
+    EXPECTED = (ServerError, GuardError, NvidiaSmiError, CommandError, RouterError, OSError)
+
+
+def process_uids(pid, proc_root='/proc'):
+    """(real, effective) uid of a process from /proc/PID/status; None when it is gone."""
+    try:
+        with open(os.path.join(proc_root, str(pid), 'status')) as handle:
+            for line in handle:
+                if line.startswith('Uid:'):
+                    fields = line.split()
+                    return int(fields[1]), int(fields[2])
+    except (IOError, OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _holds(path, data):
+    """Whether path is already a private file of ours holding data (a file left by anyone else is replaced)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0))
+    except OSError:
+        return False
+    with os.fdopen(fd, 'rb') as handle:
+        info = os.fstat(fd)
+        if info.st_uid != os.geteuid() or info.st_mode & 0o7777 != 0o600 or info.st_nlink != 1:
+            return False
+        return handle.read() == data
+
+
+def _restore_entry(entry):
+    """Put one file back as it was before the run: 'restored', 'removed' or 'unchanged'; raises when it cannot."""
+    path = entry['path']
+    if not entry['existed']:
+        if os.path.lexists(path):
+            os.unlink(path)
+            return 'removed'
+        return 'unchanged'
+    if entry['kind'] == 'symlink':
+        if os.path.islink(path) and os.readlink(path) == entry['target']:
+            return 'unchanged'
+        tmp = '%s.gpuops-restore.%d' % (path, os.getpid())
+        os.symlink(entry['target'], tmp)
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            os.unlink(tmp)
+            raise
+        return 'restored'
+    return 'restored' if _restore_file(entry) else 'unchanged'
 
 
 def _restore_file(entry):
@@ -486,14 +706,17 @@ def _read_stop_marker(path):
     except (IOError, OSError, ValueError):
         return None
 
-
 # --- the watcher's command line ----------------------------------------------------
 
 def watch(guard, run_id, clock=time.time, sleep=time.sleep):
-    """Poll the guard until its run confirms (None) or a bound passes ('idle' or 'deadline')."""
+    """Poll the guard until its run confirms (None) or a bound passes ('idle' or 'deadline').
+
+    Every poll reads the state through the trust check: GuardError once the folder (or one above it) is
+    not root's alone any more, or the state is not the guard's; the watcher then acts on nothing.
+    """
     while True:
         state = guard.state()
-        if state is None or state.get('run_id') != run_id:
+        if state is None or state.get('run_id') != run_id or state.get('restore_failed'):
             return None
         bound = due(state, read_lease(guard.folder), clock())
         if bound is not None:
@@ -507,9 +730,29 @@ REASONS = {
 }
 
 
+def say(message):
+    """What the watcher reports outside the guard folder: its output (the journal, or watcher.log opened at the
+    arm) and syslog. A folder it cannot trust any more is never written to."""
+    try:
+        sys.stderr.write(message + '\n')
+        sys.stderr.flush()
+    except Exception:  # nothing left to tell
+        pass
+    try:
+        import syslog
+        syslog.openlog('gpuops-sglang-guard', 0, syslog.LOG_DAEMON)
+        syslog.syslog(syslog.LOG_ERR, message)
+    except Exception:
+        pass
+
+
 def main(argv):
     """``watch``: wait for the lease to lapse or the deadline (exit when confirmed), then restore.
-    ``fire``: restore now (the deadline's timer of guards armed before the lease)."""
+    ``fire``: restore now (the deadline's timer of guards armed before the lease).
+
+    Exit status: 0 the run confirmed or the previous server serves; 1 the restore failed (fired.json says why);
+    2 the guard refused to act (its folder is not safe, its state unreadable) or could not get the lock.
+    """
     import argparse
     parser = argparse.ArgumentParser(prog='gpuops_sglang_guard')
     parser.add_argument('command', choices=['watch', 'fire'])
@@ -518,13 +761,22 @@ def main(argv):
     parser.add_argument('--reason', default=None)
     args = parser.parse_args(argv)
     guard = Guard(args.folder, lock_timeout=3600)
-    bound = watch(guard, args.run_id) if args.command == 'watch' else 'deadline'
-    if bound is None:
+    try:
+        bound = watch(guard, args.run_id) if args.command == 'watch' else 'deadline'
+        if bound is None:
+            return 0
+        state = guard.state() or {}
+        seconds = state.get('idle') if bound == 'idle' else float(state.get('deadline', 0)) - float(state.get('armed_at', 0))
+        reason = args.reason or REASONS[bound] % int(seconds or 0)
+        report = guard.restore(reason, bound, run_id=args.run_id, bound=bound)
+    except GuardError as exc:
+        say('gpuops.sglang guard of run %s in %s: refused to act: %s' % (args.run_id, args.folder, exc))
+        return 2
+    except Exception as exc:  # before the restore's own report: say it where it can be read
+        say('gpuops.sglang guard of run %s in %s: stopped before restoring: %s'
+            % (args.run_id, args.folder, _describe(exc)))
+        return 2
+    if report is None:
         return 0
-    state = guard.state() or {}
-    seconds = state.get('idle') if bound == 'idle' else float(state.get('deadline', 0)) - float(state.get('armed_at', 0))
-    reason = args.reason or REASONS[bound] % int(seconds or 0)
-    report = guard.restore(reason, bound, run_id=args.run_id, bound=bound)
-    if report is not None:
-        sys.stdout.write(json.dumps(report, sort_keys=True) + '\n')
-    return 0 if report is None or report['healthy'] else 1
+    say(json.dumps(report, sort_keys=True))
+    return 0 if report['status'] == 'rolled_back' else 1

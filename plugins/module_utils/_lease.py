@@ -92,6 +92,10 @@ def renew(folder, run_id, step, horizon_s=0.0, clock=time.time, holder=None):
         raise LeaseError('the rollback guard of run %s is not armed in %s (armed: %s); it restored the previous '
                          'server or another run took it over, see fired.json there'
                          % (run_id, folder, state.get('run_id') if state else 'none'))
+    if state.get('restore_failed'):
+        # The watcher restored and could not write every file back: no step of the run may act on that tree.
+        raise LeaseError('the rollback guard of run %s restored in %s and could not write back %s; nothing of the run '
+                         'may go on, see fired.json there' % (run_id, folder, ', '.join(state['restore_failed'].get('files') or [])))
     if not state.get('idle'):
         return None
     document = lease_document(run_id, step, clock(), horizon_s, state['idle'], holder)

@@ -49,7 +49,13 @@ options:
     choices: [armed, confirmed, restored, query]
     default: query
   folder:
-    description: The guard's folder on the host (one per server); holds the backups, the lock and the reports.
+    description:
+      - The guard's folder on the host (one per server); holds the backups, the lock and the reports.
+      - The guard runs as root and acts on what it keeps there, so every state refuses a folder that another user
+        could have written. The folder and every folder above it, up to C(/), must belong to the user the module
+        runs as (or root) and be writable by neither group nor others. A sticky, world-writable folder such as
+        C(/tmp) on the way is refused too. The watcher checks again on every poll and acts on nothing once it fails.
+      - Made C(0700) (an existing one is tightened to it); everything in it is C(0600).
     type: path
     required: true
   run_id:
@@ -97,7 +103,12 @@ options:
     type: str
     default: ''
   kill_patterns:
-    description: Regular expressions of command lines stopped after the server (what SGLang leaves behind).
+    description:
+      - Regular expressions of command lines stopped after the server (what SGLang leaves behind), searched in the
+        command line (its arguments joined by spaces). Anchor them to SGLang's own command lines (the role's
+        C(sglang_kill_patterns)), so that an editor or a C(tail) whose arguments merely name SGLang never matches.
+      - Only processes of the user the server runs as (the user that armed the guard) are stopped; each one is
+        listed in RV(fired.killed).
     type: list
     elements: str
     default: []
@@ -228,7 +239,11 @@ fired:
         V(controller), V(takeover), V(on_demand).
       type: str
     status:
-      description: V(rolled_back) when the previous server answers C(/health) again, V(failed) otherwise.
+      description: >-
+        V(rolled_back) when every file was written back and the previous server answers C(/health) again,
+        V(failed) otherwise. When a file could not be written back (RV(fired.failed_files)), no server is started
+        on the mixed tree and the guard stays armed, marked as owed a restore, with its backups: a later
+        O(state=restored) finishes it, and no arm, confirm or lease renewal of the run goes through meanwhile.
       type: str
     healthy:
       description: Whether the previous server answered C(/health) after the restore.
@@ -240,6 +255,50 @@ fired:
       description: Files written back (or removed, when they did not exist before).
       type: list
       elements: str
+    files:
+      description: >-
+        Each file of O(files) with its outcome, V(restored), V(removed), V(unchanged) or V(failed), and the error
+        (null unless failed). Each file is restored on its own: one that cannot be written never keeps the others.
+      type: list
+      elements: dict
+      contains:
+        path:
+          description: The file.
+          type: str
+        outcome:
+          description: V(restored), V(removed), V(unchanged) or V(failed).
+          type: str
+        error:
+          description: Why it could not be written back (null unless V(failed)).
+          type: str
+    failed_files:
+      description: The files that could not be written back.
+      type: list
+      elements: dict
+      contains:
+        path:
+          description: The file.
+          type: str
+        error:
+          description: Why it could not be written back.
+          type: str
+    killed:
+      description: The processes the restore stopped after the server (O(kill_patterns)).
+      type: list
+      elements: dict
+      contains:
+        pid:
+          description: Its PID.
+          type: int
+        user:
+          description: The user it ran as (the server's).
+          type: str
+        cmdline:
+          description: Its command line, arguments joined by spaces.
+          type: str
+        signal:
+          description: The last signal sent, V(TERM) or V(KILL).
+          type: str
     steps:
       description: The restore steps that succeeded, in order.
       type: list
@@ -316,7 +375,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import PACKAGE, Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils._guard import PACKAGE, Guard, GuardError, pending_message
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 
 SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'base_url')
@@ -359,8 +418,7 @@ def arm(module, guard, current, result):
     if params['idle'] is not None and params['idle'] < 0:
         fail('idle must not be negative (0: no lease, only the deadline)')
     if current is not None:
-        fail('a guard armed by run %s is still pending on this host; restore it first (state=restored)'
-             % current.get('run_id'))
+        fail(pending_message(current))
     result['changed'] = True
     if module.check_mode:
         return
@@ -403,20 +461,21 @@ def restore(module, guard, current, result):
         fail('the rollback did not bring the previous server back: %s' % '; '.join(report['problems']))
 
 
-def report_guard(guard, folder, result):
+def report_guard(guard, result):
     """The keys every run returns: whether a guard is armed now, by which run, and what the last one did."""
-    present = os.path.isdir(folder)
     try:
-        state = guard.state() if present else None
+        state = guard.state()
+        last_fired = guard.last_fired()
     except GuardError:
-        # An unreadable state.json: the failure that brought us here already says so; the file is still
-        # there, so a guard counts as armed (by a run nobody can name) until someone inspects it.
-        result.update(armed=True, armed_by=None, deadline_at=None, lease=None, last_fired=None, cmd=guard.commands)
+        # An unreadable state.json or a folder that is not safe: the failure that brought us here already says
+        # so; a state file there counts as a guard armed (by a run nobody can name) until someone inspects it.
+        result.update(armed=os.path.lexists(guard.state_path), armed_by=None, deadline_at=None, lease=None,
+                      last_fired=None, cmd=guard.commands)
         return
     result.update(armed=state is not None, armed_by=state.get('run_id') if state else None,
                   deadline_at=state.get('deadline') if state else None,
                   lease=guard.lease() if state is not None else None,
-                  last_fired=guard.last_fired() if present else None, cmd=guard.commands)
+                  last_fired=last_fired, cmd=guard.commands)
 
 
 def main():
@@ -429,7 +488,9 @@ def main():
     actions = dict(armed=arm, confirmed=confirm, restored=restore, query=lambda *args: None)
 
     def body():
-        current = guard.state() if os.path.isdir(params['folder']) else None
+        # Every state reads through the trust check first: a folder another user could write is refused
+        # before anything is read from it or stopped.
+        current = guard.state()
         actions[params['state']](module, guard, current, result)
 
     def describe(exc):
@@ -437,7 +498,7 @@ def main():
             return to_native(exc)
         return 'sglang_guard %s failed: %s' % (params['state'], to_native(exc))
     run_module(module, result, body, errors=(GuardError, CommandError, OSError, IOError, ValueError, KeyError),
-               describe=describe, finish=lambda result: report_guard(guard, params['folder'], result))
+               describe=describe, finish=lambda result: report_guard(guard, result))
 
 
 if __name__ == '__main__':

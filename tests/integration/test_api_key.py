@@ -17,6 +17,7 @@ import pytest
 from helpers.ansible_run import run_task, run_tasks
 from helpers.simulated import detached_server_args, free_port, wait_for
 from helpers.standin import write_standin_module
+from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture; the guard refuses /tmp)
 
 API_KEY = 'gpuops-test-key-7f3a9c'
 ADMIN_KEY = 'gpuops-test-admin-key-51e0'
@@ -126,7 +127,7 @@ def test_a_wrong_key_fails_verification_saying_401_without_showing_either_key(tm
     wait_for(lambda: request('GET', deployment.url + '/health')[0] == 200, what='the server to keep serving')
 
 
-def test_guard_readmits_the_restored_server_with_its_own_key_not_the_runs(tmp_path, deployment, router):
+def test_guard_readmits_the_restored_server_with_its_own_key_not_the_runs(tmp_path, trusted_dir, deployment, router):
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(state='started'), name='start')
     assert not started.failed, started.get('msg')
     membership = dict(router_url=router.url, worker_url=deployment.url, worker_api_key=API_KEY, timeout=20)
@@ -134,7 +135,7 @@ def test_guard_readmits_the_restored_server_with_its_own_key_not_the_runs(tmp_pa
     server = {'manager': 'detached', 'service_name': 'standin', 'launch_file': str(deployment.launch),
               'pidfile': str(deployment.root / 'standin.pid'), 'log_file': str(deployment.root / 'standin.log'),
               'base_url': deployment.url, 'term_timeout': 10}
-    guard = dict(folder=str(tmp_path / 'guard'), server=server, host='keyed-host', health_timeout=30,
+    guard = dict(folder=str(trusted_dir / 'guard'), server=server, host='keyed-host', health_timeout=30,
                  files=[str(deployment.launch), str(deployment.keys)])
     armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard', dict(guard, state='armed', run_id='run-k', deadline=600,
                                                                   router={'url': router.url,
@@ -153,4 +154,4 @@ def test_guard_readmits_the_restored_server_with_its_own_key_not_the_runs(tmp_pa
     # The router holds the previous server's key: requests routed without a client key are served.
     assert request('POST', router.url + '/generate', body={'text': 'hi', 'sampling_params': {'max_new_tokens': 1}})[0] == 200
     # Its report names no key.
-    assert API_KEY not in (tmp_path / 'guard' / 'fired.json').read_text()
+    assert API_KEY not in (trusted_dir / 'guard' / 'fired.json').read_text()

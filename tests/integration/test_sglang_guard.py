@@ -7,6 +7,8 @@ the detached process in its own session, the path of hosts without systemd.
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 import urllib.request
 
@@ -15,6 +17,7 @@ import pytest
 from helpers.ansible_run import run_task
 from helpers.router import Router
 from helpers.simulated import detached_server_args, free_port, wait_for
+from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture)
 
 TINY_SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'files', 'tiny_server.py')
 
@@ -56,14 +59,15 @@ def watchers(guard_dir):
 class Deployment(object):
     """A launch.json, a 'site-packages' file and the server they describe, in a private folder."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, trusted_dir):
         self.root = tmp_path
         self.port = free_port()
         self.launch = tmp_path / 'launch.json'
         self.module_file = tmp_path / 'site-packages' / 'sglang' / 'worker.py'
         self.module_file.parent.mkdir(parents=True)
         self.module_file.write_bytes(b'# pre-run bytes \xe2\x9c\x93\n')
-        self.guard_dir = tmp_path / 'guard'
+        # tmp_path lies under /tmp (world-writable): the guard refuses it (test_an_untrusted_... below).
+        self.guard_dir = trusted_dir / 'guard'
         self.write_launch(64)
 
     def write_launch(self, max_running, extra=()):
@@ -92,8 +96,8 @@ class Deployment(object):
 
 
 @pytest.fixture
-def deployment(tmp_path):
-    deployed = Deployment(tmp_path)
+def deployment(tmp_path, trusted_dir):
+    deployed = Deployment(tmp_path, trusted_dir)
     yield deployed
     # Leave nothing running, whatever the test did.
     run_task(tmp_path, 'gpuops.sglang.sglang_server', deployed.server_args(state='stopped'), name='cleanup')
@@ -306,7 +310,7 @@ def test_rollback_playbook_needs_a_limit_restores_on_demand_and_guard_status_sho
     # The guard folder is sglang_guard_dir/sglang_service_name, as the role names it.
     inventory.write_text(json.dumps({'gpu': {'hosts': {'tiny': {
         'ansible_host': '127.0.0.1', 'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
-        'sglang_guard_dir': str(tmp_path), 'sglang_service_name': 'guard'}}}}))
+        'sglang_guard_dir': str(deployment.guard_dir.parent), 'sglang_service_name': 'guard'}}}}))
     status = run_playbook(tmp_path, 'playbooks/guard_status.yml', str(inventory), name='status', cmdline='--check')
     assert status.rc == 0, status.stdout[-2000:]
     [shown] = debug_messages(status, 'Show it (host clock, UTC)')
@@ -329,3 +333,303 @@ def test_rollback_playbook_needs_a_limit_restores_on_demand_and_guard_status_sho
     assert again.rc == 0 and again.count('changed', 'tiny') == 0
     assert debug_messages(again, 'Say what the guard did') == [
         'no guard is armed on this host: nothing to roll back (last restore: rollback on demand)']
+
+
+# --- issue 28: a tool that makes redeploys safe must not open doors ------------------------------------------
+
+NOBODY = 65534
+
+
+def as_nobody(argv):
+    """Run argv as uid/gid 65534 (another local user of the gpu host); its exit status."""
+    def drop():
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    return subprocess.run(argv, preexec_fn=drop, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True)
+
+
+@pytest.mark.parametrize('make_unsafe, why', [
+    (lambda folder: os.chown(str(folder), NOBODY, NOBODY), 'belongs to uid 65534'),
+    (lambda folder: os.chmod(str(folder), 0o770), 'writable by its group'),
+    # Sticky like /tmp: others cannot remove our names, but they can take the free ones first.
+    (lambda folder: os.chmod(str(folder), 0o1777), 'writable by its group and others (mode 1777)'),
+], ids=['owned-by-another-user', 'group-writable', 'sticky-world-writable'])
+def test_an_untrusted_guard_folder_is_refused_at_arm_before_anything_stops(deployment, tmp_path, trusted_dir,
+                                                                          make_unsafe, why):
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start')
+    assert not started.failed, started.get('msg')
+    # The folder above the guard folder (sglang_guard_dir) is the unsafe one; the guard folder does not exist yet.
+    above = trusted_dir / 'shared'
+    above.mkdir()
+    make_unsafe(above)
+    folder = above / 'guard'
+    refused = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                       deployment.guard_args(state='armed', run_id='run-u', deadline=600, folder=str(folder)), name='arm')
+    assert refused.failed and refused['msg'].startswith('the guard folder %s is not safe' % folder)
+    assert why in refused['msg'] and str(above) in refused['msg']
+    assert not folder.exists() and refused['armed'] is False
+    assert health(deployment.port) == 200 and int((tmp_path / 'tiny.pid').read_text()) == started['pid']
+    assert not watchers(folder)
+
+
+def test_the_guard_folder_and_what_it_makes_are_private_from_the_start(deployment, tmp_path):
+    old = os.umask(0o022)
+    try:
+        armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                         deployment.guard_args(state='armed', run_id='run-p', deadline=600, idle=600), name='arm')
+    finally:
+        os.umask(old)
+    assert not armed.failed, armed.get('msg')
+    modes = {}
+    for where, folders, files in os.walk(str(deployment.guard_dir)):
+        for name in folders:
+            modes[os.path.join(where, name)] = os.stat(os.path.join(where, name)).st_mode & 0o777
+        for name in files:
+            modes[os.path.join(where, name)] = os.stat(os.path.join(where, name)).st_mode & 0o777
+    assert os.stat(str(deployment.guard_dir)).st_mode & 0o777 == 0o700
+    assert modes and set(mode for path, mode in modes.items() if os.path.isdir(path)) == {0o700}, modes
+    assert set(mode for path, mode in modes.items() if not os.path.isdir(path)) == {0o600}
+
+
+def test_the_watcher_never_acts_on_a_state_another_user_could_replace(deployment, tmp_path, trusted_dir):
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-w', deadline=600, idle=4), name='arm')
+    assert not armed.failed, armed.get('msg')
+    wait_for(lambda: watchers(deployment.guard_dir), 10, 'the detached watcher')
+    # An operator gives the folder above the guard folder away; its new owner swaps in a guard folder of their
+    # own whose state names their launch configuration (the run id is in the watcher's command line).
+    os.chown(str(trusted_dir), NOBODY, NOBODY)
+    marker = tmp_path / 'ran-as-root'
+    theirs = trusted_dir / 'theirs'
+    hostile_launch = {'python': sys.executable, 'module': 'json.tool', 'args': ['/dev/null', str(marker)],
+                      'environment': {}}
+    script = '''
+import json, os, sys
+folder, theirs, launch, port = sys.argv[1:]
+os.rename(folder, theirs + '-moved')
+os.mkdir(folder)
+with open(os.path.join(folder, 'launch.json'), 'w') as handle:
+    handle.write(launch)
+state = {'run_id': 'run-w', 'host': 'x', 'armed_at': 0, 'deadline': 1, 'idle': None, 'files': [],
+         'server': {'manager': 'detached', 'service_name': 'x', 'launch_file': os.path.join(folder, 'launch.json'),
+                    'pidfile': os.path.join(folder, 'pid'), 'log_file': os.path.join(folder, 'log'),
+                    'base_url': 'http://127.0.0.1:%s' % port},
+         'settings': {}, 'python': sys.executable, 'watcher': 'detached', 'unit': 'x'}
+with open(os.path.join(folder, 'state.json'), 'w') as handle:
+    json.dump(state, handle)
+'''
+    swapped = as_nobody(['/usr/bin/python3', '-c', script, str(deployment.guard_dir), str(theirs),
+                         json.dumps(hostile_launch), str(deployment.port)])
+    assert swapped.returncode == 0, swapped.stdout
+    # The watcher sees the folder is not root's alone any more, says so in its log (opened at the arm, in the
+    # folder the other user moved away) and leaves without acting.
+    wait_for(lambda: not watchers(deployment.guard_dir), 30, 'the watcher leaving')
+    log = (trusted_dir / 'theirs-moved' / 'watcher.log').read_text()
+    assert 'refused to act' in log and 'belongs to uid 65534' in log
+    assert not marker.exists() and not (deployment.guard_dir / 'fired.json').exists()
+    assert health(deployment.port) == 200, 'the watcher stopped the server on a state it could not trust'
+    os.chown(str(trusted_dir), 0, 0)
+
+
+def test_a_file_that_cannot_be_restored_fails_the_restore_starts_nothing_and_keeps_the_guard_owed(deployment, tmp_path):
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start')
+    assert not started.failed, started.get('msg')
+    # Sorted first among the guard's files: the old restore stopped at it and skipped every other file.
+    vanishing = tmp_path / 'a-config' / 'extra.json'
+    vanishing.parent.mkdir()
+    vanishing.write_text('{"pre-run": true}')
+    files = [str(vanishing), str(deployment.launch), str(deployment.module_file), str(tmp_path / 'created-by-run.txt')]
+    before = {path: open(path, 'rb').read() for path in files if os.path.exists(path)}
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-9', deadline=600, files=files), name='arm')
+    assert not armed.failed, armed.get('msg')
+    deployment.write_launch(96)
+    deployment.module_file.write_bytes(b'# half-patched\n')
+    (tmp_path / 'created-by-run.txt').write_text('new')
+    shutil.rmtree(str(vanishing.parent))
+    restored = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                        deployment.guard_args(state='restored', run_id='run-9', reason='the verify failed'),
+                        name='restore')
+    fired = restored['fired']
+    assert restored.failed and fired['status'] == 'failed' and fired['healthy'] is False
+    assert [entry['path'] for entry in fired['failed_files']] == [str(vanishing)]
+    assert 'No such file or directory' in fired['failed_files'][0]['error']
+    assert {entry['path']: entry['outcome'] for entry in fired['files']} == {
+        str(vanishing): 'failed', str(deployment.launch): 'restored', str(deployment.module_file): 'restored',
+        str(tmp_path / 'created-by-run.txt'): 'removed'}
+    for path in files[1:]:
+        assert (open(path, 'rb').read() if os.path.exists(path) else None) == before.get(path)
+    # Nothing started on a half-restored tree, and the report says so.
+    assert health(deployment.port) is None and 'start the previous server' not in fired['steps']
+    assert any('no server was started' in problem for problem in fired['problems'])
+    assert json.loads((deployment.guard_dir / 'fired.json').read_text()) == fired
+    # The guard stays armed, owed a restore: no new arm, no confirm, no step of the run goes through.
+    assert restored['armed'] and restored['armed_by'] == 'run-9'
+    again = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-10', deadline=600), name='rearm')
+    assert again.failed and 'could not write back %s' % vanishing in again['msg']
+    confirm = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                       deployment.guard_args(state='confirmed', run_id='run-9'), name='confirm')
+    assert confirm.failed and 'the guard acted before the run confirmed' in confirm['msg']
+    late = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                    deployment.server_args(state='started', guard={'folder': str(deployment.guard_dir),
+                                                                   'run_id': 'run-9'}), name='late')
+    assert late.failed and 'could not write back' in late['msg'] and health(deployment.port) is None
+    # Once the cause is fixed, the next restore finishes it.
+    vanishing.parent.mkdir()
+    finished = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                        deployment.guard_args(state='restored', reason='folder back'), name='finish')
+    assert not finished.failed, finished.get('msg')
+    assert finished['fired']['status'] == 'rolled_back' and not finished['armed']
+    assert vanishing.read_bytes() == before[str(vanishing)] and max_running_requests(deployment.port) == 64
+
+
+class HostileRouter(object):
+    """A router on loopback that answers every request with 200 and the given body, or trickles it."""
+
+    def __init__(self, body, trickle=None):
+        import http.server
+        import threading
+        import time
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.requests.append(self.path)
+                self.send_response(200)
+                self.send_header('Content-Type', 'application/json')
+                self.end_headers()
+                if trickle is None:
+                    self.wfile.write(body)
+                    return
+                for byte in body:
+                    if outer.stopped:
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(trickle)
+            do_DELETE = do_POST = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.requests = []
+        self.stopped = False
+        self.server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.server.daemon_threads = True
+        self.url = 'http://127.0.0.1:%d' % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.stopped = True
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize('body, trickle', [
+    (b'[' * 200000, None),
+    (b' ' * 10000, 0.5),
+], ids=['nested-brackets', 'trickle'])
+def test_a_hostile_router_never_keeps_the_watcher_from_restoring(deployment, tmp_path, body, trickle):
+    router = HostileRouter(body, trickle)
+    try:
+        assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+        armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                         deployment.guard_args(state='armed', run_id='run-h', deadline=600, idle=3, router={
+                             'url': router.url, 'worker_url': deployment.server['base_url'], 'timeout': 1}),
+                         name='arm')
+        assert not armed.failed, armed.get('msg')
+        deployment.write_launch(96)
+        # The controller is gone: the watcher acts at the idle bound, whatever the router answers.
+        wait_for(lambda: (deployment.guard_dir / 'fired.json').exists(), 3 + 16 + 60, 'the watcher restoring')
+        report = json.loads((deployment.guard_dir / 'fired.json').read_text())
+        assert report['status'] == 'rolled_back' and report['healthy'] and report['acted_by'] == 'idle'
+        assert 'take the server out of the router' not in report['steps']
+        # The bounded HTTP reader may name the failure itself: only the step and that it failed count here.
+        assert any(p.startswith('take the server out of the router: ') for p in report['problems']), report['problems']
+        assert report['router_readmitted'] is False and report['router_problem']
+        assert not (deployment.guard_dir / 'state.json').exists() and router.requests
+        assert health(deployment.port) == 200 and max_running_requests(deployment.port) == 64
+    finally:
+        router.stop()
+
+
+def role_kill_patterns(launch_module, token):
+    """The role's default sglang_kill_patterns, rendered for this launch module, each also requiring token in
+    the command line: the machine runs other tests' servers and schedulers, which this test must not end."""
+    import re
+    import yaml
+    with open(os.path.join(os.path.dirname(TINY_SERVER), '..', '..', '..', 'roles', 'sglang', 'defaults',
+                           'main.yml')) as handle:
+        patterns = yaml.safe_load(handle)['sglang_kill_patterns']
+    return ['(?=.*%s)%s' % (re.escape(token), pattern.replace('{{ sglang_launch_module | regex_escape }}',
+                                                                re.escape(launch_module)))
+            for pattern in patterns]
+
+
+def start_process(argv, user=None, env=None):
+    def drop():
+        os.setsid()
+        if user is not None:
+            os.setgroups([])
+            os.setgid(user)
+            os.setuid(user)
+    return subprocess.Popen(argv, cwd='/', preexec_fn=drop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=env)
+
+
+def test_the_restore_ends_sglang_leftovers_of_the_servers_user_only_and_lists_them(deployment, tmp_path):
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    token = str(tmp_path)
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-k', deadline=600,
+                                           kill_patterns=role_kill_patterns('tiny_server', token)), name='arm')
+    assert not armed.failed, armed.get('msg')
+    notes = tmp_path / 'notes-on-sglang.srt.md'
+    notes.write_text('notes')
+    log = tmp_path / 'sglang.bench.log'
+    log.write_text('')
+    sleeper = 'import time; time.sleep(600)'
+    bystanders = [
+        # An editor and a tail whose arguments name SGLang, and Python given sglang.srt as an argument.
+        start_process(['bash', '-c', 'exec -a vim "$0" -c "$1" "$2"', sys.executable, sleeper, str(notes)]),
+        start_process(['tail', '-f', str(log)]),
+        start_process([sys.executable, '-c', sleeper, str(notes)]),
+        start_process([sys.executable, '-c', sleeper, '-m', 'sglang.srt', token]),
+        start_process([sys.executable, '-c', sleeper, '-m', 'tiny_server', token]),
+        # Another user's own SGLang scheduler: never the server's.
+        start_process(['bash', '-c', 'exec -a sglang::scheduler_TP1 /usr/bin/python3 -c "$0" "$1"', sleeper, token],
+                      user=NOBODY),
+    ]
+    # What a crashed server leaves, of the server's user: an orphaned scheduler (retitled as setproctitle does)
+    # and a second stand-in server run as `python -m <launch module>`.
+    leftovers = [
+        start_process(['bash', '-c', 'exec -a sglang::scheduler_TP0 "$0" -c "$1" "$2"', sys.executable, sleeper,
+                       token]),
+        start_process([sys.executable, '-m', 'tiny_server', '--port', str(free_port()),
+                       '--drain-hold-file', str(tmp_path / 'no-hold')],
+                      env=dict(os.environ, PYTHONPATH=os.path.dirname(TINY_SERVER))),
+    ]
+    try:
+        every = bystanders + leftovers
+        wait_for(lambda: all(open('/proc/%d/cmdline' % process.pid, 'rb').read().split(b'\0')[0] not in (b'bash', b'')
+                             for process in every), 10, 'every process exec\'ed')
+        restored = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                            deployment.guard_args(state='restored', run_id='run-k', reason='leftovers'), name='restore')
+        assert not restored.failed, restored.get('msg')
+        killed = restored['fired']['killed']
+        assert sorted((entry['pid'], entry['user']) for entry in killed) == sorted(
+            (process.pid, 'root') for process in leftovers)
+        assert [entry['cmdline'] for entry in killed if entry['pid'] == leftovers[0].pid] == [
+            'sglang::scheduler_TP0 -c %s %s' % (sleeper, token)]
+        assert all(process.wait(10) is not None for process in leftovers)
+        assert [process.poll() for process in bystanders] == [None] * len(bystanders), 'a bystander was killed'
+        assert health(deployment.port) == 200
+    finally:
+        for process in bystanders + leftovers:
+            if process.poll() is None:
+                process.kill()
+                process.wait()

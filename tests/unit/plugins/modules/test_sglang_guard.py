@@ -19,12 +19,13 @@ from helpers.http_responder import static_server_launch
 from helpers.module_runner import ansiballz_package_data, run_module  # noqa: F401  (the fixtures)
 from helpers.module_runner import kill_children_naming, processes_naming
 from helpers.simulated import free_port, wait_for
+from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture)
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_server
 
 KEYS = {'changed', 'armed', 'armed_by', 'deadline_at', 'lease', 'fired', 'last_fired', 'cmd'}
 FIRED_KEYS = {'run_id', 'host', 'hostname', 'acted_by', 'status', 'healthy', 'reason', 'restored_files', 'steps',
               'problems', 'timings', 'started_at', 'finished_at', 'healthy_at', 'downtime_s', 'router_readmitted',
-              'router_problem', 'bound'}
+              'router_problem', 'bound', 'files', 'failed_files', 'killed'}
 SYSTEMD = os.path.isdir('/run/systemd/system')
 SYSTEMCTL = 'systemctl'
 
@@ -37,9 +38,10 @@ def systemd_only(argv):
 
 
 class Deployment(object):
-    """A launch.json, a 'site-packages' file and the server they describe, in tmp_path."""
+    """A launch.json, a 'site-packages' file and the server they describe, in tmp_path; the guard folder in a
+    folder the guard trusts (tmp_path lies under /tmp, which it refuses)."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, trusted_dir):
         self.root = tmp_path
         self.port = free_port()
         self.url = 'http://127.0.0.1:%d' % self.port
@@ -48,7 +50,7 @@ class Deployment(object):
         self.module_file.parent.mkdir(parents=True)
         self.module_file.write_bytes(b'# pre-run bytes \xe2\x9c\x93\n')
         self.created = tmp_path / 'created-by-run.txt'
-        self.folder = tmp_path / 'guard'
+        self.folder = trusted_dir / 'guard'
         self.pidfile = tmp_path / 'tiny.pid'
         self.write_launch(64)
 
@@ -105,11 +107,12 @@ class Deployment(object):
         if state.exists():
             state.unlink()
         kill_children_naming(str(self.root))
+        kill_children_naming(str(self.folder))
 
 
 @pytest.fixture
-def deployment(tmp_path, ansiballz_package_data):
-    made = Deployment(tmp_path)
+def deployment(tmp_path, trusted_dir, ansiballz_package_data):
+    made = Deployment(tmp_path, trusted_dir)
     yield made
     made.kill_everything_started()
 

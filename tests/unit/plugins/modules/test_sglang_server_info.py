@@ -11,6 +11,7 @@ import pytest
 from helpers.http_responder import Reply, http_responder  # noqa: F401  (the fixture)
 from helpers.module_runner import ansiballz_package_data, run_module  # noqa: F401  (the fixtures)
 from helpers.module_runner import kill_children_naming, real_commands
+from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture; the guard refuses /tmp)
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_patch, sglang_server_info
 
 KEYS = {'changed', 'service_manager', 'python_exists', 'running', 'pid', 'healthy', 'mismatches', 'configs_changed',
@@ -375,8 +376,8 @@ def guard_task(run_module, folder, host, state, **extra):
     return result
 
 
-def test_the_armed_guard_and_the_last_restore_are_reported(run_module, ansiballz_package_data, host, tmp_path):
-    folder = tmp_path / 'guard'
+def test_the_armed_guard_and_the_last_restore_are_reported(run_module, ansiballz_package_data, host, trusted_dir):
+    folder = trusted_dir / 'guard'
     result = info(run_module, host, guard_folder=str(folder))
     assert result['guard_armed_by'] is None and result['guard_last_fired'] is None
     try:
@@ -394,9 +395,9 @@ def test_the_armed_guard_and_the_last_restore_are_reported(run_module, ansiballz
         kill_children_naming(str(folder))
 
 
-def test_a_guard_state_that_is_not_json_fails_with_every_key(run_module, host, tmp_path):
-    folder = tmp_path / 'guard'
-    folder.mkdir()
+def test_a_guard_state_that_is_not_json_fails_with_every_key(run_module, host, trusted_dir):
+    folder = trusted_dir / 'guard'
+    folder.mkdir(mode=0o700)
     (folder / 'state.json').write_text('{half')
     result = info(run_module, host, guard_folder=str(folder))
     assert result['failed'] and set(result) >= KEYS
