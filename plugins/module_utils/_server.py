@@ -36,7 +36,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import subprocess_runner
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request, parse_json
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_proc_record
@@ -128,7 +128,7 @@ def answered(path, status):
 
 def in_flight_from_loads(path, body):
     """Requests the server holds (running + waiting), from SGLang's /v1/loads or older /get_load."""
-    data = json.loads(body.decode('utf-8'))
+    data = parse_json(body)
     if path == '/v1/loads':
         return int(data['aggregate']['total_reqs'])
     return sum(int(rank['num_reqs']) for rank in data)
@@ -513,7 +513,7 @@ class Server(object):
             result['why'] = answered('POST /generate', status)
             return result
         try:
-            answer = json.loads(body.decode('utf-8'))
+            answer = parse_json(body)
             text = answer[0]['text'] if isinstance(answer, list) else answer['text']
         except (ValueError, KeyError, IndexError, TypeError):
             result['why'] = 'POST /generate answered 200 without a generated text'
@@ -542,9 +542,12 @@ class Server(object):
             status, body = self._request('GET', path, 10)
             if status == 200:
                 try:
-                    return json.loads(body.decode('utf-8'))
-                except ValueError:
-                    raise ServerError('%s answered 200 with a body that is not JSON' % path)
+                    info = parse_json(body)
+                except ValueError as exc:
+                    raise ServerError('%s answered 200 with a body that is not JSON: %s' % (path, exc))
+                if not isinstance(info, dict):
+                    raise ServerError('%s answered 200 with JSON that is not an object' % path)
+                return info
             if status != 404:
                 raise ServerError(answered(path, status))
         raise ServerError('neither /server_info nor /get_server_info exists')

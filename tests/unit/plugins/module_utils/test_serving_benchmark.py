@@ -75,7 +75,7 @@ def test_a_level_sums_tokens_over_its_wall_time_and_pools_the_samples():
     level = summarize_level(2, 5, outcomes, 2.0, True)
     assert level == {'concurrency': 2, 'requests': 5, 'completed': 2, 'errors': 1, 'output_tokens': 10,
                      'wall_s': 2.0, 'output_tok_s': 5.0, 'ttft_p50_s': 0.3, 'ttft_p95_s': pytest.approx(0.39),
-                     'itl_p50_s': 0.2, 'itl_p95_s': pytest.approx(0.27), 'timed_out': True}
+                     'itl_p50_s': 0.2, 'itl_p95_s': pytest.approx(0.27), 'timed_out': True, 'first_error': 'HTTP 503'}
 
 
 def test_a_level_with_nothing_streamed_has_no_latencies_and_no_throughput():
@@ -90,7 +90,8 @@ def test_a_level_with_nothing_streamed_has_no_latencies_and_no_throughput():
     (b'data: [DONE]\n', ('done', None)),
     (b'\n', (None, None)),
     (b': a comment\n', (None, None)),
-    (b'data: not json\n', ('chunk', {'error': {'message': 'an event that is not JSON'}})),
+    (b'data: not json\n', ('chunk', {'error': {'message': 'an event that is not JSON: not JSON (Expecting value: '
+                                                           'line 1 column 1 (char 0))'}})),
     (b'data: [1]\n', ('chunk', {'error': {'message': 'an event that is not an object'}})),
 ])
 def test_event_lines_as_sglang_writes_them(line, expected):
