@@ -102,6 +102,21 @@ def raw(data):
     return behave
 
 
+def by_request(choices, otherwise):
+    """The behaviour of the first choice whose 'METHOD /path' prefix the request line starts with, else
+    `otherwise`: a router that lists its workers well and trickles its answer to DELETE, say."""
+    def choose(request):
+        return next((behave for prefix, behave in choices if request.startswith(prefix)), otherwise)
+    choose.per_request = True
+    return choose
+
+
+def listing(document):
+    """A well-formed 200 JSON answer with its Content-Length, then the connection closed."""
+    body = json.dumps(document).encode()
+    return raw(head(extra=b'Content-Length: %d\r\n' % len(body)) + body)
+
+
 class HostileServer(object):
     """A threaded TCP listener on a free 127.0.0.1 port answering every request with behave()."""
 
@@ -161,7 +176,8 @@ class HostileServer(object):
             if request is None:
                 return
             self.requests.append(request)
-            self.behave(connection, self._stopping)
+            behave = self.behave(request) if getattr(self.behave, 'per_request', False) else self.behave
+            behave(connection, self._stopping)
         except ClientGone:
             if not self._stopping.is_set():
                 self.client_went_away.set()
