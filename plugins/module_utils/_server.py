@@ -116,10 +116,12 @@ def _option_values(args, name):
             yield args[index + 1]
 
 
-def answered(path, status):
-    """How a failed request answered, in words an operator can act on."""
+def answered(path, status, body=None):
+    """How a failed request answered, in words an operator can act on (with no answer, why: body is then
+    _http's reason, a timeout or a cap, say)."""
     if status == NO_ANSWER:
-        return '%s answered nothing' % path
+        why = body.decode('utf-8', 'replace') if body else ''
+        return '%s answered nothing%s' % (path, ': %s' % why if why else '')
     if status == 401:
         return ('%s answered 401: the server wants an API key and refused the one in its launch configuration'
                 ' (or there was none)' % path)
@@ -433,7 +435,7 @@ class Server(object):
                 except (ValueError, KeyError, TypeError) as exc:
                     return None, '%s answered 200 with an unexpected body (%s)' % (path, exc)
             if status != 404:
-                return None, answered(path, status)
+                return None, answered(path, status, body)
         return None, self.NO_LOAD_ENDPOINT
 
     def wait_idle(self, timeout, interval=0.25, settle_reads=2):
@@ -510,7 +512,7 @@ class Server(object):
                                      body={'text': 'ping', 'sampling_params': {'max_new_tokens': 1, 'temperature': 0}})
         result = {'status': status, 'elapsed': round(time.time() - begun, 3), 'ok': False, 'why': None}
         if status != 200:
-            result['why'] = answered('POST /generate', status)
+            result['why'] = answered('POST /generate', status, body)
             return result
         try:
             answer = parse_json(body)
@@ -549,7 +551,7 @@ class Server(object):
                     raise ServerError('%s answered 200 with JSON that is not an object' % path)
                 return info
             if status != 404:
-                raise ServerError(answered(path, status))
+                raise ServerError(answered(path, status, body))
         raise ServerError('neither /server_info nor /get_server_info exists')
 
 
