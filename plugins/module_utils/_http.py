@@ -131,6 +131,28 @@ def _seconds(value):
     return ('%.3f' % value).rstrip('0').rstrip('.')
 
 
+def _split_line(buffer, cap, more):
+    """Take the first line (with its b'\\n') off buffer, a bytearray that more() extends by one read at a time
+    (False at the end of the stream: the rest is then the line, maybe b''); None once it passes cap bytes,
+    so a line without end costs cap bytes and a read, never more."""
+    searched = 0
+    while True:
+        end = buffer.find(b'\n', searched)
+        if end >= 0:
+            if end + 1 > cap:
+                return None
+            line = bytes(buffer[:end + 1])
+            del buffer[:end + 1]
+            return line
+        if len(buffer) > cap:
+            return None
+        searched = len(buffer)
+        if not more():
+            line = bytes(buffer)
+            del buffer[:]
+            return line
+
+
 class _Exchange(object):
     """The socket of one exchange and its deadline: every wait on the peer ends by the deadline."""
 
@@ -143,11 +165,14 @@ class _Exchange(object):
         self.buffer = bytearray()
         self.eof = False
 
+    def timed_out(self):
+        return HttpTimeout('no complete answer within %ss (timed out %s)' % (_seconds(self.timeout), self.phase))
+
     def left(self):
         """Seconds left; HttpTimeout when none."""
         left = self.deadline - self.clock()
         if left <= 0:
-            raise HttpTimeout('no complete answer within %ss (timed out %s)' % (_seconds(self.timeout), self.phase))
+            raise self.timed_out()
         return left
 
     def connect(self, parts, ssl_context):
@@ -167,8 +192,7 @@ class _Exchange(object):
                 self._handshake()
         except socket.timeout:
             self.close()
-            self.left()
-            raise HttpTimeout('no complete answer within %ss (timed out %s)' % (_seconds(self.timeout), self.phase))
+            raise self.timed_out()
         except (OSError, ValueError) as exc:
             self.close()
             if isinstance(exc, HttpError):
@@ -192,37 +216,32 @@ class _Exchange(object):
                 ready = selector.select(self.left())
                 selector.unregister(self.sock)
                 if not ready:
-                    self.left()
+                    raise self.timed_out()
         self.sock.setblocking(True)
+
+    def _on_socket(self, action, failure):
+        """action() with the socket's timeout set to the time left: HttpTimeout when it runs out, else an
+        HttpError saying `failure` and why."""
+        try:
+            self.sock.settimeout(self.left())
+            return action()
+        except HttpError:
+            raise
+        except socket.timeout:
+            raise self.timed_out()
+        except OSError as exc:
+            raise HttpError('%s: %s' % (failure, exc))
 
     def send(self, data):
         self.phase = 'sending the request'
-        try:
-            # Since Python 3.5 a sendall's timeout bounds the whole call, not each write.
-            self.sock.settimeout(self.left())
-            self.sock.sendall(data)
-        except socket.timeout:
-            self.left()
-            raise HttpTimeout('no complete answer within %ss (timed out %s)' % (_seconds(self.timeout), self.phase))
-        except OSError as exc:
-            if isinstance(exc, HttpError):
-                raise
-            raise HttpError('sending the request failed: %s' % exc)
+        # Since Python 3.5 a sendall's timeout bounds the whole call, not each write.
+        self._on_socket(lambda: self.sock.sendall(data), 'sending the request failed')
 
     def fill(self):
         """One read of at most READ_CHUNK bytes into the buffer; False at the end of the stream."""
         if self.eof:
             return False
-        try:
-            self.sock.settimeout(self.left())
-            data = self.sock.recv(READ_CHUNK)
-        except socket.timeout:
-            self.left()
-            raise HttpTimeout('no complete answer within %ss (timed out %s)' % (_seconds(self.timeout), self.phase))
-        except OSError as exc:
-            if isinstance(exc, HttpError):
-                raise
-            raise HttpError('reading the answer failed (%s): %s' % (self.phase, exc))
+        data = self._on_socket(lambda: self.sock.recv(READ_CHUNK), 'reading the answer failed (%s)' % self.phase)
         if not data:
             self.eof = True
             return False
@@ -239,21 +258,12 @@ class _Exchange(object):
 
     def head_line(self, cap, what):
         """One line of the head (CRLF or LF ended, without it); HttpTooLarge past cap bytes."""
-        searched = 0
-        while True:
-            end = self.buffer.find(b'\n', searched)
-            if end >= 0:
-                if end + 1 > cap:
-                    break
-                line = bytes(self.buffer[:end + 1])
-                del self.buffer[:end + 1]
-                return line.rstrip(b'\r\n')
-            if len(self.buffer) > cap:
-                break
-            searched = len(self.buffer)
-            if not self.fill():
-                raise HttpProtocolError('the answer ended %s' % self.phase)
-        raise HttpTooLarge('%s is longer than %d bytes' % (what, cap))
+        line = _split_line(self.buffer, cap, self.fill)
+        if line is None:
+            raise HttpTooLarge('%s is longer than %d bytes' % (what, cap))
+        if not line.endswith(b'\n'):
+            raise HttpProtocolError('the answer ended %s' % self.phase)
+        return line.rstrip(b'\r\n')
 
     def close(self):
         if self.sock is not None:
@@ -434,25 +444,15 @@ class Response(object):
         while the peer keeps sending (an endless stream ends with the exchange).
         """
         self._exchange.left()
-        searched = 0
-        while True:
-            end = self._lines.find(b'\n', searched)
-            if end >= 0:
-                if end + 1 > max_line:
-                    break
-                line = bytes(self._lines[:end + 1])
-                del self._lines[:end + 1]
-                return line
-            if len(self._lines) > max_line:
-                break
-            searched = len(self._lines)
+
+        def more():
             piece = self._piece(READ_CHUNK)
-            if not piece:
-                line = bytes(self._lines)
-                self._lines = bytearray()
-                return line
             self._lines.extend(piece)
-        raise HttpTooLarge('a line of the answer is longer than the %d-byte cap' % max_line)
+            return bool(piece)
+        line = _split_line(self._lines, max_line, more)
+        if line is None:
+            raise HttpTooLarge('a line of the answer is longer than the %d-byte cap' % max_line)
+        return line
 
     def close(self):
         self._exchange.close()

@@ -8,7 +8,7 @@ import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
 from helpers.hostile_http import (  # noqa: F401  (hostile_http: the fixture)
-    by_request, endless_line, hostile_http, huge_length, listing, nested_brackets, trickle)
+    endless_line, hostile_http, huge_length, listing, nested_brackets, trickle)
 
 
 def server_at(url):
