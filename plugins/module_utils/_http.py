@@ -6,14 +6,13 @@
 Base layer, standard library only: the host-side guard probes /health and the router without Ansible.
 
 A router or server may be hostile or broken, and the guard's watcher and the modules must still finish
-in time with bounded memory. http.client cannot promise that: its timeout is per socket operation (a peer
-sending one byte every 0.5 s never trips it), its header and body reads loop until they have what they
-want, and its body reads have no cap. So this file speaks HTTP/1.1 over the socket itself:
+in time with bounded memory. http.client speaks HTTP/1.1 (status line, headers, chunked framing, a 100
+Continue before the answer, TLS) and bounds a head line (64 KiB) and the number of headers (100). What it lacks is added here:
 
-- one deadline for the whole exchange (connect, TLS handshake, send, status line, headers, body), enforced
-  by setting the socket's timeout to the time left before every read, each read at most READ_CHUNK bytes;
-- caps on every line of the head, on the head as a whole, on a body (MAX_CONTROL_BODY unless the caller
-  names another) and, for event streams, on one line of the body;
+- one deadline for the whole exchange (connect, TLS handshake, send, head, body): its timeout is per socket
+  operation, so a peer sending one byte every 0.5 s would never trip it. http.client gets a socket that sets
+  its timeout to the time left before every send and read;
+- caps on a body (MAX_CONTROL_BODY unless the caller names another) and, for event streams, on one line;
 - every failure an HttpError (an OSError: timed out, over a cap, not HTTP, refused, bad certificate), and
   parse_json's JsonError (a ValueError) for a body that is not JSON or nested too deeply to parse safely.
 
@@ -27,17 +26,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
+import http.client
+import io
 import json
 import re
-import selectors
 import socket
 import ssl
 import time
 
-try:  # Python 3
-    from urllib.parse import urlsplit
-except ImportError:  # pragma: no cover - Python 2 targets are not supported
-    urlsplit = None
+from urllib.parse import urlsplit
 
 # What http_request answers when nothing usable answered (refused, timed out, over a cap, not HTTP, a bad URL).
 NO_ANSWER = -1
@@ -45,13 +43,10 @@ NO_ANSWER = -1
 # A control answer (GET /workers, /server_info, /v1/loads, /health, a one-token /generate) is a few KB; a gateway
 # listing of a thousand workers is about 0.5 MiB.
 MAX_CONTROL_BODY = 1024 * 1024
-# One line of the status line or a header; http.client allows 64 KiB, real servers send well under 1 KiB.
-MAX_HEAD_LINE = 16 * 1024
-# The whole head (every interim 1xx head too) and its number of header lines.
-MAX_HEAD = 64 * 1024
+# http.client's own caps on the head, which it enforces: one line of it, and its number of header lines.
+MAX_HEAD_LINE = 65536
 MAX_HEADERS = 100
-# The most bytes one read takes off the socket: the unit of memory a trickle or a flood can cost before a cap
-# or the deadline is checked again.
+# The most bytes one read of a body asks for: the unit of memory a flood can cost before a cap is checked.
 READ_CHUNK = 64 * 1024
 # JSON deeper than this is refused before parsing: json.loads recurses once per level and raises
 # RecursionError near 1000 (a thread may have less stack), and no control answer nests beyond about 5.
@@ -127,46 +122,35 @@ def bearer(api_key):
     return {'Authorization': 'Bearer %s' % api_key} if api_key else {}
 
 
-def _seconds(value):
-    return ('%.3f' % value).rstrip('0').rstrip('.')
-
-
-def _split_line(buffer, cap, more):
-    """Take the first line (with its b'\\n') off buffer, a bytearray that more() extends by one read at a time
-    (False at the end of the stream: the rest is then the line, maybe b''); None once it passes cap bytes,
-    so a line without end costs cap bytes and a read, never more."""
-    searched = 0
-    while True:
-        end = buffer.find(b'\n', searched)
-        if end >= 0:
-            if end + 1 > cap:
-                return None
-            line = bytes(buffer[:end + 1])
-            del buffer[:end + 1]
-            return line
-        if len(buffer) > cap:
-            return None
-        searched = len(buffer)
-        if not more():
-            line = bytes(buffer)
-            del buffer[:]
-            return line
+def _refuse_unsendable(target, headers):
+    """HttpError for a request line or header that cannot go out as written: a line break in a value (an API
+    key pasted with its newline) would split the request. http.client lets more through: a folded line
+    break, a name with a space in it, a control character in the target before Python 3.7.4."""
+    try:
+        target.encode('ascii')
+        for name, value in headers.items():
+            ('%s%s' % (name, value)).encode('latin-1')
+    except UnicodeEncodeError:
+        raise HttpError('refused to send a request line or header that is not Latin-1 text')
+    if _UNSENDABLE_TARGET.search(target) or any(not str(name) or _UNSENDABLE_NAME.search(str(name))
+                                                or _UNSENDABLE_VALUE.search(str(value)) for name, value in headers.items()):
+        raise HttpError('refused to send a request line or header with a control character in it')
 
 
 class _Exchange(object):
-    """The socket of one exchange and its deadline: every wait on the peer ends by the deadline."""
+    """One exchange's deadline, and its socket as http.client uses one (sendall, makefile, close): each send
+    and read first sets the socket's timeout to the time left, so every wait on the peer ends by the deadline."""
 
     def __init__(self, timeout, clock):
         self.timeout = timeout
         self.clock = clock
         self.deadline = clock() + timeout
-        self.phase = 'connecting'
+        self.phase = 'sending the request'
         self.sock = None
-        self.buffer = bytearray()
-        self.eof = False
 
     def timed_out(self):
-        return HttpTimeout('no complete answer within %ss (timed out %s)' % (_seconds(self.timeout), self.phase))
+        return HttpTimeout('no complete answer within %ss (timed out %s)'
+                           % (('%.3f' % self.timeout).rstrip('0').rstrip('.'), self.phase))
 
     def left(self):
         """Seconds left; HttpTimeout when none."""
@@ -175,133 +159,78 @@ class _Exchange(object):
             raise self.timed_out()
         return left
 
-    def connect(self, parts, ssl_context):
-        try:
-            port = parts.port or (443 if parts.scheme == 'https' else 80)
-        except ValueError as exc:  # a port out of range or not a number
-            raise HttpError('a bad URL: %s' % exc)
-        if not parts.hostname:
-            raise HttpError('a URL without a host')
-        try:
-            self.sock = socket.create_connection((parts.hostname, port), timeout=self.left())
-            if parts.scheme == 'https':
-                self.phase = 'in the TLS handshake'
-                context = ssl_context or ssl.create_default_context()
-                self.sock = context.wrap_socket(self.sock, server_hostname=parts.hostname,
-                                                do_handshake_on_connect=False)
-                self._handshake()
-        except socket.timeout:
-            self.close()
-            raise self.timed_out()
-        except (OSError, ValueError) as exc:
-            self.close()
-            if isinstance(exc, HttpError):
-                raise
-            raise HttpError('%s %s:%s: %s' % ('TLS with' if self.phase != 'connecting' else 'connecting to',
-                                              parts.hostname, port, exc))
-
-    def _handshake(self):
-        # Non-blocking, each wait bounded by the time left: a blocking handshake's timeout is per read too.
-        self.sock.setblocking(False)
-        with selectors.DefaultSelector() as selector:
-            while True:
-                try:
-                    self.sock.do_handshake()
-                    break
-                except ssl.SSLWantReadError:
-                    events = selectors.EVENT_READ
-                except ssl.SSLWantWriteError:
-                    events = selectors.EVENT_WRITE
-                selector.register(self.sock, events)
-                ready = selector.select(self.left())
-                selector.unregister(self.sock)
-                if not ready:
-                    raise self.timed_out()
-        self.sock.setblocking(True)
-
-    def _on_socket(self, action, failure):
-        """action() with the socket's timeout set to the time left: HttpTimeout when it runs out, else an
-        HttpError saying `failure` and why."""
-        try:
+    def connect(self, host, port, context):
+        self.phase = 'connecting to %s:%s' % (host, port)
+        self.sock = socket.create_connection((host, port), self.left())
+        if context is not None:
+            self.phase = 'in the TLS handshake with %s:%s' % (host, port)
+            # CPython bounds a whole handshake, every wait in it, by the socket's timeout.
             self.sock.settimeout(self.left())
-            return action()
-        except HttpError:
-            raise
+            self.sock = context.wrap_socket(self.sock, server_hostname=host)
+        return self
+
+    def _bounded(self, call, data):
+        self.sock.settimeout(self.left())
+        try:
+            return call(data)
         except socket.timeout:
             raise self.timed_out()
-        except OSError as exc:
-            raise HttpError('%s: %s' % (failure, exc))
 
-    def send(self, data):
+    def sendall(self, data):
         self.phase = 'sending the request'
-        # Since Python 3.5 a sendall's timeout bounds the whole call, not each write.
-        self._on_socket(lambda: self.sock.sendall(data), 'sending the request failed')
+        self._bounded(self.sock.sendall, data)  # since Python 3.5 its timeout bounds the whole call
+        self.phase = 'reading the status line'
 
-    def fill(self):
-        """One read of at most READ_CHUNK bytes into the buffer; False at the end of the stream."""
-        if self.eof:
-            return False
-        data = self._on_socket(lambda: self.sock.recv(READ_CHUNK), 'reading the answer failed (%s)' % self.phase)
-        if not data:
-            self.eof = True
-            return False
-        self.buffer.extend(data)
-        return True
+    def recv_into(self, buffer):
+        count = self._bounded(self.sock.recv_into, buffer)
+        if self.phase == 'reading the status line' and b'\n' in bytes(buffer[:count]):
+            self.phase = 'reading the headers'
+        return count
 
-    def take(self, limit):
-        """Up to limit bytes of the stream (at least one unless it ended): from the buffer, else one read."""
-        if not self.buffer and not self.fill():
-            return b''
-        piece = bytes(self.buffer[:limit])
-        del self.buffer[:limit]
-        return piece
-
-    def head_line(self, cap, what):
-        """One line of the head (CRLF or LF ended, without it); HttpTooLarge past cap bytes."""
-        line = _split_line(self.buffer, cap, self.fill)
-        if line is None:
-            raise HttpTooLarge('%s is longer than %d bytes' % (what, cap))
-        if not line.endswith(b'\n'):
-            raise HttpProtocolError('the answer ended %s' % self.phase)
-        return line.rstrip(b'\r\n')
+    def makefile(self, mode):
+        return io.BufferedReader(_Reader(self))
 
     def close(self):
+        """Nothing: http.client closes its connection once the head says the peer will close, then reads the
+        body through makefile's reader (a socket.socket defers that close too); Response.close calls end()."""
+
+    def end(self):
         if self.sock is not None:
-            try:
-                self.sock.close()
-            except OSError:
-                pass
+            self.sock.close()
             self.sock = None
 
+    @contextlib.contextmanager
+    def failures(self):
+        """Whatever the socket, ssl or http.client raise, as an HttpError that names the phase."""
+        try:
+            yield
+        except HttpError:
+            raise
+        except socket.timeout:  # in connect or the TLS handshake, each bounded by the time left
+            raise self.timed_out()
+        except http.client.RemoteDisconnected:
+            raise HttpProtocolError('the answer ended %s' % self.phase)
+        except (http.client.BadStatusLine, http.client.UnknownProtocol) as exc:
+            raise HttpProtocolError('not an HTTP/1.x status line: %r' % exc.args[0][:100])
+        except http.client.IncompleteRead:  # raised here only by a chunked body: a length is checked in Response
+            raise HttpProtocolError('the chunked framing is broken or the answer ended inside a chunk')
+        except http.client.HTTPException as exc:
+            # LineTooLong, and the 100-header cap, which http.client raises without a class of its own.
+            over = isinstance(exc, http.client.LineTooLong) or 'more than' in str(exc)
+            raise (HttpTooLarge if over else HttpProtocolError)(str(exc) or type(exc).__name__)
+        except (OSError, ValueError) as exc:  # refused, reset, a bad certificate (a ValueError before 3.7)
+            raise HttpError('%s: %s' % (self.phase, exc))
 
-def _request_bytes(method, parts, body, headers):
-    target = (parts.path or '/') + ('?' + parts.query if parts.query else '')
-    host = parts.hostname
-    if ':' in host:
-        host = '[%s]' % host
-    if parts.port:
-        host = '%s:%d' % (host, parts.port)
-    # A line break in a value (an API key pasted with its newline) would split the request: refuse it.
-    if _UNSENDABLE_TARGET.search(target) or any(_UNSENDABLE_NAME.search(str(name)) or not str(name)
-                                                or _UNSENDABLE_VALUE.search(str(value))
-                                                for name, value in headers.items()):
-        raise HttpError('refused to send a request line or header with a control character in it')
-    lines = ['%s %s HTTP/1.1' % (method, target), 'Host: %s' % host]
-    names = set()
-    for name, value in headers.items():
-        lines.append('%s: %s' % (name, value))
-        names.add(str(name).lower())
-    if body is not None or method in ('POST', 'PUT', 'PATCH'):
-        lines.append('Content-Length: %d' % len(body or b''))
-    if 'accept-encoding' not in names:
-        lines.append('Accept-Encoding: identity')
-    # One exchange a connection: no keep-alive to reason about, and a close-delimited body can end.
-    lines.append('Connection: close')
-    try:
-        head = ('\r\n'.join(lines) + '\r\n\r\n').encode('latin-1')
-    except UnicodeEncodeError:
-        raise HttpError('refused to send a request line or header that is not Latin-1 text')
-    return head + (body or b'')
+
+class _Reader(io.RawIOBase):
+    """What http.client reads the answer through: each read one recv bounded by the deadline."""
+
+    def __init__(self, exchange):
+        io.RawIOBase.__init__(self)
+        self.readinto = exchange.recv_into
+
+    def readable(self):
+        return True
 
 
 class Response(object):
@@ -310,132 +239,40 @@ class Response(object):
     Reads go on within the exchange's deadline; close() (or a with block) ends the connection.
     """
 
-    def __init__(self, exchange, method):
+    def __init__(self, response, exchange):
+        self._response = response
         self._exchange = exchange
-        self._lines = bytearray()
-        self._head_bytes = 0
-        exchange.phase = 'reading the status line'
-        while True:
-            self.status, self.reason = self._status_line()
-            self.headers = self._headers()
-            # Interim answers (100 Continue, 103 Early Hints) are skipped; their heads count toward MAX_HEAD.
-            if not 100 <= self.status < 200 or self.status == 101:
-                break
-            exchange.phase = 'reading the status line'
+        self.status, self.reason = response.status, response.reason
+        self.headers = dict((name.lower(), response.getheader(name)) for name in response.msg.keys())
+        # email's parser, under http.client, stops at a line that is not a header and keeps the rest as a body.
+        if response.msg.defects:
+            raise HttpProtocolError('not a header line: %r' % str(response.msg.get_payload())[:100])
+        # http.client takes the first of several lengths, and reads to the close past one it cannot parse.
+        declared = response.getheader('content-length')
+        if declared is not None and not response.chunked:
+            lengths = set(value.strip() for value in declared.split(','))
+            if len(lengths) != 1 or not lengths.pop().isdigit():
+                raise HttpProtocolError('a bad Content-Length: %r' % declared[:100])
         exchange.phase = 'reading the body'
-        self._chunk_left = 0
-        self._done = False
-        self._length = None
-        self._chunked = False
-        if method == 'HEAD' or self.status in (101, 204, 304):
-            self._done = True
-        elif 'chunked' in self.headers.get('transfer-encoding', '').lower():
-            self._chunked = True
-            self._first_chunk = True
-        elif 'content-length' in self.headers:
-            lengths = set(value.strip() for value in self.headers['content-length'].split(','))
-            if len(lengths) != 1 or not next(iter(lengths)).isdigit():
-                raise HttpProtocolError('a bad Content-Length: %r' % self.headers['content-length'][:100])
-            self._length = int(lengths.pop())
 
-    def _head_line(self, what):
-        exchange = self._exchange
-        line = exchange.head_line(min(MAX_HEAD_LINE, MAX_HEAD - self._head_bytes + 2), what)
-        self._head_bytes += len(line) + 2
-        return line
-
-    def _status_line(self):
-        line = self._head_line('the status line')
-        fields = line.split(None, 2)
-        if len(fields) < 2 or not fields[0].startswith(b'HTTP/1.') or not (fields[1].isdigit() and len(fields[1]) == 3):
-            raise HttpProtocolError('not an HTTP/1.x status line: %r' % line[:100])
-        status = int(fields[1])
-        if status < 100:
-            raise HttpProtocolError('not an HTTP status: %r' % line[:100])
-        return status, fields[2].decode('latin-1') if len(fields) > 2 else ''
-
-    def _headers(self):
-        self._exchange.phase = 'reading the headers'
-        headers, last = {}, None
-        count = 0
-        while True:
-            line = self._head_line('a header line (or the head past %d bytes)' % MAX_HEAD)
-            if not line:
-                return headers
-            count += 1
-            if count > MAX_HEADERS:
-                raise HttpTooLarge('more than %d header lines' % MAX_HEADERS)
-            if line[:1] in (b' ', b'\t') and last is not None:  # an obsolete folded continuation
-                headers[last] += ' ' + line.strip().decode('latin-1')
-                continue
-            name, colon, value = line.partition(b':')
-            if not colon or not name.strip() or name != name.strip():
-                raise HttpProtocolError('not a header line: %r' % line[:100])
-            last = name.decode('latin-1').lower()
-            value = value.strip().decode('latin-1')
-            headers[last] = headers[last] + ', ' + value if last in headers else value
-
-    def _piece(self, limit):
-        """Up to limit bytes of the body as framed (length, chunked or until close); b'' at its end."""
-        exchange = self._exchange
-        if self._done:
-            return b''
-        if self._length is not None:
-            if self._length == 0:
-                self._done = True
-                return b''
-            piece = exchange.take(min(limit, self._length))
-            if not piece:
-                raise HttpProtocolError('the answer ended %d bytes short of its Content-Length' % self._length)
-            self._length -= len(piece)
-            return piece
-        if not self._chunked:
-            piece = exchange.take(limit)
-            self._done = not piece
-            return piece
-        if self._chunk_left == 0:
-            if not self._first_chunk:
-                try:
-                    after = exchange.head_line(2, 'the end of a chunk')
-                except HttpTooLarge:
-                    after = True
-                if after:
-                    raise HttpProtocolError('a chunk longer than its size line said')
-            self._first_chunk = False
-            size_line = exchange.head_line(MAX_HEAD_LINE, 'a chunk size line')
-            size = size_line.split(b';', 1)[0].strip()
-            try:
-                self._chunk_left = int(size, 16)
-            except ValueError:
-                raise HttpProtocolError('a bad chunk size line: %r' % size_line[:100])
-            if self._chunk_left < 0:
-                raise HttpProtocolError('a bad chunk size line: %r' % size_line[:100])
-            if self._chunk_left == 0:
-                self._head_bytes = 0
-                while self._head_line('a trailer line'):
-                    pass
-                self._done = True
-                return b''
-        piece = exchange.take(min(limit, self._chunk_left))
-        if not piece:
-            raise HttpProtocolError('the answer ended inside a chunk')
-        self._chunk_left -= len(piece)
-        return piece
+    def _ended(self):
+        # http.client ends a body cut short of its Content-Length quietly, with the rest still counted here.
+        if self._response.length:
+            raise HttpProtocolError('the answer ended %d bytes short of its Content-Length' % self._response.length)
 
     def read(self, max_bytes=MAX_CONTROL_BODY):
         """The whole body (what readline has not taken); HttpTooLarge as soon as it passes max_bytes."""
-        if self._length is not None and self._length + len(self._lines) > max_bytes:
+        if (self._response.length or 0) > max_bytes:
             raise HttpTooLarge('the answer is %d bytes (Content-Length), over the %d-byte cap'
-                               % (self._length + len(self._lines), max_bytes))
-        body = self._lines
-        self._lines = bytearray()
-        while True:
-            piece = self._piece(READ_CHUNK)
-            if not piece:
-                return bytes(body)
-            body.extend(piece)
-            if len(body) > max_bytes:
-                raise HttpTooLarge('the answer is longer than the %d-byte cap' % max_bytes)
+                               % (self._response.length, max_bytes))
+        body = bytearray()
+        with self._exchange.failures():
+            for piece in iter(lambda: self._response.read(READ_CHUNK), b''):
+                body.extend(piece)
+                if len(body) > max_bytes:
+                    raise HttpTooLarge('the answer is longer than the %d-byte cap' % max_bytes)
+        self._ended()
+        return bytes(body)
 
     def readline(self, max_line):
         """The body's next line with its b'\\n' (the last one may lack it); b'' at the end of the body.
@@ -443,19 +280,18 @@ class Response(object):
         HttpTooLarge when a line passes max_line bytes; HttpTimeout once the deadline has passed, even
         while the peer keeps sending (an endless stream ends with the exchange).
         """
-        self._exchange.left()
-
-        def more():
-            piece = self._piece(READ_CHUNK)
-            self._lines.extend(piece)
-            return bool(piece)
-        line = _split_line(self._lines, max_line, more)
-        if line is None:
+        with self._exchange.failures():
+            self._exchange.left()
+            line = self._response.readline(max_line + 1)
+        if len(line) > max_line:
             raise HttpTooLarge('a line of the answer is longer than the %d-byte cap' % max_line)
+        if not line:
+            self._ended()
         return line
 
     def close(self):
-        self._exchange.close()
+        self._response.close()
+        self._exchange.end()
 
     def __enter__(self):
         return self
@@ -468,27 +304,39 @@ class Response(object):
 def open_response(method, url, timeout, body=None, headers=None, ssl_context=None, clock=time.monotonic):
     """Send one request and read the answer's head, all within timeout seconds (the body's reads too).
 
-    http.client is not used: see the file's docstring. The request goes straight to the URL's address,
-    never through an http_proxy the environment may name. A dict body is sent as JSON. An https URL is
-    spoken over TLS with its certificate verified against the system's trust store (ssl_context overrides
-    it); any other scheme than http or https is refused, never spoken as plain HTTP.
+    The request goes straight to the URL's address, never through an http_proxy the environment may name,
+    with Connection: close (one exchange a connection). A dict body is sent as JSON. An https URL is spoken
+    over TLS with its certificate verified against the system's trust store (ssl_context overrides it); any
+    other scheme than http or https is refused, never spoken as plain HTTP.
     Raises HttpError (HttpTimeout, HttpTooLarge, HttpProtocolError); the caller closes the Response.
     """
     parts = urlsplit(url)
     if parts.scheme not in ('http', 'https'):
         raise HttpError('only http and https URLs are spoken (got %r)' % (parts.scheme or 'no scheme'))
-    headers = dict(headers or {})
+    default_port = 443 if parts.scheme == 'https' else 80
+    try:
+        port = parts.port or default_port
+    except ValueError as exc:  # a port out of range or not a number
+        raise HttpError('a bad URL: %s' % exc)
+    if not parts.hostname:
+        raise HttpError('a URL without a host')
+    headers = dict(headers or {}, Connection='close')
     if isinstance(body, dict):
         body = json.dumps(body).encode('utf-8')
         headers.setdefault('Content-Type', 'application/json')
+    target = (parts.path or '/') + ('?' + parts.query if parts.query else '')
+    _refuse_unsendable(target, headers)
     exchange = _Exchange(float(timeout), clock)
     try:
-        request = _request_bytes(method, parts, body, headers)
-        exchange.connect(parts, ssl_context)
-        exchange.send(request)
-        return Response(exchange, method)
+        with exchange.failures():
+            context = (ssl_context or ssl.create_default_context()) if parts.scheme == 'https' else None
+            connection = http.client.HTTPConnection(parts.hostname, port)
+            connection.default_port = default_port  # the Host header names the port unless it is the scheme's
+            connection.sock = exchange.connect(parts.hostname, port, context)
+            connection.request(method, target, body, headers)
+            return Response(connection.getresponse(), exchange)
     except BaseException:
-        exchange.close()
+        exchange.end()
         raise
 
 
