@@ -1,69 +1,361 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""HTTP to a server or router on the host itself: one request, its status and body, never an exception.
+"""HTTP to a server or router: one bounded exchange, whatever the other side answers.
 
 Base layer, standard library only: the host-side guard probes /health and the router without Ansible.
+
+A router or server may be hostile or broken, and the guard's watcher and the modules must still finish
+in time with bounded memory. http.client speaks HTTP/1.1 (status line, headers, chunked framing, a 100
+Continue before the answer, TLS) and bounds a head line (64 KiB) and the number of headers (100). What it lacks is added here:
+
+- one deadline for the whole exchange (connect, TLS handshake, send, head, body): its timeout is per socket
+  operation, so a peer sending one byte every 0.5 s would never trip it. http.client gets a socket that sets
+  its timeout to the time left before every send and read;
+- caps on a body (MAX_CONTROL_BODY unless the caller names another) and, for event streams, on one line;
+- every failure an HttpError (an OSError: timed out, over a cap, not HTTP, refused, bad certificate), and
+  parse_json's JsonError (a ValueError) for a body that is not JSON or nested too deeply to parse safely.
+
+    fetch(method, url, timeout, ...)        -> (status, body bytes), or raises HttpError
+    http_request(method, url, timeout, ...) -> (status, body bytes), (NO_ANSWER, why) on any HttpError
+    open_response(method, url, timeout, ...) -> Response: .status, .headers, .readline(cap), .read(cap)
+    parse_json(body, max_depth)             -> the document, or raises JsonError
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import contextlib
+import http.client
+import io
 import json
+import re
+import socket
 import ssl
+import time
 
-try:  # Python 3
-    from http.client import HTTPConnection, HTTPException, HTTPSConnection
-    from urllib.parse import urlsplit
-except ImportError:  # pragma: no cover - Python 2 targets are not supported
-    HTTPConnection = HTTPException = HTTPSConnection = urlsplit = None
+from urllib.parse import urlsplit
 
-# What http_request answers when nothing answered (refused, timed out, a bad URL).
+# What http_request answers when nothing usable answered (refused, timed out, over a cap, not HTTP, a bad URL).
 NO_ANSWER = -1
 
+# A control answer (GET /workers, /server_info, /v1/loads, /health, a one-token /generate) is a few KB; a gateway
+# listing of a thousand workers is about 0.5 MiB.
+MAX_CONTROL_BODY = 1024 * 1024
+# http.client's own caps on the head, which it enforces: one line of it, and its number of header lines.
+MAX_HEAD_LINE = 65536
+MAX_HEADERS = 100
+# The most bytes one read of a body asks for: the unit of memory a flood can cost before a cap is checked.
+READ_CHUNK = 64 * 1024
+# JSON deeper than this is refused before parsing: json.loads recurses once per level and raises
+# RecursionError near 1000 (a thread may have less stack), and no control answer nests beyond about 5.
+MAX_JSON_DEPTH = 64
 
-def http_request(method, url, timeout, body=None, headers=None, ssl_context=None):
-    """(status, body bytes) of one request; status -1 when nothing answered.
 
-    http.client rather than urllib: the probe goes straight to the server's own address and never
-    through an http_proxy the environment may name (and it runs without Ansible in the guard).
-    A dict body is sent as JSON. An https URL (a router behind TLS) is spoken over TLS, its
-    certificate verified against the system's trust store (ssl_context overrides it); any other
-    scheme than http or https is refused as no answer, never spoken as plain HTTP.
+class HttpError(OSError):
+    """One exchange failed: refused, reset, a bad certificate, not HTTP, or one of the subclasses below.
+
+    An OSError, so code that already treats a failed socket as a failed step treats this one the same.
     """
-    parts = urlsplit(url)
-    headers = dict(headers or {})
-    if isinstance(body, dict):
-        body = json.dumps(body).encode('utf-8')
-        headers.setdefault('Content-Type', 'application/json')
+
+
+class HttpTimeout(HttpError):
+    """The whole exchange did not finish within its timeout (however the peer paced its bytes)."""
+
+
+class HttpTooLarge(HttpError):
+    """A line of the head, the head, a body or a line of a body went over its cap; reading stopped there."""
+
+
+class HttpProtocolError(HttpError):
+    """The peer's bytes are not an HTTP/1.x answer (bad status line, header, chunk size, a body cut short)."""
+
+
+class JsonError(ValueError):
+    """A body that is not JSON (or not UTF-8), or JSON nested deeper than parse_json allows."""
+
+
+# A JSON string, so that brackets inside strings are not counted as nesting (unrolled: linear time).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_JSON_BRACKET = re.compile(r'[\[\]{}]')
+_UNSENDABLE_TARGET = re.compile(r'[\x00-\x20\x7f]')
+_UNSENDABLE_NAME = re.compile(r'[\x00-\x20\x7f:]')
+_UNSENDABLE_VALUE = re.compile(r'[\x00-\x08\x0a-\x1f\x7f]')
+
+
+def json_depth_exceeds(text, max_depth):
+    """Whether text's arrays and objects nest deeper than max_depth (stops counting as soon as they do)."""
+    depth = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        if match.group() in '[{':
+            depth += 1
+            if depth > max_depth:
+                return True
+        else:
+            depth -= 1
+    return False
+
+
+def parse_json(body, max_depth=MAX_JSON_DEPTH):
+    """The JSON document in body (bytes or str); JsonError when it is not JSON or nests deeper than max_depth.
+
+    The depth is checked before json.loads runs: a hostile answer of 200,000 '[' would otherwise raise
+    RecursionError (not a ValueError) out of every caller that expects a bad body to be a ValueError.
+    """
     try:
-        connection = open_connection(parts, timeout, ssl_context)
-        try:
-            connection.request(method, (parts.path or '/') + ('?' + parts.query if parts.query else ''),
-                               body=body, headers=headers)
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
-    except (HTTPException, OSError, ValueError) as exc:
-        return NO_ANSWER, str(exc).encode('utf-8', 'replace')
-
-
-def open_connection(parts, timeout, ssl_context=None):
-    """An unopened http.client connection for a urlsplit() URL: TLS for https, plain for http, else ValueError."""
-    if parts.scheme == 'https':
-        return HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout,
-                               context=ssl_context or ssl.create_default_context())
-    if parts.scheme == 'http':
-        return HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-    raise ValueError('only http and https URLs are spoken (got %r)' % (parts.scheme or 'no scheme'))
-
-
-def http_get(url, timeout):
-    return http_request('GET', url, timeout)
+        text = body.decode('utf-8') if isinstance(body, bytes) else body
+    except UnicodeDecodeError as exc:
+        raise JsonError('not UTF-8 (%s)' % exc)
+    if json_depth_exceeds(text, max_depth):
+        raise JsonError('JSON nested deeper than %d levels' % max_depth)
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise JsonError('JSON nested too deeply to parse')
+    except ValueError as exc:
+        raise JsonError('not JSON (%s)' % exc)
 
 
 def bearer(api_key):
     """The request headers that carry an API key (none without one), as SGLang and its router read them."""
     return {'Authorization': 'Bearer %s' % api_key} if api_key else {}
+
+
+def _refuse_unsendable(target, headers):
+    """HttpError for a request line or header that cannot go out as written: a line break in a value (an API
+    key pasted with its newline) would split the request. http.client lets more through: a folded line
+    break, a name with a space in it, a control character in the target before Python 3.7.4."""
+    try:
+        target.encode('ascii')
+        for name, value in headers.items():
+            ('%s%s' % (name, value)).encode('latin-1')
+    except UnicodeEncodeError:
+        raise HttpError('refused to send a request line or header that is not Latin-1 text')
+    if _UNSENDABLE_TARGET.search(target) or any(not str(name) or _UNSENDABLE_NAME.search(str(name))
+                                                or _UNSENDABLE_VALUE.search(str(value)) for name, value in headers.items()):
+        raise HttpError('refused to send a request line or header with a control character in it')
+
+
+class _Exchange(object):
+    """One exchange's deadline, and its socket as http.client uses one (sendall, makefile, close): each send
+    and read first sets the socket's timeout to the time left, so every wait on the peer ends by the deadline."""
+
+    def __init__(self, timeout, clock):
+        self.timeout = timeout
+        self.clock = clock
+        self.deadline = clock() + timeout
+        self.phase = 'sending the request'
+        self.sock = None
+
+    def timed_out(self):
+        return HttpTimeout('no complete answer within %ss (timed out %s)'
+                           % (('%.3f' % self.timeout).rstrip('0').rstrip('.'), self.phase))
+
+    def left(self):
+        """Seconds left; HttpTimeout when none."""
+        left = self.deadline - self.clock()
+        if left <= 0:
+            raise self.timed_out()
+        return left
+
+    def connect(self, host, port, context):
+        self.phase = 'connecting to %s:%s' % (host, port)
+        self.sock = socket.create_connection((host, port), self.left())
+        if context is not None:
+            self.phase = 'in the TLS handshake with %s:%s' % (host, port)
+            # CPython bounds a whole handshake, every wait in it, by the socket's timeout.
+            self.sock.settimeout(self.left())
+            self.sock = context.wrap_socket(self.sock, server_hostname=host)
+        return self
+
+    def _bounded(self, call, data):
+        self.sock.settimeout(self.left())
+        try:
+            return call(data)
+        except socket.timeout:
+            raise self.timed_out()
+
+    def sendall(self, data):
+        self.phase = 'sending the request'
+        self._bounded(self.sock.sendall, data)  # since Python 3.5 its timeout bounds the whole call
+        self.phase = 'reading the status line'
+
+    def recv_into(self, buffer):
+        count = self._bounded(self.sock.recv_into, buffer)
+        if self.phase == 'reading the status line' and b'\n' in bytes(buffer[:count]):
+            self.phase = 'reading the headers'
+        return count
+
+    def makefile(self, mode):
+        return io.BufferedReader(_Reader(self))
+
+    def close(self):
+        """Nothing: http.client closes its connection once the head says the peer will close, then reads the
+        body through makefile's reader (a socket.socket defers that close too); Response.close calls end()."""
+
+    def end(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    @contextlib.contextmanager
+    def failures(self):
+        """Whatever the socket, ssl or http.client raise, as an HttpError that names the phase."""
+        try:
+            yield
+        except HttpError:
+            raise
+        except socket.timeout:  # in connect or the TLS handshake, each bounded by the time left
+            raise self.timed_out()
+        except http.client.RemoteDisconnected:
+            raise HttpProtocolError('the answer ended %s' % self.phase)
+        except (http.client.BadStatusLine, http.client.UnknownProtocol) as exc:
+            raise HttpProtocolError('not an HTTP/1.x status line: %r' % exc.args[0][:100])
+        except http.client.IncompleteRead:  # raised here only by a chunked body: a length is checked in Response
+            raise HttpProtocolError('the chunked framing is broken or the answer ended inside a chunk')
+        except http.client.HTTPException as exc:
+            # LineTooLong, and the 100-header cap, which http.client raises without a class of its own.
+            over = isinstance(exc, http.client.LineTooLong) or 'more than' in str(exc)
+            raise (HttpTooLarge if over else HttpProtocolError)(str(exc) or type(exc).__name__)
+        except (OSError, ValueError) as exc:  # refused, reset, a bad certificate (a ValueError before 3.7)
+            raise HttpError('%s: %s' % (self.phase, exc))
+
+
+class _Reader(io.RawIOBase):
+    """What http.client reads the answer through: each read one recv bounded by the deadline."""
+
+    def __init__(self, exchange):
+        io.RawIOBase.__init__(self)
+        self.readinto = exchange.recv_into
+
+    def readable(self):
+        return True
+
+
+class Response(object):
+    """The answer to one request: status, reason, headers (lower-case names), and its body read within caps.
+
+    Reads go on within the exchange's deadline; close() (or a with block) ends the connection.
+    """
+
+    def __init__(self, response, exchange):
+        self._response = response
+        self._exchange = exchange
+        self.status, self.reason = response.status, response.reason
+        self.headers = dict((name.lower(), response.getheader(name)) for name in response.msg.keys())
+        # email's parser, under http.client, stops at a line that is not a header and keeps the rest as a body.
+        if response.msg.defects:
+            raise HttpProtocolError('not a header line: %r' % str(response.msg.get_payload())[:100])
+        # http.client takes the first of several lengths, and reads to the close past one it cannot parse.
+        declared = response.getheader('content-length')
+        if declared is not None and not response.chunked:
+            lengths = set(value.strip() for value in declared.split(','))
+            if len(lengths) != 1 or not lengths.pop().isdigit():
+                raise HttpProtocolError('a bad Content-Length: %r' % declared[:100])
+        exchange.phase = 'reading the body'
+
+    def _ended(self):
+        # http.client ends a body cut short of its Content-Length quietly, with the rest still counted here.
+        if self._response.length:
+            raise HttpProtocolError('the answer ended %d bytes short of its Content-Length' % self._response.length)
+
+    def read(self, max_bytes=MAX_CONTROL_BODY):
+        """The whole body (what readline has not taken); HttpTooLarge as soon as it passes max_bytes."""
+        if (self._response.length or 0) > max_bytes:
+            raise HttpTooLarge('the answer is %d bytes (Content-Length), over the %d-byte cap'
+                               % (self._response.length, max_bytes))
+        body = bytearray()
+        with self._exchange.failures():
+            for piece in iter(lambda: self._response.read(READ_CHUNK), b''):
+                body.extend(piece)
+                if len(body) > max_bytes:
+                    raise HttpTooLarge('the answer is longer than the %d-byte cap' % max_bytes)
+        self._ended()
+        return bytes(body)
+
+    def readline(self, max_line):
+        """The body's next line with its b'\\n' (the last one may lack it); b'' at the end of the body.
+
+        HttpTooLarge when a line passes max_line bytes; HttpTimeout once the deadline has passed, even
+        while the peer keeps sending (an endless stream ends with the exchange).
+        """
+        with self._exchange.failures():
+            self._exchange.left()
+            line = self._response.readline(max_line + 1)
+        if len(line) > max_line:
+            raise HttpTooLarge('a line of the answer is longer than the %d-byte cap' % max_line)
+        if not line:
+            self._ended()
+        return line
+
+    def close(self):
+        self._response.close()
+        self._exchange.end()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def open_response(method, url, timeout, body=None, headers=None, ssl_context=None, clock=time.monotonic):
+    """Send one request and read the answer's head, all within timeout seconds (the body's reads too).
+
+    The request goes straight to the URL's address, never through an http_proxy the environment may name,
+    with Connection: close (one exchange a connection). A dict body is sent as JSON. An https URL is spoken
+    over TLS with its certificate verified against the system's trust store (ssl_context overrides it); any
+    other scheme than http or https is refused, never spoken as plain HTTP.
+    Raises HttpError (HttpTimeout, HttpTooLarge, HttpProtocolError); the caller closes the Response.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ('http', 'https'):
+        raise HttpError('only http and https URLs are spoken (got %r)' % (parts.scheme or 'no scheme'))
+    default_port = 443 if parts.scheme == 'https' else 80
+    try:
+        port = parts.port or default_port
+    except ValueError as exc:  # a port out of range or not a number
+        raise HttpError('a bad URL: %s' % exc)
+    if not parts.hostname:
+        raise HttpError('a URL without a host')
+    headers = dict(headers or {}, Connection='close')
+    if isinstance(body, dict):
+        body = json.dumps(body).encode('utf-8')
+        headers.setdefault('Content-Type', 'application/json')
+    target = (parts.path or '/') + ('?' + parts.query if parts.query else '')
+    _refuse_unsendable(target, headers)
+    exchange = _Exchange(float(timeout), clock)
+    try:
+        with exchange.failures():
+            context = (ssl_context or ssl.create_default_context()) if parts.scheme == 'https' else None
+            connection = http.client.HTTPConnection(parts.hostname, port)
+            connection.default_port = default_port  # the Host header names the port unless it is the scheme's
+            connection.sock = exchange.connect(parts.hostname, port, context)
+            connection.request(method, target, body, headers)
+            return Response(connection.getresponse(), exchange)
+    except BaseException:
+        exchange.end()
+        raise
+
+
+def fetch(method, url, timeout, body=None, headers=None, ssl_context=None, max_body=MAX_CONTROL_BODY):
+    """(status, body bytes) of one request, all of it within timeout seconds; raises HttpError."""
+    with open_response(method, url, timeout, body=body, headers=headers, ssl_context=ssl_context) as response:
+        return response.status, response.read(max_body)
+
+
+def http_request(method, url, timeout, body=None, headers=None, ssl_context=None, max_body=MAX_CONTROL_BODY):
+    """(status, body bytes) of one request; (NO_ANSWER, why as bytes) when no usable answer came in time.
+
+    Never raises for anything the peer does: fetch's HttpError becomes NO_ANSWER with its message.
+    """
+    try:
+        return fetch(method, url, timeout, body=body, headers=headers, ssl_context=ssl_context, max_body=max_body)
+    except HttpError as exc:
+        return NO_ANSWER, str(exc).encode('utf-8', 'replace')
+
+
+def http_get(url, timeout, max_body=MAX_CONTROL_BODY):
+    return http_request('GET', url, timeout, max_body=max_body)

@@ -24,11 +24,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import json
 import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import bearer, http_request
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import bearer, http_request, parse_json
 
 
 class RouterError(Exception):
@@ -49,7 +48,7 @@ UNREAD = object()
 def workers_from_listing(body):
     """[{"id", "url", "is_healthy", "status"}] from a GET /workers body (sglang-router 0.3.x, smg, or a bare list
     as older gateways sent); "status" is None where the gateway gives none."""
-    data = json.loads(body.decode('utf-8'))
+    data = parse_json(body)
     entries = data.get('workers') if isinstance(data, dict) else data
     if not isinstance(entries, list):
         raise RouterError('GET /workers answered without a "workers" list')
@@ -90,7 +89,12 @@ def not_ready_detail(worker):
 
 
 class Router(object):
-    """One router, reached at base_url; every request bounded by request_timeout."""
+    """One router, reached at base_url; every request bounded by request_timeout.
+
+    The bound is on the whole exchange and its answer is capped (_http): a router that trickles, never ends
+    its answer or answers a body that is not a listing costs one request_timeout and a RouterError, so
+    take_out and admit end within their timeout plus about two request_timeouts whatever the router does.
+    """
 
     def __init__(self, base_url, request_timeout=5.0, api_key=None):
         self.base_url = normalize_url(base_url)

@@ -36,7 +36,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import subprocess_runner
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request, parse_json
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_identity, read_proc_record
@@ -122,10 +122,12 @@ def _option_values(args, name):
             yield args[index + 1]
 
 
-def answered(path, status):
-    """How a failed request answered, in words an operator can act on."""
+def answered(path, status, body=None):
+    """How a failed request answered, in words an operator can act on (with no answer, why: body is then
+    _http's reason, a timeout or a cap, say)."""
     if status == NO_ANSWER:
-        return '%s answered nothing' % path
+        why = body.decode('utf-8', 'replace') if body else ''
+        return '%s answered nothing%s' % (path, ': %s' % why if why else '')
     if status == 401:
         return ('%s answered 401: the server wants an API key and refused the one in its launch configuration'
                 ' (or there was none)' % path)
@@ -134,7 +136,7 @@ def answered(path, status):
 
 def in_flight_from_loads(path, body):
     """Requests the server holds (running + waiting), from SGLang's /v1/loads or older /get_load."""
-    data = json.loads(body.decode('utf-8'))
+    data = parse_json(body)
     if path == '/v1/loads':
         return int(data['aggregate']['total_reqs'])
     return sum(int(rank['num_reqs']) for rank in data)
@@ -484,7 +486,7 @@ class Server(object):
                 except (ValueError, KeyError, TypeError) as exc:
                     return None, '%s answered 200 with an unexpected body (%s)' % (path, exc)
             if status != 404:
-                return None, answered(path, status)
+                return None, answered(path, status, body)
         return None, self.NO_LOAD_ENDPOINT
 
     def wait_idle(self, timeout, interval=0.25, settle_reads=2):
@@ -561,10 +563,10 @@ class Server(object):
                                      body={'text': 'ping', 'sampling_params': {'max_new_tokens': 1, 'temperature': 0}})
         result = {'status': status, 'elapsed': round(time.time() - begun, 3), 'ok': False, 'why': None}
         if status != 200:
-            result['why'] = answered('POST /generate', status)
+            result['why'] = answered('POST /generate', status, body)
             return result
         try:
-            answer = json.loads(body.decode('utf-8'))
+            answer = parse_json(body)
             text = answer[0]['text'] if isinstance(answer, list) else answer['text']
         except (ValueError, KeyError, IndexError, TypeError):
             result['why'] = 'POST /generate answered 200 without a generated text'
@@ -593,11 +595,14 @@ class Server(object):
             status, body = self._request('GET', path, 10)
             if status == 200:
                 try:
-                    return json.loads(body.decode('utf-8'))
-                except ValueError:
-                    raise ServerError('%s answered 200 with a body that is not JSON' % path)
+                    info = parse_json(body)
+                except ValueError as exc:
+                    raise ServerError('%s answered 200 with a body that is not JSON: %s' % (path, exc))
+                if not isinstance(info, dict):
+                    raise ServerError('%s answered 200 with JSON that is not an object' % path)
+                return info
             if status != 404:
-                raise ServerError(answered(path, status))
+                raise ServerError(answered(path, status, body))
         raise ServerError('neither /server_info nor /get_server_info exists')
 
 

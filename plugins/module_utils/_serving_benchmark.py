@@ -14,11 +14,13 @@ time to first token (TTFT: request sent to the first event that carries output) 
 (ITL: the gap between two events divided by the tokens the later one added, one sample per token, so a
 speculative step that accepts three tokens counts three gaps of a third). Per level: output tokens per
 second (every token streamed in the level over the level's wall time), TTFT and ITL p50/p95 over all
-samples of the level, errors (refused, an HTTP error, an ``error`` event, a stream that ends unfinished).
+samples of the level, errors (refused, an HTTP error, an ``error`` event, a stream that ends unfinished,
+an answer that is not SGLang's or goes over a cap) and the first error's reason.
 
 Bounded: requests_per_level requests per level, and a level stops at timeout_s (its requests in flight
-are cut, it reports ``timed_out``). The connections go straight to the server (http.client: never an
-http_proxy from the environment), with the API key as a Bearer token.
+are cut, it reports ``timed_out``): every exchange ends by the level's deadline, however the server paces
+its bytes, and reads at most MAX_EVENT_LINE for one event (_http). The connections go straight to the server
+(never an http_proxy from the environment), with the API key as a Bearer token.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -30,19 +32,19 @@ import math
 import threading
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import bearer, http_request, open_connection
-
-try:  # Python 3
-    from http.client import HTTPException
-    from urllib.parse import urlsplit
-except ImportError:  # pragma: no cover - Python 2 targets are not supported
-    HTTPException = urlsplit = None
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import (
+    HttpError, JsonError, bearer, http_request, open_response, parse_json)
 
 # SGLang's Prometheus names (--enable-metrics) and the keys run_benchmark reports them under.
 METRICS = (('sglang:gen_throughput', 'gen_throughput'), ('sglang:spec_accept_length', 'spec_accept_length'))
 PROGRESS_INTERVAL_S = 1.0
-# The shortest socket wait: a request whose level is out of time still gets one last read.
+# The shortest exchange: a request issued just before its level's deadline still gets one.
 MIN_READ_S = 0.05
+# One event line: SGLang's events carry the text so far, a few KB for thousands of tokens; a line past this is
+# a broken or hostile server, and reading it on would only grow memory.
+MAX_EVENT_LINE = 1024 * 1024
+# Prometheus text of a server with histograms per rank: a few hundred KB.
+MAX_METRICS_BODY = 8 * 1024 * 1024
 
 
 def percentile(samples, fraction):
@@ -95,7 +97,8 @@ def summarize_level(concurrency, requests, outcomes, wall_s, timed_out):
             'output_tok_s': round(tokens / wall_s, 2) if wall_s > 0 else 0.0,
             'ttft_p50_s': rounded(percentile(ttft, 0.5)), 'ttft_p95_s': rounded(percentile(ttft, 0.95)),
             'itl_p50_s': rounded(percentile(itl, 0.5)), 'itl_p95_s': rounded(percentile(itl, 0.95)),
-            'timed_out': bool(timed_out)}
+            'timed_out': bool(timed_out),
+            'first_error': next((o['error'] for o in outcomes if o['error'] is not None), None)}
 
 
 def parse_event(line):
@@ -107,10 +110,23 @@ def parse_event(line):
     if payload == b'[DONE]':
         return 'done', None
     try:
-        chunk = json.loads(payload.decode('utf-8'))
-    except ValueError:
-        return 'chunk', {'error': {'message': 'an event that is not JSON'}}
+        chunk = parse_json(payload)
+    except JsonError as exc:
+        return 'chunk', {'error': {'message': 'an event that is not JSON: %s' % exc}}
     return 'chunk', chunk if isinstance(chunk, dict) else {'error': {'message': 'an event that is not an object'}}
+
+
+def event_progress(chunk):
+    """(completion_tokens so far, finished) of one event; ValueError naming what is malformed."""
+    meta = chunk.get('meta_info')
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise ValueError('an event whose meta_info is not an object')
+    tokens = meta.get('completion_tokens') or 0
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        raise ValueError('an event whose completion_tokens is not a count: %.100r' % (tokens,))
+    return tokens, meta.get('finish_reason') is not None
 
 
 def parse_metrics(text):
@@ -139,7 +155,7 @@ def parse_metrics(text):
 
 def read_metrics_from(base_url, timeout, api_key=None):
     """The server's figures from /metrics, or None where it exports none (404, no answer, not text)."""
-    status, body = http_request('GET', base_url + '/metrics', timeout, headers=bearer(api_key))
+    status, body = http_request('GET', base_url + '/metrics', timeout, headers=bearer(api_key), max_body=MAX_METRICS_BODY)
     if status != 200:
         return None
     try:
@@ -154,55 +170,60 @@ def generate_body(prompt, max_new_tokens):
         'max_new_tokens': max_new_tokens, 'ignore_eos': True, 'temperature': 0}}).encode('utf-8')
 
 
-def stream_request(base_url, body, api_key, deadline, clock):
+def stream_request(base_url, body, api_key, deadline, clock, max_new_tokens=None):
     """One streamed /generate: {'completed', 'error', 'cut', 'ttft_s', 'itl_s', 'output_tokens'}.
 
-    Every socket wait ends by the level's deadline, so a server that stops answering cannot hold
-    the benchmark: the request is then 'cut' (not an error: the level says it timed out).
+    The whole exchange ends by the level's deadline, however the server paces its bytes (_http), so a
+    server that stops answering, trickles or streams without end cannot hold the benchmark: the request is
+    then 'cut' (not an error: the level says it timed out). A line over MAX_EVENT_LINE, an event that is not
+    SGLang's, or more tokens than max_new_tokens asked is an error. Only events that add tokens are kept,
+    so a request holds at most max_new_tokens arrival times.
     """
-    parts = urlsplit(base_url)
     arrivals, sent, finished, error = [], clock(), False, None
     headers = dict(bearer(api_key), **{'Content-Type': 'application/json', 'Accept': 'text/event-stream'})
-    connection = None
     try:
-        connection = open_connection(parts, max(MIN_READ_S, deadline - clock()))
-        connection.request('POST', parts.path.rstrip('/') + '/generate', body=body, headers=headers)
-        # Held here: getresponse() drops the connection's reference when the server closes after the answer.
-        sock = connection.sock
-        response = connection.getresponse()
-        if response.status != 200:
-            error = 'HTTP %d' % response.status
-        while error is None:
-            sock.settimeout(max(MIN_READ_S, deadline - clock()))
-            line = response.readline()  # the response's own reader: uvicorn streams chunked
-            if not line:
-                error = None if finished else 'the stream ended before the request finished'
-                break
-            kind, chunk = parse_event(line)
-            if kind == 'done':
-                break
-            if kind is None:
-                continue
-            if 'error' in chunk:
-                error = 'the server answered an error: %s' % (chunk['error'],)
-                break
-            meta = chunk.get('meta_info') or {}
-            arrivals.append((clock(), int(meta.get('completion_tokens') or 0)))
-            finished = finished or meta.get('finish_reason') is not None
+        with open_response('POST', base_url + '/generate', max(MIN_READ_S, deadline - clock()), body=body,
+                           headers=headers) as response:
+            if response.status != 200:
+                error = 'HTTP %d' % response.status
+            last_tokens = 0
+            while error is None:
+                line = response.readline(MAX_EVENT_LINE)
+                if not line:
+                    error = None if finished else 'the stream ended before the request finished'
+                    break
+                kind, chunk = parse_event(line)
+                if kind == 'done':
+                    break
+                if kind is None:
+                    continue
+                if 'error' in chunk:
+                    error = 'the server answered an error: %.300s' % (chunk['error'],)
+                    break
+                tokens, last = event_progress(chunk)
+                if max_new_tokens is not None and tokens > max_new_tokens:
+                    error = 'the server streamed %d tokens, more than the %d asked' % (tokens, max_new_tokens)
+                    break
+                if tokens > last_tokens:
+                    arrivals.append((clock(), tokens))
+                    last_tokens = tokens
+                finished = finished or last
         if error is None and not finished:
             error = 'the stream ended without a finish reason'
-    except (HTTPException, OSError, ValueError) as exc:
-        error = '%s: %s' % (type(exc).__name__, exc)
-    finally:
-        if connection is not None:
-            connection.close()
+    except (HttpError, ValueError) as exc:
+        error = str(exc)
     cut = error is not None and clock() >= deadline
     ttft, itl = request_timings(sent, arrivals)
     return {'completed': error is None, 'error': None if cut else error, 'cut': cut, 'ttft_s': ttft, 'itl_s': itl,
             'output_tokens': arrivals[-1][1] if arrivals else 0}
 
 
-def run_level(base_url, concurrency, requests, body, timeout_s, api_key, on_progress, clock):
+def failed_outcome(error):
+    """The outcome of a request that failed before it streamed anything."""
+    return {'completed': False, 'error': error, 'cut': False, 'ttft_s': None, 'itl_s': [], 'output_tokens': 0}
+
+
+def run_level(base_url, concurrency, requests, body, timeout_s, api_key, on_progress, clock, max_new_tokens=None):
     """requests streamed requests, concurrency at a time, within timeout_s: the level's figures."""
     started = clock()
     deadline = started + timeout_s
@@ -215,7 +236,12 @@ def run_level(base_url, concurrency, requests, body, timeout_s, api_key, on_prog
                 if issued[0] >= requests or clock() >= deadline:
                     return
                 issued[0] += 1
-            outcome = stream_request(base_url, body, api_key, deadline, clock)
+            try:
+                outcome = stream_request(base_url, body, api_key, deadline, clock, max_new_tokens)
+            except Exception as exc:
+                # Every request issued is counted: whatever an answer makes the parsing raise is a failed
+                # request, never a thread that dies and takes its request out of the figures.
+                outcome = failed_outcome('%s: %s' % (type(exc).__name__, exc))
             with lock:
                 outcomes.append(outcome)
     threads = [threading.Thread(target=worker) for dummy in range(min(concurrency, requests))]
@@ -241,7 +267,8 @@ def run_benchmark(base_url, levels, requests_per_level, max_new_tokens, prompt, 
     """Measure levels (concurrencies) in order, then read /metrics where asked.
 
     -> {'levels': [{'concurrency', 'requests', 'completed', 'errors', 'output_tokens', 'wall_s',
-                    'output_tok_s', 'ttft_p50_s', 'ttft_p95_s', 'itl_p50_s', 'itl_p95_s', 'timed_out'}],
+                    'output_tok_s', 'ttft_p50_s', 'ttft_p95_s', 'itl_p50_s', 'itl_p95_s', 'timed_out',
+                    'first_error'}],
         'metrics': {'gen_throughput', 'spec_accept_length'} or None, 'elapsed_s'}
 
     timeout_s bounds each level (the whole run: len(levels) * timeout_s and one /metrics read).
@@ -253,6 +280,6 @@ def run_benchmark(base_url, levels, requests_per_level, max_new_tokens, prompt, 
     base_url = base_url.rstrip('/')
     body = generate_body(prompt, max_new_tokens)
     results = [run_level(base_url, int(concurrency), int(requests_per_level), body, float(timeout_s), api_key,
-                         on_progress, clock) for concurrency in levels]
+                         on_progress, clock, int(max_new_tokens)) for concurrency in levels]
     metrics = read_metrics_from(base_url, min(10.0, float(timeout_s)), api_key) if read_metrics else None
     return {'levels': results, 'metrics': metrics, 'elapsed_s': round(clock() - started, 3)}

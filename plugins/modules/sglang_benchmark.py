@@ -64,7 +64,11 @@ options:
     type: str
     default: Write a short story about a lighthouse keeper who finds a message in a bottle.
   timeout:
-    description: Seconds each level may take; a level cut off by it is marked RV(levels[].timed_out).
+    description:
+      - Seconds each level may take; a level cut off by it is marked RV(levels[].timed_out).
+      - It bounds each request's whole exchange too, however the server paces its answer, and a request's
+        event line over 1 MiB is an error, so a broken or hostile server can neither hold the benchmark nor
+        grow its memory.
     type: float
     default: 60
   read_metrics:
@@ -144,6 +148,9 @@ levels:
     timed_out:
       description: Whether O(timeout) cut the level off.
       type: bool
+    first_error:
+      description: Why the first failed request of the level failed (null without an error).
+      type: str
 metrics:
   description: The server's own Prometheus figures after the load (null without C(/metrics) or O(read_metrics)).
   returned: always
@@ -207,8 +214,10 @@ def drain(params, lease):
 
 
 def level_line(level):
-    return 'concurrency %d: %.1f output tok/s, %d error(s)%s' % (
-        level['concurrency'], level['output_tok_s'], level['errors'], ' (timed out)' if level['timed_out'] else '')
+    return 'concurrency %d: %.1f output tok/s, %d error(s)%s%s' % (
+        level['concurrency'], level['output_tok_s'], level['errors'],
+        ' (first: %s)' % level['first_error'] if level.get('first_error') else '',
+        ' (timed out)' if level['timed_out'] else '')
 
 
 def measure(module, result, lease):

@@ -1,8 +1,12 @@
+import time
+
 import pytest
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import (
-    RouterError, in_router, normalize_url, ready, workers_from_listing)
+    Router, RouterError, in_router, normalize_url, ready, workers_from_listing)
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import in_flight_from_loads
+from helpers.hostile_http import (  # noqa: F401  (hostile_http: the fixture)
+    endless_line, hostile_http, huge_length, nested_brackets, trickle, trickle_body)
 from helpers.module_runner import read_fixture
 
 
@@ -55,3 +59,34 @@ def test_urls_compare_without_trailing_slash_or_spaces():
 def test_in_flight_counts_running_and_waiting_from_both_load_endpoints():
     assert in_flight_from_loads('/v1/loads', read_fixture('sglang-0.5.12-v1-loads.json').encode()) == 5
     assert in_flight_from_loads('/get_load', read_fixture('sglang-0.5.12-get-load.json').encode()) == 5
+
+
+# --- a hostile or hung router: every call ends within its request timeout as a RouterError ---
+
+@pytest.mark.parametrize('behaviour, said', [
+    (nested_brackets(), 'GET %s/workers answered an unexpected body: JSON nested deeper than 64 levels'),
+    (trickle(), 'GET %s/workers answered nothing: no complete answer within 1s (timed out reading the status line)'),
+    (trickle_body(), 'GET %s/workers answered nothing: no complete answer within 1s (timed out reading the body)'),
+    (huge_length(), 'GET %s/workers answered nothing: the answer is 10737418240 bytes (Content-Length), over the '
+                    '1048576-byte cap'),
+    (endless_line(b'application/json', b'{"workers": "'),
+     'GET %s/workers answered nothing: the answer is longer than the 1048576-byte cap'),
+], ids=['nested-brackets', 'trickled-head', 'trickled-body', 'huge-length', 'endless-body'])
+def test_a_hostile_router_is_a_router_error_within_the_request_timeout(hostile_http, behaviour, said):
+    server = hostile_http(behaviour)
+    router = Router(server.url, request_timeout=1.0)
+    begun = time.monotonic()
+    with pytest.raises(RouterError) as raised:
+        router.workers()
+    assert str(raised.value) == said % server.url
+    assert time.monotonic() - begun < 3 * 1.0
+
+
+def test_taking_a_worker_out_of_a_trickling_router_ends_by_its_timeouts(hostile_http):
+    # The guard's watcher takes the server out of the router on its own: a router that trickles its answer
+    # must cost it a failed step, not the rest of its deadline.
+    server = hostile_http(trickle())
+    begun = time.monotonic()
+    with pytest.raises(RouterError, match='no complete answer within 1s'):
+        Router(server.url, request_timeout=1.0).take_out('http://127.0.0.1:1', timeout=2)
+    assert time.monotonic() - begun < 3 * (2 + 1.0)

@@ -14,10 +14,12 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark i
     parse_event,
     parse_metrics,
     percentile,
+    read_metrics_from,
     request_timings,
     run_benchmark,
     summarize_level,
 )
+from helpers.hostile_http import endless_events, endless_line, hostile_http, huge_length, trickle  # noqa: F401
 from helpers.http_responder import Reply, closed_port_url, http_responder  # noqa: F401  (the fixture)
 
 
@@ -75,7 +77,7 @@ def test_a_level_sums_tokens_over_its_wall_time_and_pools_the_samples():
     level = summarize_level(2, 5, outcomes, 2.0, True)
     assert level == {'concurrency': 2, 'requests': 5, 'completed': 2, 'errors': 1, 'output_tokens': 10,
                      'wall_s': 2.0, 'output_tok_s': 5.0, 'ttft_p50_s': 0.3, 'ttft_p95_s': pytest.approx(0.39),
-                     'itl_p50_s': 0.2, 'itl_p95_s': pytest.approx(0.27), 'timed_out': True}
+                     'itl_p50_s': 0.2, 'itl_p95_s': pytest.approx(0.27), 'timed_out': True, 'first_error': 'HTTP 503'}
 
 
 def test_a_level_with_nothing_streamed_has_no_latencies_and_no_throughput():
@@ -90,7 +92,8 @@ def test_a_level_with_nothing_streamed_has_no_latencies_and_no_throughput():
     (b'data: [DONE]\n', ('done', None)),
     (b'\n', (None, None)),
     (b': a comment\n', (None, None)),
-    (b'data: not json\n', ('chunk', {'error': {'message': 'an event that is not JSON'}})),
+    (b'data: not json\n', ('chunk', {'error': {'message': 'an event that is not JSON: not JSON (Expecting value: '
+                                                           'line 1 column 1 (char 0))'}})),
     (b'data: [1]\n', ('chunk', {'error': {'message': 'an event that is not an object'}})),
 ])
 def test_event_lines_as_sglang_writes_them(line, expected):
@@ -216,3 +219,64 @@ def test_a_level_that_runs_out_of_time_stops_and_says_so(http_responder):
     result = run_benchmark(http_responder.url, [2, 1], 50, 2, 'x', 1.0, read_metrics=False)
     assert time.monotonic() - started < 60  # bounded by the levels' 1 s each, not by the server's 120 s
     assert [(lvl['timed_out'], lvl['completed'], lvl['errors']) for lvl in result['levels']] == [(True, 0, 0)] * 2
+
+
+# --- a broken or hostile server: every request counted, every level ended by its timeout, memory capped ---
+
+def test_nested_brackets_in_an_event_are_an_error_event_not_a_recursion_error():
+    kind, chunk = parse_event(b'data: ' + b'[' * 200000 + b'\n')
+    assert (kind, chunk) == ('chunk', {'error': {'message': 'an event that is not JSON: JSON nested deeper than 64 levels'}})
+
+
+@pytest.mark.parametrize('event, said', [
+    ({'text': 'a', 'meta_info': ['not', 'an', 'object']}, 'an event whose meta_info is not an object'),
+    ({'text': 'a', 'meta_info': {'completion_tokens': [1]}}, 'an event whose completion_tokens is not a count: [1]'),
+    ({'text': 'a', 'meta_info': {'completion_tokens': '2'}}, "an event whose completion_tokens is not a count: '2'"),
+    ({'text': 'a', 'meta_info': {'completion_tokens': 99, 'finish_reason': None}},
+     'the server streamed 99 tokens, more than the 3 asked'),
+])
+def test_an_event_that_is_not_sglangs_counts_every_request_as_an_error(http_responder, event, said):
+    # Such an event once raised out of a worker thread: its request was never counted, the level looked clean.
+    http_responder.route('POST', '/generate', body='data: %s\n\n' % json.dumps(event))
+    level = run_benchmark(http_responder.url, [2], 4, 3, 'x', 30, read_metrics=False)['levels'][0]
+    assert (level['errors'], level['completed'], level['timed_out'], level['first_error']) == (4, 0, False, said)
+
+
+def test_a_request_whose_reading_raises_anything_is_still_counted(http_responder, monkeypatch):
+    from ansible_collections.gpuops.sglang.plugins.module_utils import _serving_benchmark
+
+    def broken(*args):
+        raise KeyError('meta_info')
+    monkeypatch.setattr(_serving_benchmark, 'stream_request', broken)
+    level = run_benchmark(http_responder.url, [3], 5, 3, 'x', 30, read_metrics=False)['levels'][0]
+    assert (level['requests'], level['errors'], level['first_error']) == (5, 5, "KeyError: 'meta_info'")
+
+
+def test_an_endless_event_stream_is_cut_at_the_levels_timeout(hostile_http):
+    server = hostile_http(endless_events())
+    started = time.monotonic()
+    level = run_benchmark(server.url, [2], 4, 3, 'x', 2.0, read_metrics=False)['levels'][0]
+    assert time.monotonic() - started < 3 * 2.0
+    # Two requests in flight, each streamed its one token again and again until the level's end cut it.
+    assert (level['timed_out'], level['completed'], level['errors'], level['output_tokens']) == (True, 0, 0, 2)
+
+
+def test_a_trickling_server_is_cut_at_the_levels_timeout(hostile_http):
+    server = hostile_http(trickle())
+    started = time.monotonic()
+    level = run_benchmark(server.url, [1], 3, 3, 'x', 2.0, read_metrics=False)['levels'][0]
+    assert time.monotonic() - started < 3 * 2.0
+    assert (level['timed_out'], level['completed'], level['errors']) == (True, 0, 0)
+
+
+def test_an_event_line_without_end_stops_at_the_line_cap(hostile_http):
+    server = hostile_http(endless_line())
+    level = run_benchmark(server.url, [1], 2, 3, 'x', 30, read_metrics=False)['levels'][0]
+    assert (level['errors'], level['completed'], level['timed_out']) == (2, 0, False)
+    assert level['first_error'] == 'a line of the answer is longer than the 1048576-byte cap'
+    assert server.client_went_away.wait(10)
+
+
+def test_metrics_over_their_cap_are_no_metrics(hostile_http):
+    server = hostile_http(huge_length())
+    assert read_metrics_from(server.url, 5) is None

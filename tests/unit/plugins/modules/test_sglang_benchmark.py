@@ -11,7 +11,7 @@ from ansible_collections.gpuops.sglang.plugins.modules import sglang_benchmark
 
 KEYS = {'changed', 'measured', 'levels', 'metrics', 'elapsed_s', 'drain', 'msg'}
 LEVEL_KEYS = {'concurrency', 'requests', 'completed', 'errors', 'output_tokens', 'wall_s', 'output_tok_s',
-              'ttft_p50_s', 'ttft_p95_s', 'itl_p50_s', 'itl_p95_s', 'timed_out'}
+              'ttft_p50_s', 'ttft_p95_s', 'itl_p50_s', 'itl_p95_s', 'timed_out', 'first_error'}
 METRICS_TEXT = ('# TYPE sglang:gen_throughput gauge\nsglang:gen_throughput{model_name="m"} 401.5\n'
                 '# TYPE sglang:spec_accept_length gauge\nsglang:spec_accept_length{model_name="m"} 2.5\n')
 
