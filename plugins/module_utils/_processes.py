@@ -24,15 +24,15 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 
-# Upstream SGLang's own cleanup (test_utils kill_process_tree callers and the
-# killall scripts) matches these command lines; /proc/PID/comm is cut to 15
-# characters ("sglang::schedul"), so patterns run against the full command line.
+# What SGLang runs, anchored (issue 28): its children's titles (`sglang::scheduler_TP0`, `sglang::detokenizer`;
+# /proc/PID/comm is cut to 15 characters, "sglang::schedul", so patterns run against the full command line)
+# and an interpreter running one of its modules with -m. Upstream's own cleanup searches the bare substrings
+# (`sglang.srt`, `sglang.bench`), which also match `vim notes-on-sglang.srt.md` or `tail -f sglang.bench.log`.
+# The role's sglang_kill_patterns default is these two plus its launch module.
+PYTHON_DASH_M = r'^(\S*/)?python[0-9.]*( -[WX] \S+| -[^m ]\S*)* -m '
 DEFAULT_SGLANG_PATTERNS = [
-    r'sglang::',
-    r'sglang\.launch_server',
-    r'sglang\.bench',
-    r'sglang\.data_parallel',
-    r'sglang\.srt',
+    r'^sglang::',
+    PYTHON_DASH_M + r'sglang\.(launch_server|bench_\w+|srt(\.\w+)+|data_parallel\w*)( |$)',
 ]
 
 SIGNALS = {'TERM': _signal.SIGTERM, 'KILL': _signal.SIGKILL}

@@ -53,12 +53,14 @@ options:
     description:
       - Python regular expressions searched in each process's full command line (not the 15-character
         C(comm), which cuts C(sglang::scheduler) to C(sglang::schedul)).
-      - The default matches what upstream SGLang's own cleanup matches; the launcher, the
-        C(sglang::) children, C(sglang.srt), C(sglang.bench) and C(sglang.data_parallel).
+      - The default matches what SGLang runs, anchored at the start of the command line; its C(sglang::)
+        children's titles, and a Python interpreter running C(-m sglang.launch_server), C(-m sglang.bench_*),
+        C(-m sglang.srt.*) or C(-m sglang.data_parallel*). Upstream's own cleanup searches the bare
+        substrings, which also match an editor or a C(tail -f) whose arguments merely name them.
       - An empty list, or an empty pattern (which matches every process), is refused.
     type: list
     elements: str
-    default: ['sglang::', 'sglang\.launch_server', 'sglang\.bench', 'sglang\.data_parallel', 'sglang\.srt']
+    default: ['^sglang::', '^(\S*/)?python[0-9.]*( -[WX] \S+| -[^m ]\S*)* -m sglang\.(launch_server|bench_\w+|srt(\.\w+)+|data_parallel\w*)( |$)']
   term_timeout:
     description:
       - Seconds to wait after SIGTERM before SIGKILL. SGLang drains its requests on SIGTERM and then

@@ -38,14 +38,16 @@ def test_page_starts_a_redeploy_shows_progress_live_and_draws_the_timeline(dashb
 
     page.fill('#token', 'not-the-token')
     page.click('#start')
-    page.wait_for_function("document.getElementById('status').textContent.includes('401')")
+    # Locator waits, not wait_for_function: the page's Content-Security-Policy (script-src 'self') forbids
+    # the eval a string predicate needs, as it would forbid an injected script.
+    sync_api.expect(page.locator('#status')).to_contain_text('401')
 
     page.fill('#token', dashboard.token)
     page.check('#force')
     page.click('#start')
     # Progress arrives while the run goes: the live phase of each host, and the event list.
     page.wait_for_selector('#live .phase[data-host="gpu1"]', timeout=RUN_TIMEOUT_MS)
-    page.wait_for_function("document.querySelectorAll('#progress li').length >= 5", timeout=RUN_TIMEOUT_MS)
+    page.locator('#progress li').nth(4).wait_for(timeout=RUN_TIMEOUT_MS)
     assert page.is_enabled('#cancel')
     # The finished run is drawn: one row per host, its phases as bars, the outage and "healthy".
     page.wait_for_selector('#timelines .run svg.timeline', timeout=RUN_TIMEOUT_MS)
@@ -62,7 +64,7 @@ def test_page_starts_a_redeploy_shows_progress_live_and_draws_the_timeline(dashb
         assert run.query_selector('g.host[data-host="%s"] circle.healthy' % host)
     # The orphan beside gpu1's server made the container kill run.
     assert run.query_selector('g.host[data-host="gpu1"] rect.phase[data-phase="kill"]')
-    page.wait_for_function("document.querySelectorAll('.host .dot.up').length == 2")
+    sync_api.expect(page.locator('.host .dot.up')).to_have_count(2)
     shot = os.environ.get('DASHBOARD_SCREENSHOT') or str(tmp_path / 'dashboard.png')
     page.screenshot(path=shot, full_page=True)
     assert os.path.getsize(shot) > 10000

@@ -229,3 +229,23 @@ def test_await_exit_of_processes_already_gone_or_of_nothing_returns_at_once():
     assert gone.report['still_running'] == [] and gone.report['waited_s'] == 0.0
     assert gone.report['gone_at'] is not None and source.sent == []
     assert processes.await_exit(source, [], 5, clock=clock, sleep=clock.sleep).report == processes.nothing_awaited()
+
+
+@pytest.mark.parametrize('cmdline, matched', [
+    ('python3 -m sglang.launch_server --model-path /m --port 30000', True),
+    ('/opt/sglang/bin/python3.11 -u -m sglang.launch_server --port 30000', True),
+    ('/usr/bin/python -X dev -m sglang.srt.entrypoints.http_server', True),
+    ('python3 -m sglang.bench_serving --backend sglang', True),
+    ('python3 -m sglang.data_parallel_controller', True),
+    ('sglang::scheduler_TP0', True),
+    ('sglang::detokenizer', True),
+    # Bystanders whose arguments merely name SGLang (issue 28, item 11): never signalled.
+    ('vim /home/ann/notes-on-sglang.srt.md', False),
+    ('tail -f /var/log/sglang.bench.log', False),
+    ('python3 -c print(1) sglang.srt', False),
+    ('python3 /home/ann/run.py -m sglang.srt.x', False),
+    ('grep sglang::', False),
+    ('python3 -m sglang.launch_serverless', False),
+])
+def test_default_patterns_match_what_sglang_runs_and_not_what_names_it(cmdline, matched):
+    assert bool(processes.select([record(10, cmdline)], SGLANG, protected_pids={1})) is matched
