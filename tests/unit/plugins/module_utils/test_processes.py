@@ -249,3 +249,12 @@ def test_await_exit_of_processes_already_gone_or_of_nothing_returns_at_once():
 ])
 def test_default_patterns_match_what_sglang_runs_and_not_what_names_it(cmdline, matched):
     assert bool(processes.select([record(10, cmdline)], SGLANG, protected_pids={1})) is matched
+
+
+def test_the_roles_kill_patterns_start_with_the_modules_defaults():
+    import os
+    import yaml
+    defaults = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'sglang', 'defaults', 'main.yml')
+    with open(defaults) as handle:
+        role_patterns = yaml.safe_load(handle)['sglang_kill_patterns']
+    assert role_patterns[:2] == processes.DEFAULT_SGLANG_PATTERNS
