@@ -18,6 +18,7 @@ ALLOW_JINJA_IN_EXTRA_VARS=template:
   `!unsafe`: Ansible never templates them, a `{{ ... }}` arrives as those characters;
 - what is stored or served back has every secret-like value replaced (`redact`).
 """
+import math
 import os
 import re
 
@@ -63,6 +64,10 @@ PINNED = {
     'sglang_router_worker_url': 'where the router sends this server\'s traffic',
     'sglang_dist_init_addr': 'where the ranks of a server group meet',
     'sglang_dist_init_port': 'where the ranks of a server group meet',
+    'sglang_host': 'where the run sends the server\'s API key and whose answers confirm the new server',
+    'sglang_port': 'where the run sends the server\'s API key and whose answers confirm the new server',
+    'sglang_extra_args': 'server arguments: they can move the server (--host), its ranks (--dist-init-addr), '
+                         'the files it writes, or let its clients run code (--enable-custom-logit-processor)',
     'sglang_api_key': _IN_THE_VAULT,
     'sglang_admin_api_key': _IN_THE_VAULT,
     'pve_node': 'each host\'s own Proxmox node',
@@ -112,6 +117,30 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# How deep a dict variable's values may nest (sglang_dynamic_spec_adaptive_config is {tier: {name: [steps]}}).
+DATA_DEPTH = 3
+
+
+def _check_data(key, value, depth):
+    """A value inside a dict variable: JSON data (strings, finite numbers, booleans, and lists or objects of
+    them with string keys) nested at most `depth` levels."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidExtraVars(key, 'must be a finite number, not %r' % value)
+    if isinstance(value, (str, int, float, bool)):
+        return
+    if depth <= 0 or not isinstance(value, (list, dict)):
+        raise InvalidExtraVars(key, 'must be a string, number, boolean, or a list or object of them '
+                                    '(at most %d levels deep)' % DATA_DEPTH)
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_data('%s[%d]' % (key, index), item, depth - 1)
+        return
+    for name, item in value.items():
+        if not isinstance(name, str):
+            raise InvalidExtraVars(key, 'must have string keys, not %r' % (name,))
+        _check_data('%s.%s' % (key, name), item, depth - 1)
+
+
 def _check(key, value, spec):
     kind = spec.get('type', 'str')
     if kind in ('str', 'path'):
@@ -119,7 +148,8 @@ def _check(key, value, spec):
     elif kind == 'int':
         ok = _is_int(value)
     elif kind == 'float':
-        ok = _is_int(value) or isinstance(value, float)
+        # NaN and infinity compare false with every bound, so they would pass a minimum and turn a gate off.
+        ok = _is_int(value) or (isinstance(value, float) and math.isfinite(value))
     elif kind == 'bool':
         ok = isinstance(value, bool)
     elif kind == 'list':
@@ -138,8 +168,7 @@ def _check(key, value, spec):
             _check('%s[%d]' % (key, index), item, {'type': spec['elements']})
     if kind == 'dict':
         for name, item in value.items():
-            if not isinstance(item, (str, int, float, bool)):
-                raise InvalidExtraVars('%s.%s' % (key, name), 'must be a string, number or boolean')
+            _check_data('%s.%s' % (key, name), item, DATA_DEPTH)
     if spec.get('choices') is not None and value not in spec['choices']:
         raise InvalidExtraVars(key, 'must be one of %s, not %r' % (', '.join(repr(c) for c in spec['choices']), value))
     if 'minimum' in spec and value < spec['minimum']:

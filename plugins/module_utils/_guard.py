@@ -421,8 +421,8 @@ class Guard(object):
             steps.problems.append(
                 '%d file(s) could not be restored (%s): the tree is half old, half new, so no server was started; '
                 'the pre-run bytes stay in %s and the guard stays owed a restore: fix the cause, then restore '
-                'again (playbooks/rollback.yml)' % (len(failed), ', '.join(entry['path'] for entry in failed),
-                                                     os.path.join(self.folder, 'files')))
+                'again (playbooks/rollback.yml)'
+                % (len(failed), ', '.join(entry['path'] for entry in failed), os.path.join(self.folder, 'files')))
             outcome['router_problem'] = 'nothing was started, so nothing was put back' if router else None
             outcome['readmitted'] = False if router else None
             return
@@ -705,6 +705,7 @@ def _read_stop_marker(path):
             return float(handle.read().strip())
     except (IOError, OSError, ValueError):
         return None
+
 
 # --- the watcher's command line ----------------------------------------------------
 

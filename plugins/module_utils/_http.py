@@ -310,7 +310,10 @@ def open_response(method, url, timeout, body=None, headers=None, ssl_context=Non
     other scheme than http or https is refused, never spoken as plain HTTP.
     Raises HttpError (HttpTimeout, HttpTooLarge, HttpProtocolError); the caller closes the Response.
     """
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unbalanced IPv6 bracket, say: a bad URL, never an exception of another kind
+        raise HttpError('a bad URL: %s' % exc)
     if parts.scheme not in ('http', 'https'):
         raise HttpError('only http and https URLs are spoken (got %r)' % (parts.scheme or 'no scheme'))
     default_port = 443 if parts.scheme == 'https' else 80

@@ -29,10 +29,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll
 # and an interpreter running one of its modules with -m. Upstream's own cleanup searches the bare substrings
 # (`sglang.srt`, `sglang.bench`), which also match `vim notes-on-sglang.srt.md` or `tail -f sglang.bench.log`.
 # The role's sglang_kill_patterns default is these two plus its launch module.
-PYTHON_DASH_M = r'^(\S*/)?python[0-9.]*( -[WX] \S+| -[^m ]\S*)* -m '
+# `-m` may be joined to its module (`-msglang.launch_server`); newer releases also serve through their console
+# script (`sglang serve`, run as `/venv/bin/python3 /venv/bin/sglang serve ...` by its shebang).
+PYTHON_DASH_M = r'^(\S*/)?python[0-9.]*( -[WX] \S+| -[^m ]\S*)* -m ?'
 DEFAULT_SGLANG_PATTERNS = [
     r'^sglang::',
     PYTHON_DASH_M + r'sglang\.(launch_server|bench_\w+|srt(\.\w+)+|data_parallel\w*)( |$)',
+    r'^((\S*/)?python[0-9.]*( -\S+)* )?(\S*/)?sglang serve( |$)',
 ]
 
 SIGNALS = {'TERM': _signal.SIGTERM, 'KILL': _signal.SIGKILL}

@@ -55,12 +55,14 @@ options:
         C(comm), which cuts C(sglang::scheduler) to C(sglang::schedul)).
       - The default matches what SGLang runs, anchored at the start of the command line; its C(sglang::)
         children's titles, and a Python interpreter running C(-m sglang.launch_server), C(-m sglang.bench_*),
-        C(-m sglang.srt.*) or C(-m sglang.data_parallel*). Upstream's own cleanup searches the bare
+        C(-m sglang.srt.*) or C(-m sglang.data_parallel*), and the C(sglang serve) console script of newer
+        releases. Upstream's own cleanup searches the bare
         substrings, which also match an editor or a C(tail -f) whose arguments merely name them.
       - An empty list, or an empty pattern (which matches every process), is refused.
     type: list
     elements: str
-    default: ['^sglang::', '^(\S*/)?python[0-9.]*( -[WX] \S+| -[^m ]\S*)* -m sglang\.(launch_server|bench_\w+|srt(\.\w+)+|data_parallel\w*)( |$)']
+    default: ['^sglang::', '^(\S*/)?python[0-9.]*( -[WX] \S+| -[^m ]\S*)* -m ?sglang\.(launch_server|bench_\w+|srt(\.\w+)+|data_parallel\w*)( |$)',
+              '^((\S*/)?python[0-9.]*( -\S+)* )?(\S*/)?sglang serve( |$)']
   term_timeout:
     description:
       - Seconds to wait after SIGTERM before SIGKILL. SGLang drains its requests on SIGTERM and then

@@ -92,7 +92,7 @@ def real_run(tmp_path_factory):
     body = {'extra_vars': {'sglang_patch_file': os.path.join(str(patches), '..', 'patches', 'threshold.diff'),
                            'sglang_model_path': lookup(base / MARK_NAME),
                            'sglang_dynamic_spec_adaptive_config': {'K': lookup(base / (MARK_NAME + '-config'))},
-                           'sglang_extra_args': [lookup(base / (MARK_NAME + '-arg'))]}}
+                           'sglang_draft_model_path': lookup(base / (MARK_NAME + '-arg'))}}
     try:
         app, args, source = main_module.build(['--inventory', inventory, '--state-dir', state, '--port', '1',
                                                '--patch-dir', str(patches)])
@@ -182,8 +182,14 @@ def test_the_extra_vars_file_tags_every_string_unsafe_and_ansible_keeps_it_liter
     ({'sglang_force_restart': 'yes'}, 'sglang_force_restart'),
     ({'sglang_port': True}, 'sglang_port'),
     ({'sglang_dynamic_spec_mode': 'sometimes'}, 'sglang_dynamic_spec_mode'),
-    ({'sglang_extra_args': ['--x', 3]}, 'sglang_extra_args[1]'),
-    ({'sglang_dynamic_spec_adaptive_config': {'A': {'nested': 1}}}, 'sglang_dynamic_spec_adaptive_config.A'),
+    ({'sglang_perf_levels': [1, 'x']}, 'sglang_perf_levels[1]'),
+    ({'sglang_dynamic_spec_adaptive_config': {'A': {'b': {'c': {'d': [1]}}}}},
+     'sglang_dynamic_spec_adaptive_config.A.b.c.d'),
+    ({'sglang_dynamic_spec_adaptive_config': {'1': {'candidate_steps': [float('nan')]}}},
+     'sglang_dynamic_spec_adaptive_config.1.candidate_steps[0]'),
+    # NaN and infinity compare false with every bound: they would pass a maximum and turn a gate off.
+    ({'redeploy_max_fail_percentage': float('nan')}, 'redeploy_max_fail_percentage'),
+    ({'sglang_perf_throughput_tolerance': float('inf')}, 'sglang_perf_throughput_tolerance'),
     ({'sglang_report_dir': '/etc/cron.d'}, 'sglang_report_dir'),
     ({'sglang_router_url': 'http://elsewhere:1'}, 'sglang_router_url'),
     ({'redeploy_serial': '0'}, 'redeploy_serial'),
@@ -197,8 +203,8 @@ def test_an_extra_variable_that_is_not_documented_or_of_the_wrong_type_is_refuse
 
 def test_documented_variables_of_the_role_and_the_playbook_are_taken():
     given = {'sglang_force_restart': True, 'sglang_rollback_deadline': 25, 'sglang_term_timeout': 2.5,
-             'sglang_max_running_requests': 96, 'sglang_patch_file': '/srv/p.diff', 'sglang_extra_args': ['--x'],
-             'sglang_dynamic_spec_adaptive_config': {'A': '1'}, 'redeploy_serial': '50%', 'redeploy_canary': 1,
+             'sglang_max_running_requests': 96, 'sglang_patch_file': '/srv/p.diff',
+             'sglang_dynamic_spec_adaptive_config': {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0]}}, 'redeploy_serial': '50%', 'redeploy_canary': 1,
              'redeploy_max_fail_percentage': 0, 'redeploy_max_unavailable': 2, 'sglang_dynamic_spec_mode': 'env'}
     assert extra_vars.validate(given) == given
     # The allow-list is the role's argument_specs.yml: a variable documented there is known here.

@@ -31,6 +31,10 @@ PINNED_FOR_ROOT = [
     ('sglang_router_url', 'http://elsewhere:1', 'where the run sends the router\'s API key'),
     ('sglang_report_dir', '/etc/cron.d', 'a folder the run writes on the controller'),
     ('pve_vmid', 100, 'each host\'s own container'),
+    # The run sends the server's API key to sglang_host:sglang_port and believes what answers there.
+    ('sglang_host', 'elsewhere.example', 'where the run sends the server\'s API key'),
+    ('sglang_port', 1, 'where the run sends the server\'s API key'),
+    ('sglang_extra_args', ['--enable-custom-logit-processor'], 'let its clients run code'),
 ]
 
 
@@ -51,7 +55,7 @@ VARIED = {
     'sglang_speculative_algorithm': 'EAGLE3', 'sglang_speculative_num_steps': 3, 'sglang_speculative_eagle_topk': 1,
     'sglang_speculative_num_draft_tokens': 4, 'sglang_dynamic_spec_enabled': True,
     'sglang_dynamic_spec_batch_size_threshold': 16, 'sglang_dynamic_spec_mode': 'env',
-    'sglang_dynamic_spec_adaptive_config': {'tiers': '1'}, 'sglang_extra_args': ['--mem-fraction-static', '0.8'],
+    'sglang_dynamic_spec_adaptive_config': {'1': {'candidate_steps': [1, 3, 5]}, '32': {'candidate_steps': [0]}},
     'sglang_patch_file': '', 'sglang_term_timeout': 5, 'sglang_health_timeout': 600, 'sglang_rollback_deadline': 900,
     'sglang_perf_gate': True, 'sglang_perf_levels': [1, 32], 'redeploy_canary': 1, 'redeploy_serial': '25%',
     'redeploy_max_unavailable': 1, 'redeploy_max_fail_percentage': 0, 'sglang_force_restart': True,

@@ -99,6 +99,13 @@ def test_a_url_of_another_scheme_is_refused_as_no_answer(url):
     assert b'only http and https' in detail
 
 
+@pytest.mark.parametrize('url', ['http://[::1:30000/health', 'http://127.0.0.1:99999/health', 'http://:30000/health'])
+def test_a_malformed_url_is_no_answer_never_another_exception(url):
+    status, detail = http_get(url, 1)
+    assert status == NO_ANSWER
+    assert b'URL' in detail
+
+
 # --- a hostile or broken peer: every exchange ends in time, with bounded memory, as a clean HttpError ---
 
 TIMEOUT = 2.0

@@ -239,6 +239,11 @@ def test_await_exit_of_processes_already_gone_or_of_nothing_returns_at_once():
     ('python3 -m sglang.data_parallel_controller', True),
     ('sglang::scheduler_TP0', True),
     ('sglang::detokenizer', True),
+    ('python3 -msglang.launch_server --port 30000', True),
+    ('/venv/bin/python3 /venv/bin/sglang serve --model-path /m', True),
+    ('sglang serve --model-path /m', True),
+    ('less /home/ann/sglang serve notes', False),
+    ('python3 /home/ann/sglang-serve.py', False),
     # Bystanders whose arguments merely name SGLang (issue 28, item 11): never signalled.
     ('vim /home/ann/notes-on-sglang.srt.md', False),
     ('tail -f /var/log/sglang.bench.log', False),
@@ -257,4 +262,4 @@ def test_the_roles_kill_patterns_start_with_the_modules_defaults():
     defaults = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'sglang', 'defaults', 'main.yml')
     with open(defaults) as handle:
         role_patterns = yaml.safe_load(handle)['sglang_kill_patterns']
-    assert role_patterns[:2] == processes.DEFAULT_SGLANG_PATTERNS
+    assert role_patterns[:3] == processes.DEFAULT_SGLANG_PATTERNS
