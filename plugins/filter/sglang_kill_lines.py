@@ -11,7 +11,7 @@ name: sglang_kill_lines
 short_description: One readable line per process a kill module signalled
 version_added: 0.2.0
 description:
-  - Turns the RV(killed) list of M(gpuops.sglang.gpu_release) or M(gpuops.sglang.pct_exec_kill) into lines
+  - Turns the RV(gpuops.sglang.gpu_release#module:killed) list of M(gpuops.sglang.gpu_release) or M(gpuops.sglang.pct_exec_kill) into lines
     such as V(sglang::scheduler_TP0 <- SIGTERM) for reports.
 author:
   - gpuops.sglang maintainers (@gpuops)
