@@ -233,7 +233,19 @@ class NvmlReader(object):
             reader._call(nvml.nvmlInit, 'nvmlInit')
         except (CommandError, nvml.NVMLError) as exc:
             raise NvmlUnavailable('nvmlInit failed: %s' % exc)
+        try:
+            # A driver older than v2 memory info (R510) answers every v2 reading with an error: the wait would
+            # never see a free GPU where nvidia-smi would, so such a driver is a reason for nvidia-smi instead.
+            reader._call(reader._probe_v2, 'memory reading')
+        except (CommandError, nvml.NVMLError) as exc:
+            reader.close()
+            raise NvmlUnavailable('NVML v2 memory info cannot be read: %s' % exc)
         return reader
+
+    def _probe_v2(self):
+        nvml = self.nvml
+        if nvml.nvmlDeviceGetCount() > 0:
+            nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0), version=nvml.nvmlMemory_v2)
 
     def _call(self, function, what):
         outcome = {}

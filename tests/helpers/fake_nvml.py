@@ -17,8 +17,9 @@ class FakeNvml(object):
     nvmlMemory_v1 = 1
     nvmlMemory_v2 = 2
 
-    def __init__(self, gpus, broken=(), init_error=None, hang=None):
+    def __init__(self, gpus, broken=(), init_error=None, hang=None, v2_error=None):
         self.gpus = gpus
+        self.v2_error = v2_error
         self.broken = set(broken)
         self.init_error = init_error
         self.hang = hang
@@ -47,5 +48,7 @@ class FakeNvml(object):
 
     def nvmlDeviceGetMemoryInfo(self, handle, version=None):
         self.versions.append(version)
+        if self.v2_error and version == self.nvmlMemory_v2:
+            raise self.NVMLError(self.v2_error)
         readings = self.gpus[handle]
         return Memory(readings.pop(0) if len(readings) > 1 else readings[0])

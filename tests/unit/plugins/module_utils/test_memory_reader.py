@@ -36,7 +36,9 @@ def test_proof_through_nvml_is_as_strict_as_through_nvidia_smi(gpus, broken, exp
 
 def test_a_hung_nvml_call_ends_the_wait_like_a_hung_nvidia_smi():
     release = threading.Event()
-    reader = NvmlReader.open(0.05, FakeNvml([[0]], hang=release))
+    nvml = FakeNvml([[0]])
+    reader = NvmlReader.open(0.05, nvml)
+    nvml.hang = release  # wedged after the reader opened
     try:
         with pytest.raises(CommandError, match='did not return within 0.05s'):
             reader.gpus()
@@ -103,3 +105,19 @@ def test_closing_the_reader_shuts_nvml_down():
     reader, _ = choose_reader('auto', Smi(), 5, nvml)
     reader.close()
     assert nvml.shut
+
+
+def test_a_driver_without_v2_memory_info_is_no_nvml_so_auto_takes_nvidia_smi():
+    nvml = FakeNvml([[0]], v2_error='Function Not Found')
+    with pytest.raises(NvmlUnavailable, match='v2 memory info cannot be read: Function Not Found'):
+        NvmlReader.open(1, nvml)
+    assert nvml.shut
+
+
+def test_nvml_that_hangs_at_its_first_reading_is_no_nvml():
+    release = threading.Event()
+    try:
+        with pytest.raises(NvmlUnavailable, match='did not return within 0.05s'):
+            NvmlReader.open(0.05, FakeNvml([[0]], hang=release))
+    finally:
+        release.set()
