@@ -117,7 +117,7 @@ options:
       - V(nvidia-smi) runs C(nvidia-smi --query-gpu) for each reading, polling every 0.05 s and less
         often (up to 0.25 s) while the memory does not go down.
       - V(auto) uses NVML where it works (nvidia-ml-py installed, NVML initialised, and a first v2 reading of
-        GPU 0 answered: a driver older than v2 memory info does not) and nvidia-smi otherwise.
+        GPU 0 answered, which a driver older than v2 memory info does not) and nvidia-smi otherwise.
       - Either way every GPU seen before the release must be read and at or under O(max_used_mib).
     type: str
     choices: [auto, nvml, nvidia-smi]
