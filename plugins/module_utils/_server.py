@@ -503,7 +503,8 @@ class Server(object):
                 # started, which may have exited at once ("address already in use").
                 why = died()
                 if why is not None and status == 200:
-                    why += '; %s/health answered 200 from another process' % self.base_url
+                    why += ('; %s/health answered 200 from another process' % self.base_url if self.serves_http
+                            else '; another process of the service runs')
                 state['why'] = why
             return status
 
