@@ -165,6 +165,8 @@ class Server(object):
         # progress(horizon_s), when set, is called before each read of a wait that may take that long
         # (the rollback guard's lease renews there while a server loads its model).
         self.progress = None
+        # Why the last reading of a detached server's session ignored its pid file (None when it did not).
+        self.pidfile_ignored = None
 
     @classmethod
     def from_dict(cls, spec, **kwargs):
@@ -194,12 +196,23 @@ class Server(object):
         return self._session()[1]
 
     def _session(self):
-        """(leader, live members) of the detached server's session: the pid file's, or else the one session
-        whose leader carries the marks of this service and launch file (started by a run whose sglang_run_dir
-        was another)."""
+        """(leader, live members) of the detached server's session: the pid file's, when its leader is this
+        server's (``_not_ours``), or else the one session whose leader carries the marks of this service and
+        launch file (started by a run whose sglang_run_dir was another). A pid file that names another
+        process (a stale one whose pid was reused) is ignored, and ``pidfile_ignored`` says why."""
         sessions = self._sessions()
         leader = self._read_pid()
-        if leader is None or not sessions.get(leader):
+        self.pidfile_ignored = None
+        if leader is not None and sessions.get(leader):
+            # The leader, or each process left of its session when it is gone (a crash leaves its children).
+            why = self._not_ours([leader] if leader in sessions[leader] else sessions[leader], legacy=True)
+            if why is not None:
+                self.pidfile_ignored = ('the pid file %s names process %d, which is not the server %s: %s;'
+                                        ' the pid file was ignored' % (self.pidfile, leader, self.service_name, why))
+                leader = None
+        else:
+            leader = None
+        if leader is None:
             leader = self._marked_leader(sessions)
         members = []
         for pid in sessions.get(leader, []) if leader is not None else []:
@@ -226,25 +239,49 @@ class Server(object):
     def _marks(self):
         return {SERVICE_MARK: self.service_name, LAUNCH_MARK: os.path.abspath(self.launch_file)}
 
+    def _read_proc(self, pid, name):
+        try:
+            with open(os.path.join(self.processes.proc_root, str(pid), name), 'rb') as handle:
+                return handle.read()
+        except (IOError, OSError):
+            return None
+
+    def _not_ours(self, pids, legacy=False):
+        """Why the processes pids are not this server's (None when each is): each must run as this user
+        (all four uids) and carry both marks in its environment. With legacy, a process without marks is
+        accepted when its command line is exactly the one the launch file describes (a server started by a
+        release before the marks, from the launch file still in place); never one of another user."""
+        marks = set(('%s=%s' % pair).encode('utf-8') for pair in self._marks().items())
+        for pid in pids:
+            dummy, uids = read_identity(pid, self.processes.proc_root)
+            if uids is None:
+                return 'process %d cannot be read' % pid
+            if set(uids) != set([os.geteuid()]):
+                return 'process %d runs as uid %s, not as this user (uid %d)' % (
+                    pid, '/'.join(str(uid) for uid in uids), os.geteuid())
+            environment = self._read_proc(pid, 'environ')
+            if environment is not None and marks <= set(environment.split(b'\0')):
+                continue
+            if legacy and self._runs_launch_command(pid):
+                continue
+            return ('process %d carries neither the marks of the service %s and the launch file %s nor the command'
+                    ' line that launch file describes' % (pid, self.service_name, self.launch_file))
+        return None
+
+    def _runs_launch_command(self, pid):
+        """Whether pid's command line is the argv the launch file describes, to the byte."""
+        try:
+            argv = load_launch(self.launch_file)[0]
+        except (IOError, OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False
+        cmdline = self._read_proc(pid, 'cmdline')
+        return cmdline is not None and cmdline.split(b'\0')[:-1] == [os.fsencode(arg) for arg in argv]
+
     def _marked_leader(self, sessions):
         """The session leader started for this service and launch file (its marks) by this user; None
         when there is none. A process of another user is never taken for the server, whatever its environment
         says; two marked sessions are an error, not a guess."""
-        marks = set(('%s=%s' % pair).encode('utf-8') for pair in self._marks().items())
-        found = []
-        for leader in sorted(sessions):
-            if leader not in sessions[leader]:
-                continue
-            dummy, uids = read_identity(leader, self.processes.proc_root)
-            if uids is None or set(uids) != set([os.geteuid()]):
-                continue
-            try:
-                with open(os.path.join(self.processes.proc_root, str(leader), 'environ'), 'rb') as handle:
-                    environment = handle.read().split(b'\0')
-            except (IOError, OSError):
-                continue
-            if marks <= set(environment):
-                found.append(leader)
+        found = [leader for leader in sorted(sessions) if leader in sessions[leader] and self._not_ours([leader]) is None]
         if len(found) > 1:
             raise ServerError('%d detached sessions were started for the service %s from %s (pids %s) and the pid file %s'
                               ' names none of them; the state of the server is unknown: stop the ones that should'
@@ -445,6 +482,9 @@ class Server(object):
     def wait_healthy(self, timeout, interval=0.25, died=None):
         """Poll /health on this host every `interval` s until 200, the server dies, or timeout.
 
+        With died, a 200 counts only while the started server lives (died() says None): something else
+        answering on its port is not it.
+
         Returns a dict: healthy, healthy_at, attempts, last_status, and why (when not healthy).
         """
         state = {'attempts': 0, 'last_status': None, 'why': None}
@@ -458,13 +498,19 @@ class Server(object):
             if status == 200 and not self.serves_http and time.time() < settled_at:
                 status = NO_ANSWER
             state['last_status'] = status
-            if status != 200 and died is not None:
-                state['why'] = died()
+            if died is not None:
+                # Before a 200 too: whatever else answers on the port (a server the stop missed) is not the one
+                # started, which may have exited at once ("address already in use").
+                why = died()
+                if why is not None and status == 200:
+                    why += ('; %s/health answered 200 from another process' % self.base_url if self.serves_http
+                            else '; another process of the service runs')
+                state['why'] = why
             return status
 
         status = poll_until(read, lambda s: s == 200 or state['why'] is not None, timeout,
                             first_interval=interval, max_interval=interval)
-        healthy = status == 200
+        healthy = status == 200 and state['why'] is None
         why = None
         if not healthy:
             why = state['why'] or ('/health did not answer 200 within %ss (last: %s)'

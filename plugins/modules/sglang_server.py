@@ -454,6 +454,8 @@ def manage(module, server, result, lease):
         fail('health_interval must be above 0; health_timeout, term_timeout, drain_timeout and '
              'ready_checks not negative')
     pid = server.main_pid()
+    if server.pidfile_ignored:
+        module.warn(server.pidfile_ignored)
     result.update(running=pid is not None, pid=pid)
     # Compiled first: a bad pattern fails the task before anything is stopped.
     patterns = compile_patterns(params['stray_patterns'], 'stray pattern') if state == 'stopped' else []

@@ -1,12 +1,14 @@
 """sglang_server's stop that does not wait (wait=false), against tiny_server.py run detached."""
+import json
 import os
 import signal
 import subprocess
 import sys
 
 from helpers.ansible_run import run_task
+from helpers.http_responder import HttpResponder, Reply
 from helpers.simulated import wait_for
-from helpers.tiny import alive, session_members
+from helpers.tiny import TINY_SERVER, alive, session_members
 
 SERVER_KEYS = {'changed', 'running', 'pid', 'healthy', 'stopped_at', 'stop_elapsed', 'stopping', 'strays', 'drain',
                'readiness', 'started_at', 'healthy_at', 'mismatches', 'server_info', 'cmd'}
@@ -124,3 +126,64 @@ def test_a_server_started_with_another_pid_file_is_found_and_stopped_gracefully(
     hold.unlink()
     wait_for(lambda: not alive(started['pid']), what='the server to finish its drain and exit')
     assert run_task(tmp_path, 'gpuops.sglang.sglang_server', twin.args(state='stopped'), name='twin stop')['changed']
+
+
+def foreign_session_leader():
+    """`sleep 60` as nobody (uid 65534), leading its own session: what a reused pid in a stale pid file names."""
+    return subprocess.Popen(['setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', 'sleep', '60'],
+                            start_new_session=True)
+
+
+def test_a_stale_pid_file_naming_another_users_session_is_ignored_and_the_marked_server_stopped(tmp_path, servers):
+    # The server crashed or the host rebooted with the run dir on a persistent disk: the pid in its pid file now
+    # names an unrelated process. The stop must neither take it for the server nor signal its session.
+    server = servers('a')
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
+    assert not started.failed, started['msg']
+    foreign = foreign_session_leader()
+    try:
+        wait_for(lambda: alive(foreign.pid) and open('/proc/%d/status' % foreign.pid).read().count('\t65534') >= 4,
+                 what='the foreign process to run as nobody')
+        pidfile = server.root / 'tiny.pid'
+        pidfile.write_text(str(foreign.pid))
+        stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped'), name='stop')
+        assert not stopped.failed, stopped['msg']
+        assert stopped['changed'] is True and not alive(started['pid'])
+        assert foreign.poll() is None, 'the process the stale pid file names was signalled'
+        assert any('names process %d, which is not the server tiny' % foreign.pid in warning and 'runs as uid 65534' in warning
+                   for warning in stopped.get('warnings', [])), stopped.get('warnings')
+        # Nothing of the server left: the stale pid file names no server, and nothing is stopped.
+        pidfile.write_text(str(foreign.pid))
+        again = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped'), name='stop again')
+        assert not again.failed and again['changed'] is False and again['pid'] is None
+        assert foreign.poll() is None
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_a_200_from_another_process_on_the_port_is_not_the_started_servers_health(tmp_path, servers):
+    # A server the stop missed (or a late step's) answers on the port: the one started fails to bind and exits
+    # ("address already in use"); the start must say so, not report healthy.
+    server = servers('a')
+    pidfile = server.root / 'tiny.pid'
+
+    def health(request, match):
+        # Answered only once the started server is gone, so a 200 never meets it alive.
+        wait_for(lambda: pidfile.exists() and not alive(int(pidfile.read_text())), timeout=60,
+                 what='the started server to exit')
+        return Reply(200)
+
+    with HttpResponder() as squatter:
+        squatter.route('GET', '/health', handler=health)
+        port = int(squatter.url.rsplit(':', 1)[1])
+        server.url = squatter.url
+        server.launch.write_text(json.dumps({'python': sys.executable, 'module': 'tiny_server', 'args': ['--port', port],
+                                             'environment': {'PYTHONPATH': os.path.dirname(TINY_SERVER)}}))
+        started = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                           server.args(state='started', health_interval=2, health_timeout=60),
+                           name='start')
+    assert started.failed
+    assert 'did not become healthy: the server exited with status 1' in started['msg'], started['msg']
+    assert '%s/health answered 200 from another process' % server.url in started['msg']
+    assert started['healthy'] is False and started['running'] is False

@@ -12,6 +12,7 @@ from helpers.http_responder import Reply, http_responder  # noqa: F401  (the fix
 from helpers.module_runner import ansiballz_package_data, run_module  # noqa: F401  (the fixtures)
 from helpers.module_runner import kill_children_naming, real_commands
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture; the guard refuses /tmp)
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import LAUNCH_MARK, SERVICE_MARK
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_patch, sglang_server_info
 
 KEYS = {'changed', 'service_manager', 'python_exists', 'running', 'pid', 'healthy', 'mismatches', 'configs_changed',
@@ -40,9 +41,11 @@ class Host(object):
         self.procs = []
 
     def start(self):
-        # Its own session, as the module starts a detached server: the pid file names the session leader.
+        # Its own session and marks, as the module starts a detached server: the pid file names the session leader,
+        # believed only for a process with this service's and launch file's marks.
+        env = dict(os.environ, **{SERVICE_MARK: 'sglang', LAUNCH_MARK: str(self.launch)})
         proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', 'sglang-of', str(self.root)],
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         self.procs.append(proc)
         self.pidfile.write_text('%d\n' % proc.pid)
         return proc
