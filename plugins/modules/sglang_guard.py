@@ -56,8 +56,8 @@ options:
         runs as (or root) and be writable by neither group nor others. A sticky, world-writable folder such as
         C(/tmp) on the way is refused too. The watcher checks again on every poll and acts on nothing once it fails.
       - Made C(0700) (an existing one is tightened to it); everything in it is C(0600). So it must be a folder of the
-        guard's own (the role uses C(sglang_guard_dir/SERVICE)): a system folder (C(/), C(/var/lib), C(/etc), C(/tmp)...)
-        or one under C(/proc), C(/sys) or C(/dev) is refused by every state.
+        guard's own (the role uses C(sglang_guard_dir/SERVICE)); every state refuses a system folder (C(/), C(/var/lib),
+        C(/etc), C(/tmp)...) or one under C(/proc), C(/sys) or C(/dev).
     type: path
     required: true
   run_id:
@@ -98,7 +98,7 @@ options:
         (V(manager), V(service_name), V(launch_file), V(pidfile), V(log_file), V(base_url), V(term_timeout)).
       - V(base_url="") is a rank above 0 of a server spanning several hosts, which serves no HTTP; its restore
         counts it as started once its process has stayed up for a second.
-      - V(service_name) must be a plain name (letters, digits, C(_ . @ -), not C(.) or C(..)): the watcher's unit
+      - V(service_name) must be a plain name (letters, digits, C(_ . @ -), not C(.) or C(..)), since the watcher's unit
         is named after it, and the role's guard folder too.
     type: dict
     default: {}
