@@ -18,6 +18,7 @@ import errno
 import fcntl
 import json
 import os
+import posixpath
 import stat
 import tempfile
 import time
@@ -178,6 +179,34 @@ def distrust(path, euid=None):
     return None
 
 
+# Folders of the operating system and of every other program: the role makes its folders 0750 and the guard its
+# folder 0700, which on these would lock out the services that read them (and drop /tmp's sticky bit). Both keep
+# their files in dedicated subfolders (/etc/sglang, /run/sglang, /var/log/sglang, /var/lib/gpuops-sglang/SERVICE).
+SYSTEM_FOLDERS = frozenset([
+    '/', '/bin', '/boot', '/dev', '/etc', '/home', '/lib', '/lib32', '/lib64', '/libx32', '/media', '/mnt', '/opt',
+    '/proc', '/root', '/run', '/sbin', '/srv', '/sys', '/tmp', '/usr', '/var',
+    '/etc/default', '/etc/systemd', '/etc/systemd/system', '/run/lock', '/run/user', '/run/systemd',
+    '/usr/bin', '/usr/include', '/usr/lib', '/usr/lib64', '/usr/libexec', '/usr/local', '/usr/local/bin',
+    '/usr/local/etc', '/usr/local/lib', '/usr/local/sbin', '/usr/local/share', '/usr/sbin', '/usr/share', '/usr/src',
+    '/var/backups', '/var/cache', '/var/lib', '/var/local', '/var/lock', '/var/log', '/var/mail', '/var/opt',
+    '/var/run', '/var/spool', '/var/tmp',
+])
+# Kernel file systems: nothing of the role's (or the guard's) belongs under them.
+KERNEL_FOLDERS = ('/proc/', '/sys/', '/dev/')
+
+
+def system_folder_refusal(path):
+    """Why a folder made private (0700/0750) by this collection cannot be the absolute `path` ("" when it can)."""
+    normal = posixpath.normpath(path)
+    # normpath keeps a leading '//' (POSIX lets it mean something else); here it is the root.
+    normal = '/' + normal.lstrip('/')
+    if normal in SYSTEM_FOLDERS:
+        return 'is the system folder %s' % normal
+    if (normal + '/').startswith(KERNEL_FOLDERS):
+        return 'is under /%s, a kernel file system' % normal.split('/')[1]
+    return ''
+
+
 def make_private_folder(path, mode=0o700):
     """Create path (and every missing folder above it) with mode, whatever the umask; tighten an existing path to
     mode. UntrustedPath when any folder on the way is not trusted (distrust), before anything is made."""
@@ -199,13 +228,19 @@ def make_private_folder(path, mode=0o700):
 
 def read_json_trusted(path, euid=None):
     """As read_json, for a file a root process acts on: UntrustedPath when it is a symlink, not a regular file,
-    another user's, or writable by group or others (a file left from before its folder was made private)."""
+    another user's, or writable by group or others (a file left from before its folder was made private).
+
+    None only when the file is not there: any other error (EIO, EMFILE, EACCES...) is raised as OSError, since
+    a caller that read None as "gone" would take a guard that is still armed for a confirmed one.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0))
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UntrustedPath('%s is a symlink' % path)
-        return None
+        if exc.errno == errno.ENOENT:
+            return None
+        raise
     with os.fdopen(fd, 'rb') as handle:
         problem = _problem(path, os.fstat(fd), _owners(os.geteuid() if euid is None else euid), want_dir=False)
         if problem is None and not stat.S_ISREG(os.fstat(fd).st_mode):

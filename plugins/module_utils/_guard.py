@@ -40,7 +40,9 @@ import json
 import os
 import shutil
 import pwd
+import re
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -53,6 +55,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lease import (
     due,
     lease_document,
     read_lease,
+    restoring_mark,
+    restoring_message,
     write_lease,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import (
@@ -63,6 +67,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._files import (
     make_private_folder,
     read_bytes,
     read_json_trusted,
+    system_folder_refusal,
     write_atomic,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
@@ -95,6 +100,9 @@ WATCH_INTERVAL = 0.5
 # A router step of the restore may take its own timeout plus this (its requests' own timeouts): past it the
 # restore goes on without the router, so that a router that hangs never keeps the previous server down.
 ROUTER_SLACK_S = 15.0
+# The guard folder is sglang_guard_dir/SERVICE and the watcher's unit gpuops-sglang-guard-SERVICE: a name with
+# '/' or '..' would put the folder (made 0700) or the unit somewhere else.
+SERVICE_NAME = re.compile(r'^[A-Za-z0-9_.@-]+$')
 
 
 class GuardError(Exception):
@@ -123,6 +131,14 @@ def untrusted_message(folder, problem):
             'down to it must belong to root and be writable by no one else (a sticky, world-writable folder such '
             'as /tmp is refused too); choose another sglang_guard_dir or fix the owner and mode (docs/guard.md). '
             'The guard did nothing' % (folder, problem))
+
+
+def service_name_problem(name):
+    """Why `name` cannot name a guard's service ("" when it can)."""
+    if not isinstance(name, str) or not SERVICE_NAME.match(name) or name in ('.', '..'):
+        return ('the service name %r is not a plain name (letters, digits, _ . @ -; not . or ..): the guard folder '
+                'and the watcher unit are named after it' % (name,))
+    return ''
 
 
 def _sha256(data):
@@ -161,13 +177,20 @@ class Guard(object):
         return self.runner(argv, timeout)
 
     def check_folder(self):
-        """GuardError unless the folder (and every folder above it) is one only root can change."""
+        """GuardError unless the folder (and every folder above it) is one only root can change, and not a folder
+        of the system (made 0700, it would lock out whatever else reads it)."""
+        refusal = system_folder_refusal(os.path.abspath(self.folder))
+        if refusal:
+            raise GuardError('the guard folder %s %s: the guard keeps its files in a folder of its own, which it makes '
+                             '(or tightens to) mode 0700; use a dedicated subfolder such as /var/lib/gpuops-sglang/SERVICE '
+                             '(sglang_guard_dir). The guard did nothing' % (self.folder, refusal))
         problem = distrust(self.folder)
         if problem:
             raise GuardError(untrusted_message(self.folder, problem))
 
     def make_folder(self):
         """The folder, made (or tightened to) 0700 after the trust check, before anything is written in it."""
+        self.check_folder()
         try:
             make_private_folder(self.folder)
         except UntrustedPath as exc:
@@ -213,6 +236,9 @@ class Guard(object):
 
     def arm(self, run_id, deadline_s, files, server, host, python, settings, systemd, idle_s=None, after_s=0):
         """Snapshot files, record how to restore, start the watcher. Returns the state written."""
+        problem = service_name_problem(server.get('service_name'))
+        if problem:
+            raise GuardError(problem + '; the guard did nothing')
         self.make_folder()
         with Lock(self.folder, self.lock_timeout):
             current = self.state()
@@ -241,7 +267,9 @@ class Guard(object):
             _write_json(self.state_path, state)
             try:
                 self._start_watcher(state, deadline_s)
-            except GuardError:
+            except BaseException:
+                # Whatever stopped it (the runner's CommandError, a bug, an interrupt): no guard stays armed
+                # without a watcher, which would leave a run believing it is covered.
                 os.unlink(self.state_path)
                 raise
             return state
@@ -312,6 +340,9 @@ class Guard(object):
                     return False, fired
                 raise GuardError('no guard of run %s is armed (armed: %s)'
                                  % (run_id, state.get('run_id') if state else 'none'))
+            if state.get('restoring'):
+                # We hold the lock, so its restorer is gone midway: the tree may be half restored.
+                raise GuardError(restoring_message(state, self.folder))
             self._drop(state)
             return True, None
 
@@ -330,8 +361,11 @@ class Guard(object):
 
     # --- restore -----------------------------------------------------------------
 
-    def restore(self, reason, acted_by, run_id=None, bound=None):
+    def restore(self, reason, acted_by, run_id=None, bound=None, only_if_due=False):
         """Put back the pre-run state and start the previous server; None when no guard is armed.
+
+        only_if_due (the watcher): None too when neither bound has passed any more: the run renewed or confirmed
+        between the watcher's check and the lock. Checked under the lock, where no renewal can land.
 
         Returns the report it also writes to fired.json. Every step's error is caught and reported, so a
         restore that got as far as reading the state always ends with a report and a truthful state.json:
@@ -344,7 +378,23 @@ class Guard(object):
             state = self.state()
             if state is None or (run_id is not None and state.get('run_id') != run_id):
                 return None
+            taken_over = state.get('restoring')
+            if only_if_due and not taken_over and due(state, read_lease(self.folder), time.time()) is None:
+                return None
+            # Before the first action: every renewal, confirm and arm refuses the mark from now on (and a
+            # restore that dies midway leaves it, for the next restore to take over).
+            state['restoring'] = restoring_mark(acted_by, time.time())
+            marked = None
+            try:
+                _write_json(self.state_path, state)
+            except Exception as exc:  # a full disk: the lock still keeps every renewal out
+                marked = 'could not mark state.json as restoring: %s' % _describe(exc)
             report = self._restore(state, reason, acted_by)
+            if taken_over:
+                report['problems'].insert(0, 'took over the restore begun by pid %s (%s) at %s, which did not finish'
+                                          % (taken_over.get('pid'), taken_over.get('by'), taken_over.get('at')))
+            if marked:
+                report['problems'].insert(0, marked)
             # Which bound made the guard act: idle or deadline (the watcher), or who asked
             # (controller, takeover, on_demand).
             report['bound'] = bound or acted_by
@@ -352,10 +402,13 @@ class Guard(object):
             return report
 
     def _settle(self, state, report):
-        """Write the report and leave state.json saying the truth: gone, or still owed a restore."""
-        if report['failed_files']:
+        """Write the report and leave state.json saying the truth: gone (every file of the state handled, none
+        failed), or still owed a restore, with its backups."""
+        state.pop('restoring', None)
+        if report['failed_files'] or not report['files_handled']:
             state['restore_failed'] = {'at': report['finished_at'], 'by': report['acted_by'],
-                                       'files': [entry['path'] for entry in report['failed_files']]}
+                                       'files': [entry['path'] for entry in report['failed_files']],
+                                       'why': report['problems'][-1] if report['problems'] else None}
             try:
                 _write_json(self.state_path, state)
             except Exception as exc:  # a full disk: the report (or the log) still says so
@@ -365,7 +418,7 @@ class Guard(object):
         except Exception as exc:
             report['problems'].append('could not write %s: %s' % (self.fired_path, _describe(exc)))
             # The caller (the watcher's log, the module's result) still carries the report.
-        if not report['failed_files']:
+        if not report['failed_files'] and report['files_handled']:
             try:
                 # Removed last: a restore cut short is finished by the next one.
                 self._drop(state)
@@ -384,6 +437,17 @@ class Guard(object):
         healthy = bool(outcome['health']['healthy'])
         failed_files = [dict(path=entry['path'], error=entry['error']) for entry in outcome['files']
                         if entry['outcome'] == 'failed']
+        unhandled = _unhandled(state, outcome['files'])
+        files_handled = unhandled == [] and isinstance(state.get('files'), list)
+        if not files_handled:
+            # Stopped before (or while) the files were written back (a state of an older collection without a
+            # key, a bug): nothing says the tree is the pre-run one, so the guard stays owed, backups and all.
+            failed_files.extend(dict(path=path, error='not restored: the restore stopped before it reached this file')
+                                for path in unhandled)
+            steps.problems.append(
+                'the restore stopped before it handled every file (%s): the guard stays owed a restore and its '
+                'backups stay in %s; fix the cause, then restore again (playbooks/rollback.yml)'
+                % (', '.join(unhandled) or 'its file list is unreadable', os.path.join(self.folder, 'files')))
         stopped_at = _read_stop_marker((state.get('settings') or {}).get('stop_marker'))
         return {
             'run_id': state.get('run_id'), 'host': state.get('host'), 'acted_by': acted_by,
@@ -399,6 +463,7 @@ class Guard(object):
             'router_readmitted': outcome['readmitted'],
             'router_problem': outcome['router_problem'],
             'hostname': socket.gethostname(),
+            'files_handled': files_handled,
         }
 
     def _carry_out(self, steps, state, outcome):
@@ -415,7 +480,7 @@ class Guard(object):
         steps.run('stop the server that runs now', server.stop)
         steps.run('stop what is left of SGLang',
                   lambda: self._kill_leftovers(settings, state.get('server_uid'), outcome['killed']))
-        outcome['files'] = self._restore_files(steps, state['files'])
+        self._restore_files(steps, state['files'], outcome['files'])
         failed = [entry for entry in outcome['files'] if entry['outcome'] == 'failed']
         if failed:
             steps.problems.append(
@@ -501,10 +566,11 @@ class Guard(object):
         return killed
 
     @staticmethod
-    def _restore_files(steps, entries):
+    def _restore_files(steps, entries, outcomes=None):
         """Each file on its own (one that cannot be written never keeps the others from being restored):
-        [{path, outcome (restored, removed, unchanged, failed), error}]."""
-        outcomes = []
+        [{path, outcome (restored, removed, unchanged, failed), error}], appended to outcomes as each is handled
+        (what a restore cut short did is known)."""
+        outcomes = [] if outcomes is None else outcomes
         begun = time.time()
         for entry in entries:
             path = entry.get('path')
@@ -545,8 +611,19 @@ class Guard(object):
         raise GuardError('; '.join(problems))
 
 
+def _unhandled(state, outcomes):
+    """The paths of the state's files the restore did not handle (all of them when it never reached the files)."""
+    entries = state.get('files')
+    if not isinstance(entries, list):
+        return []
+    handled = len(outcomes)
+    return [entry.get('path') if isinstance(entry, dict) else repr(entry) for entry in entries[handled:]]
+
+
 def pending_message(state):
     """Why a guard cannot be armed over this one."""
+    if state.get('restoring'):
+        return restoring_message(state, 'its folder')
     failed = state.get('restore_failed')
     if failed:
         return ('the guard armed by run %s restored and could not write back %s (see fired.json); fix the cause, '
@@ -683,17 +760,33 @@ def _restore_entry(entry):
 
 
 def _restore_file(entry):
-    """Put a regular file's pre-run bytes, mode and owner back; False when they are there already."""
+    """Put a regular file's pre-run bytes, mode and owner back; False when they are all there already.
+
+    A state armed by an older collection may lack the mode or the owner: then the live file's are kept.
+    """
     path = entry['path']
     data = read_bytes(entry['backup'])
     if _sha256(data) != entry['sha256']:
         raise GuardError('the backup of %s is damaged (sha256 differs); left it as it is' % path)
+    mode = entry.get('mode')
+    # Only root can give a file away: an unprivileged restore compares (and writes) the mode alone.
+    owner = (entry['uid'], entry['gid']) if entry.get('uid') is not None and entry.get('gid') is not None else None
+    owner = owner if os.geteuid() == 0 else None
     try:
-        if read_bytes(path) == data and not os.path.islink(path):
-            return False
+        info = os.lstat(path)
     except (IOError, OSError):
-        pass
-    write_atomic(path, data, entry['mode'], '.gpuops-restore', (entry['uid'], entry['gid']))
+        info = None
+    if info is not None and stat.S_ISREG(info.st_mode):
+        try:
+            same_bytes = read_bytes(path) == data
+        except (IOError, OSError):
+            same_bytes = False
+        if (same_bytes and (mode is None or stat.S_IMODE(info.st_mode) == mode)
+                and (owner is None or (info.st_uid, info.st_gid) == owner)):
+            return False
+        if mode is None:
+            mode = stat.S_IMODE(info.st_mode)
+    write_atomic(path, data, 0o644 if mode is None else mode, '.gpuops-restore', owner)
     return True
 
 
@@ -709,20 +802,38 @@ def _read_stop_marker(path):
 
 # --- the watcher's command line ----------------------------------------------------
 
-def watch(guard, run_id, clock=time.time, sleep=time.sleep):
+def watch(guard, run_id, clock=time.time, sleep=time.sleep, known=None):
     """Poll the guard until its run confirms (None) or a bound passes ('idle' or 'deadline').
 
     Every poll reads the state through the trust check: GuardError once the folder (or one above it) is
     not root's alone any more, or the state is not the guard's; the watcher then acts on nothing.
+    Only a state.json that is not there means confirmed: one that cannot be read now (EIO, EMFILE...) is read
+    again on the next poll, until the guard's deadline (the last one read, kept in `known` across calls), then
+    GuardError.
     """
+    known = {} if known is None else known
     while True:
-        state = guard.state()
+        try:
+            state = guard.state()
+        except (IOError, OSError) as exc:
+            if known.get('deadline') is not None and clock() >= known['deadline']:
+                raise GuardError('could not read %s up to the deadline: %s' % (guard.state_path, _describe(exc)))
+            sleep(WATCH_INTERVAL)
+            continue
         if state is None or state.get('run_id') != run_id or state.get('restore_failed'):
             return None
+        known['deadline'] = _number(state.get('deadline'), known.get('deadline'))
         bound = due(state, read_lease(guard.folder), clock())
         if bound is not None:
             return bound
         sleep(WATCH_INTERVAL)
+
+
+def _number(value, default):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
 
 
 REASONS = {
@@ -747,6 +858,36 @@ def say(message):
         pass
 
 
+def _reason(guard, args, bound):
+    state = guard.state() or {}
+    seconds = state.get('idle') if bound == 'idle' else float(state.get('deadline', 0)) - float(state.get('armed_at', 0))
+    return args.reason or REASONS[bound] % int(seconds or 0)
+
+
+def _fire(guard, args):
+    return guard.restore(_reason(guard, args, 'deadline'), 'deadline', run_id=args.run_id, bound='deadline')
+
+
+def _watch_and_restore(guard, args):
+    """Watch, then restore when a bound passed; back to watching when, under the lock, it had not any more (the
+    run renewed or confirmed meanwhile) or the state could not be read there (read again on the next poll)."""
+    known = {}
+    while True:
+        bound = watch(guard, args.run_id, known=known)
+        if bound is None:
+            return None
+        try:
+            report = guard.restore(_reason(guard, args, bound), bound, run_id=args.run_id, bound=bound,
+                                   only_if_due=True)
+        except (IOError, OSError) as exc:
+            say('gpuops.sglang guard of run %s in %s: could not read the guard before restoring (will try again): %s'
+                % (args.run_id, args.folder, _describe(exc)))
+            time.sleep(WATCH_INTERVAL)
+            continue
+        if report is not None:
+            return report
+
+
 def main(argv):
     """``watch``: wait for the lease to lapse or the deadline (exit when confirmed), then restore.
     ``fire``: restore now (the deadline's timer of guards armed before the lease).
@@ -763,13 +904,7 @@ def main(argv):
     args = parser.parse_args(argv)
     guard = Guard(args.folder, lock_timeout=3600)
     try:
-        bound = watch(guard, args.run_id) if args.command == 'watch' else 'deadline'
-        if bound is None:
-            return 0
-        state = guard.state() or {}
-        seconds = state.get('idle') if bound == 'idle' else float(state.get('deadline', 0)) - float(state.get('armed_at', 0))
-        reason = args.reason or REASONS[bound] % int(seconds or 0)
-        report = guard.restore(reason, bound, run_id=args.run_id, bound=bound)
+        report = _watch_and_restore(guard, args) if args.command == 'watch' else _fire(guard, args)
     except GuardError as exc:
         say('gpuops.sglang guard of run %s in %s: refused to act: %s' % (args.run_id, args.folder, exc))
         return 2

@@ -28,13 +28,17 @@ import json
 import os
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import read_json, write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import FileLock, LockTimeout, read_json, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_proc_record
 
 LEASE_FILE = 'lease.json'
 STATE_FILE = 'state.json'
+LOCK_FILE = 'lock'
 # The health wait polls every 0.25 s: one fsync'ed write every few seconds is enough for a bound of a minute.
 RENEW_EVERY = 2.0
+# An arm or a confirm holds the guard's lock for seconds; a restore for minutes. A renewal that cannot get it
+# within this is refused: whatever holds it that long is the restore, and the run must not act under it.
+RENEW_LOCK_TIMEOUT = 10.0
 
 
 class LeaseError(Exception):
@@ -81,13 +85,55 @@ def write_lease(folder, document):
     write_atomic(os.path.join(folder, LEASE_FILE), json.dumps(document, sort_keys=True).encode('utf-8'), 0o600)
 
 
-def renew(folder, run_id, step, horizon_s=0.0, clock=time.time, holder=None):
-    """Renew the lease of the guard run_id armed; LeaseError when that guard is not armed (any more).
+def restoring_message(state, folder, alive=holder_alive):
+    """Why nothing of the run may act while state.json carries a restore's mark ('' without one)."""
+    restorer = state.get('restoring')
+    if not restorer:
+        return ''
+    who = 'pid %s (%s)' % (restorer.get('pid'), restorer.get('by'))
+    if restorer.get('pid') and alive(restorer):
+        return ('the rollback guard of run %s in %s is restoring the previous server (%s, since %s): nothing of the '
+                'run may act on the tree or the server now; see fired.json there when it ends'
+                % (state.get('run_id'), folder, who, restorer.get('at')))
+    return ('a restore of the rollback guard of run %s in %s began (%s, at %s) and did not finish (its process is '
+            'gone): the tree may be half restored; restore it again (playbooks/rollback.yml, or a later run takes '
+            'it over) before anything else acts' % (state.get('run_id'), folder, who, restorer.get('at')))
+
+
+def restoring_mark(acted_by, now, proc_root='/proc'):
+    """What state.json carries while a restore acts: who (this process) and since when."""
+    mark = this_process(proc_root)
+    mark.update(by=acted_by, at=now)
+    return mark
+
+
+def renew(folder, run_id, step, horizon_s=0.0, clock=time.time, holder=None, lock_timeout=RENEW_LOCK_TIMEOUT):
+    """Renew the lease of the guard run_id armed; LeaseError when that guard is not armed (any more), or a
+    restore holds it (running, or cut short and owed).
 
     A guard armed without an idle bound (by an earlier version) has no lease: nothing to renew.
     Returns the lease written, or None.
+
+    Under the guard's lock: a restore marks state.json and holds the lock while it acts, and the watcher checks
+    the lease again under the lock before it acts. So either this renewal lands first (and the watcher, seeing
+    it, does not act) or the restore does (and this renewal is refused): never a step acting during a restore.
     """
-    state = _read(os.path.join(folder, STATE_FILE))
+    _check(_read(os.path.join(folder, STATE_FILE)), folder, run_id)
+    try:
+        with FileLock(os.path.join(folder, LOCK_FILE), lock_timeout, max_interval=0.5):
+            state = _check(_read(os.path.join(folder, STATE_FILE)), folder, run_id)
+            if not state.get('idle'):
+                return None
+            document = lease_document(run_id, step, clock(), horizon_s, state['idle'], holder)
+            write_lease(folder, document)
+            return document
+    except LockTimeout:
+        raise LeaseError('the rollback guard of run %s in %s is held by another actor (its restore?) for over %gs: '
+                         'nothing of the run may act now; see fired.json there' % (run_id, folder, lock_timeout))
+
+
+def _check(state, folder, run_id):
+    """The state when run_id may renew it; LeaseError saying why not."""
     if state is None or state.get('run_id') != run_id:
         raise LeaseError('the rollback guard of run %s is not armed in %s (armed: %s); it restored the previous '
                          'server or another run took it over, see fired.json there'
@@ -95,12 +141,12 @@ def renew(folder, run_id, step, horizon_s=0.0, clock=time.time, holder=None):
     if state.get('restore_failed'):
         # The watcher restored and could not write every file back: no step of the run may act on that tree.
         raise LeaseError('the rollback guard of run %s restored in %s and could not write back %s; nothing of the run '
-                         'may go on, see fired.json there' % (run_id, folder, ', '.join(state['restore_failed'].get('files') or [])))
-    if not state.get('idle'):
-        return None
-    document = lease_document(run_id, step, clock(), horizon_s, state['idle'], holder)
-    write_lease(folder, document)
-    return document
+                         'may go on, see fired.json there'
+                         % (run_id, folder, ', '.join(state['restore_failed'].get('files') or []) or 'every file'))
+    refusal = restoring_message(state, folder)
+    if refusal:
+        raise LeaseError(refusal)
+    return state
 
 
 def expiry(state, lease, alive=holder_alive):

@@ -55,7 +55,9 @@ options:
         could have written. The folder and every folder above it, up to C(/), must belong to the user the module
         runs as (or root) and be writable by neither group nor others. A sticky, world-writable folder such as
         C(/tmp) on the way is refused too. The watcher checks again on every poll and acts on nothing once it fails.
-      - Made C(0700) (an existing one is tightened to it); everything in it is C(0600).
+      - Made C(0700) (an existing one is tightened to it); everything in it is C(0600). So it must be a folder of the
+        guard's own (the role uses C(sglang_guard_dir/SERVICE)); every state refuses a system folder (C(/), C(/var/lib),
+        C(/etc), C(/tmp)...) or one under C(/proc), C(/sys) or C(/dev).
     type: path
     required: true
   run_id:
@@ -96,6 +98,8 @@ options:
         (V(manager), V(service_name), V(launch_file), V(pidfile), V(log_file), V(base_url), V(term_timeout)).
       - V(base_url="") is a rank above 0 of a server spanning several hosts, which serves no HTTP; its restore
         counts it as started once its process has stayed up for a second.
+      - V(service_name) must be a plain name (letters, digits, C(_ . @ -), not C(.) or C(..)), since the watcher's unit
+        is named after it, and the role's guard folder too.
     type: dict
     default: {}
   host:
@@ -272,7 +276,9 @@ fired:
           description: Why it could not be written back (null unless V(failed)).
           type: str
     failed_files:
-      description: The files that could not be written back.
+      description: >-
+        The files that could not be written back, and those the restore never reached when it stopped before the
+        end of its file list (their error says so); the guard stays owed a restore while any is listed.
       type: list
       elements: dict
       contains:
@@ -328,6 +334,11 @@ fired:
     router_problem:
       description: Why it was not put back (null when it was, or when no router was given).
       type: str
+    files_handled:
+      description: >-
+        Whether the restore handled every file of the guard. Only then (and with no file failed) is the guard
+        dropped; otherwise it stays owed a restore, with its backups, and RV(fired.problems) says why.
+      type: bool
 lease:
   description: The armed guard's lease (null when no guard is armed); times are seconds since the epoch, host clock.
   returned: always
@@ -375,7 +386,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import PACKAGE, Guard, GuardError, pending_message
+from ansible_collections.gpuops.sglang.plugins.module_utils._guard import (
+    PACKAGE, Guard, GuardError, pending_message, service_name_problem)
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 
 SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'base_url')
@@ -413,6 +425,8 @@ def arm(module, guard, current, result):
     missing = [key for key in SERVER_KEYS if not given.get(key) and not (key == 'base_url' and given.get(key) == '')]
     if missing:
         fail('server lacks %s' % ', '.join(missing))
+    if service_name_problem(given['service_name']):
+        fail(service_name_problem(given['service_name']) + '; nothing was changed')
     if params['deadline'] <= 0:
         fail('deadline must be above 0 seconds')
     if params['idle'] is not None and params['idle'] < 0:

@@ -16,6 +16,7 @@ __metaclass__ = type
 import posixpath
 import re
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import system_folder_refusal
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
 
@@ -23,20 +24,6 @@ KEY_PATTERN = re.compile(r'^[!-~]*$')
 SECRET_FLAGS = ('--api-key', '--admin-api-key', '--config')
 
 
-# Folders of the operating system and of every other program: the role makes its folders 0750, which on
-# these would lock out the services that read them (and drop /tmp's sticky bit). The role's folders are
-# dedicated subfolders (/etc/sglang, /run/sglang, /var/log/sglang), made and owned by the role alone.
-SYSTEM_FOLDERS = frozenset([
-    '/', '/bin', '/boot', '/dev', '/etc', '/home', '/lib', '/lib32', '/lib64', '/libx32', '/media', '/mnt', '/opt',
-    '/proc', '/root', '/run', '/sbin', '/srv', '/sys', '/tmp', '/usr', '/var',
-    '/etc/default', '/etc/systemd', '/etc/systemd/system', '/run/lock', '/run/user', '/run/systemd',
-    '/usr/bin', '/usr/include', '/usr/lib', '/usr/lib64', '/usr/libexec', '/usr/local', '/usr/local/bin',
-    '/usr/local/etc', '/usr/local/lib', '/usr/local/sbin', '/usr/local/share', '/usr/sbin', '/usr/share', '/usr/src',
-    '/var/backups', '/var/cache', '/var/lib', '/var/local', '/var/lock', '/var/log', '/var/mail', '/var/opt',
-    '/var/run', '/var/spool', '/var/tmp',
-])
-# Kernel file systems: nothing of the role's belongs under them.
-KERNEL_FOLDERS = ('/proc/', '/sys/', '/dev/')
 ROLE_FOLDERS = (('sglang_config_dir', lambda settings: settings['sglang_config_dir']),
                 ('sglang_run_dir', lambda settings: settings['sglang_run_dir']),
                 ('sglang_log_file\'s folder', lambda settings: posixpath.dirname(as_text(settings['sglang_log_file']))))
@@ -47,14 +34,8 @@ def folder_refusal(path):
     path = as_text(path)
     if not posixpath.isabs(path):
         return 'is not an absolute path'
-    normal = posixpath.normpath(path)
-    # normpath keeps a leading '//' (POSIX lets it mean something else); here it is the root.
-    normal = '/' + normal.lstrip('/')
-    if normal in SYSTEM_FOLDERS:
-        return 'is the system folder %s' % normal
-    if (normal + '/').startswith(KERNEL_FOLDERS):
-        return 'is under /%s, a kernel file system' % normal.split('/')[1]
-    return ''
+    # The one rule, shared with the host-side guard's folder (module_utils may not import plugin_utils).
+    return system_folder_refusal(path)
 
 
 def _folder_problems(settings):

@@ -633,3 +633,30 @@ def test_the_restore_ends_sglang_leftovers_of_the_servers_user_only_and_lists_th
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_restore_that_stops_before_the_files_keeps_the_guard_and_its_backups(deployment, tmp_path):
+    original = deployment.module_file.read_bytes()
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-s', deadline=600), name='arm')
+    assert not armed.failed, armed.get('msg')
+    deployment.module_file.write_bytes(b'# NEW\n')
+    # A state of an older collection, without a key the restore reads before it reaches the files.
+    state_path = deployment.guard_dir / 'state.json'
+    state = json.loads(state_path.read_text())
+    del state['settings']
+    state_path.write_text(json.dumps(state))
+    restored = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                        deployment.guard_args(state='restored', run_id='run-s'), name='restore')
+    fired = restored['fired']
+    assert restored.failed and fired['status'] == 'failed' and fired['files_handled'] is False
+    assert str(deployment.module_file) in [entry['path'] for entry in fired['failed_files']]
+    assert any("KeyError: 'settings'" in problem for problem in fired['problems'])
+    # Owed, not dropped: state.json, the backups and the run's bytes stay for the next restore to finish.
+    assert restored['armed'] and json.loads(state_path.read_text())['restore_failed']['files']
+    kept = [entry['backup'] for entry in state['files'] if entry['existed']]
+    assert len(kept) == 2 and all(os.path.exists(backup) for backup in kept)
+    assert deployment.module_file.read_bytes() == b'# NEW\n' != original
+    refused = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                       deployment.guard_args(state='armed', run_id='run-t', deadline=600), name='arm-again')
+    assert refused.failed and 'could not write back' in refused['msg']

@@ -133,3 +133,33 @@ def test_every_guard_action_refuses_an_untrusted_folder_before_reading_it(truste
                            % above):
             action()
     assert sorted(os.listdir(str(above / 'guard'))) == ['state.json']
+
+
+# --- the guard folder is a folder of the guard's own -----------------------------------------------------------
+
+@pytest.mark.parametrize('folder', ['/', '/var/lib', '/etc', '/tmp', '/var/lib/gpuops-sglang/..', '//usr/local/',
+                                    '/proc/1', '/sys/fs/cgroup'])
+def test_a_system_folder_is_never_the_guard_folder_and_is_never_made_private(monkeypatch, folder):
+    from ansible_collections.gpuops.sglang.plugins.module_utils import _guard
+
+    def made(path, mode=0o700):
+        raise AssertionError('make_private_folder(%s) ran on a system folder' % path)
+    monkeypatch.setattr(_guard, 'make_private_folder', made)
+    guard = Guard(folder)
+    for action in (guard.check_folder, guard.make_folder, guard.state):
+        with pytest.raises(GuardError, match='system folder|kernel file system'):
+            action()
+
+
+@pytest.mark.parametrize('name, refused', [
+    ('sglang', False), ('sglang@1', False), ('sglang-7b_v2.1', False),
+    ('.', True), ('..', True), ('../etc', True), ('a/b', True), ('', True), ('a b', True), (None, True),
+])
+def test_only_a_plain_service_name_names_a_guard(trusted_dir, name, refused):
+    from ansible_collections.gpuops.sglang.plugins.module_utils._guard import service_name_problem
+    assert bool(service_name_problem(name)) == refused
+    if refused:
+        guard = Guard(str(trusted_dir / 'guard'))
+        with pytest.raises(GuardError, match='not a plain name'):
+            guard.arm('run1', 60, [], {'service_name': name}, 'h', 'python3', {}, systemd=False)
+        assert not (trusted_dir / 'guard').exists()

@@ -124,3 +124,15 @@ def test_the_query_describes_the_lease_of_the_armed_guard():
     described = _lease.describe(ARMED, lease(), alive)
     assert described == {'armed_at': 1000.0, 'idle': 90.0, 'deadline_at': 2800.0, 'renewed_at': 1100.0,
                          'renewed_by': 'a step', 'expires_at': 1190.0, 'acts_at': 1190.0}
+
+
+@pytest.mark.parametrize('restorer, refusal', [
+    ('me', 'is restoring the previous server'),
+    ({'pid': 2 ** 22 + 3, 'start_time': 1}, 'did not finish .its process is gone.'),
+], ids=['running', 'died-midway'])
+def test_a_renewal_of_a_guard_marked_restoring_is_refused_and_writes_nothing(tmp_path, restorer, refusal):
+    mark = _lease.restoring_mark('idle', 1500.0) if restorer == 'me' else dict(restorer, by='idle', at=1500.0)
+    write_state(tmp_path, restoring=mark)
+    with pytest.raises(_lease.LeaseError, match=refusal):
+        _lease.renew(str(tmp_path), 'run-1', 'sglang_server activate')
+    assert not (tmp_path / 'lease.json').exists()
