@@ -17,8 +17,10 @@ from helpers.module_runner import run_module  # noqa: F401  (the fixture)
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_benchmark, sglang_router_worker
 
 WORKER = 'http://127.0.0.1:30001'
-REQUEST_TIMEOUT = 2
-BENCHMARK_TIMEOUT = 3
+# Short bounds: what is under test is that the bound ends the run, not its default (a trickle of one byte
+# every 0.5 s still outlives any per-read timeout of 1 s).
+REQUEST_TIMEOUT = 1
+BENCHMARK_TIMEOUT = 1.5
 
 
 def no_commands(argv):
@@ -39,8 +41,8 @@ def router_args(server, **extra):
 
 @pytest.mark.parametrize('state', ['present', 'absent', 'query'])
 @pytest.mark.parametrize('behaviour, said', [
-    (trickle(), 'answered nothing: no complete answer within 2s (timed out reading the status line)'),
-    (trickle_body(), 'answered nothing: no complete answer within 2s (timed out reading the body)'),
+    (trickle(), 'answered nothing: no complete answer within 1s (timed out reading the status line)'),
+    (trickle_body(), 'answered nothing: no complete answer within 1s (timed out reading the body)'),
     (nested_brackets(), 'answered an unexpected body: JSON nested deeper than 64 levels'),
     (endless_line(b'application/json', b'{"workers": "'), 'answered nothing: the answer is longer than the '
                                                          '1048576-byte cap'),
@@ -63,7 +65,7 @@ def test_a_router_that_trickles_its_answer_to_the_removal_fails_within_its_reque
         {'id': 'w-0', 'url': WORKER, 'is_healthy': True, 'load': 0}]}))], otherwise=trickle()))
     result, took = run_timed(run_module, sglang_router_worker.main, router_args(server, state='absent'))
     assert result['failed'] and result['member_before'] is True and result['member'] is None
-    assert result['msg'].endswith('DELETE /workers/w-0 (%s) answered nothing: no complete answer within 2s '
+    assert result['msg'].endswith('DELETE /workers/w-0 (%s) answered nothing: no complete answer within 1s '
                                   '(timed out reading the status line)' % WORKER)
     assert result['requests'] == ['GET /workers -> 200', 'DELETE /workers/w-0 -> no answer']
     assert took < 3 * 2 * REQUEST_TIMEOUT
