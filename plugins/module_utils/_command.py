@@ -28,6 +28,7 @@ __metaclass__ = type
 
 import os
 import subprocess
+import threading
 import time
 
 C_LOCALE = {'LANG': 'C', 'LC_ALL': 'C'}
@@ -42,6 +43,45 @@ class CommandError(Exception):
     def __init__(self, msg, result=None):
         super(CommandError, self).__init__(msg)
         self.result = result
+
+
+class BoundedCall(object):
+    """action() run in a daemon thread of its own and waited for at most `bound` seconds.
+
+    For what has no process to kill: an in-process library call (NVML, wedged with its driver) or a client
+    talking to a peer that may never finish. A caller that stops waiting goes on; the thread, a daemon,
+    never keeps the process from exiting. Whatever action() raised (RecursionError included) is raised again
+    in the waiting thread.
+    """
+
+    def __init__(self, action, bound, name):
+        self.action, self.bound, self.name = action, float(bound), name
+        self.thread = None
+        self.outcome = {}
+
+    def _run(self):
+        try:
+            self.outcome['value'] = self.action()
+        except BaseException as exc:  # handed to the waiting thread
+            self.outcome['error'] = exc
+
+    def timeout_error(self):
+        return CommandError('%s did not return within %gs' % (self.name, self.bound))
+
+    def wait(self):
+        """action()'s value; timeout_error() when it has not returned within the bound."""
+        self.thread = threading.Thread(target=self._run, name=self.name)
+        self.thread.daemon = True
+        self.thread.start()
+        self.thread.join(self.bound)
+        if self.thread.is_alive():
+            raise self.timeout_error()
+        if 'error' in self.outcome:
+            raise self.outcome['error']
+        return self.outcome.get('value')
+
+    def running(self):
+        return self.thread is not None and self.thread.is_alive()
 
 
 class CommandResult(object):

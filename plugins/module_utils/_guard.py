@@ -45,10 +45,9 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner, subprocess_runner
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import BoundedCall, CommandError, CommandRunner, subprocess_runner
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import (
     LEASE_FILE,
     describe,
@@ -641,38 +640,16 @@ def _router_bound(router_settings):
     return float(router_settings.get('timeout') or 30) + ROUTER_SLACK_S
 
 
-class BoundedStep(object):
-    """One action run in a thread of its own, waited for at most `bound` seconds.
-
-    The router's steps: a router that trickles its answer or never answers costs the restore `bound`, then the
-    restore goes on without it (the thread is a daemon: it never keeps the watcher from exiting).
-    """
+class BoundedStep(BoundedCall):
+    """The router's steps, each a BoundedCall: a router that trickles its answer or never answers costs the
+    restore `bound`, then the restore goes on without it."""
 
     def __init__(self, action, bound):
-        self.action, self.bound = action, float(bound)
-        self.thread = None
-        self.outcome = {}
+        super(BoundedStep, self).__init__(action, bound, 'gpuops-sglang-guard-router')
 
-    def _run(self):
-        try:
-            self.outcome['value'] = self.action()
-        except BaseException as exc:  # handed to the waiting thread, RecursionError included
-            self.outcome['error'] = exc
-
-    def wait(self):
-        self.thread = threading.Thread(target=self._run, name='gpuops-sglang-guard-router')
-        self.thread.daemon = True
-        self.thread.start()
-        self.thread.join(self.bound)
-        if self.thread.is_alive():
-            raise GuardError('no outcome within %gs (the router hangs or trickles its answer); went on without it'
-                             % self.bound)
-        if 'error' in self.outcome:
-            raise self.outcome['error']
-        return self.outcome.get('value')
-
-    def running(self):
-        return self.thread is not None and self.thread.is_alive()
+    def timeout_error(self):
+        return GuardError('no outcome within %gs (the router hangs or trickles its answer); went on without it'
+                          % self.bound)
 
 
 class RestoreSteps(object):

@@ -12,7 +12,6 @@ __metaclass__ = type
 
 import math
 import os
-import threading
 import time
 
 try:
@@ -21,7 +20,7 @@ except ImportError:
     # nvidia-ml-py is optional: without it the memory is read with nvidia-smi.
     pynvml = None
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import BoundedCall, CommandError
 from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import NvidiaSmiError, format_gpu_table, unreadable
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import is_excluded_daemon, signalled_summary
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import parse_stat, read_identity, read_proc_record
@@ -248,23 +247,7 @@ class NvmlReader(object):
             nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0), version=nvml.nvmlMemory_v2)
 
     def _call(self, function, what):
-        outcome = {}
-
-        def target():
-            try:
-                outcome['value'] = function()
-            except Exception as exc:  # handed to the caller's thread below
-                outcome['error'] = exc
-
-        worker = threading.Thread(target=target, name='nvml')
-        worker.daemon = True
-        worker.start()
-        worker.join(self.timeout)
-        if worker.is_alive():
-            raise CommandError('NVML %s did not return within %gs' % (what, self.timeout))
-        if 'error' in outcome:
-            raise outcome['error']
-        return outcome['value']
+        return BoundedCall(function, self.timeout, 'NVML %s' % what).wait()
 
     def _read_all(self):
         nvml = self.nvml
