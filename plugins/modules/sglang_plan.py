@@ -61,7 +61,7 @@ problems:
   type: list
   elements: str
 paths:
-  description: The server's files (launch_file, pidfile, base_url, guard_dir, patch_stamp, stop_marker, ...).
+  description: The server's files (launch_file, pidfile, base_url, guard_dir, patch_stamp, stop_marker, ...) and the folders the role keeps them in (folders).
   returned: unless O(gate_only)
   type: dict
 adaptive:

@@ -19,7 +19,7 @@ import json
 import jinja2
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._rules import adaptive, adaptive_config
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._rules import adaptive, adaptive_config, role_folders
 
 
 def paths(settings):
@@ -42,6 +42,7 @@ def paths(settings):
         'stop_marker': '%s/%s.stopped_at' % (settings['sglang_run_dir'], service),
         'guard_dir': '%s/%s' % (settings['sglang_guard_dir'], service),
         'base_url': 'http://%s:%s' % (settings['sglang_host'], as_text(settings['sglang_port'])),
+        'folders': role_folders(settings),
     }
 
 

@@ -29,6 +29,17 @@ ROLE_FOLDERS = (('sglang_config_dir', lambda settings: settings['sglang_config_d
                 ('sglang_log_file\'s folder', lambda settings: posixpath.dirname(as_text(settings['sglang_log_file']))))
 
 
+def role_folders(settings):
+    """The folders the role keeps the server's files in, each once, in ROLE_FOLDERS' order (the role makes the
+    missing ones, 0750, and never chmods one it finds)."""
+    folders = []
+    for dummy, folder in ROLE_FOLDERS:
+        path = as_text(folder(settings))
+        if path not in folders:
+            folders.append(path)
+    return folders
+
+
 def folder_refusal(path):
     """Why a folder the role makes and sets 0750 on cannot be `path` ("" when it can)."""
     path = as_text(path)

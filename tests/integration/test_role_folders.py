@@ -7,18 +7,18 @@ import stat
 
 import yaml
 
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._rules import role_folders
 from helpers.ansible_run import REPO, run_tasks
 
 ROLE = os.path.join(REPO, 'roles', 'sglang')
 FOLDER_TASKS = ("See which of the server's folders exist", 'Ensure the configuration folders exist')
 
 
-def role_tasks(names):
+def role_tasks(names, settings):
+    """The named tasks with _sglang_folders as the plan computes it (sglang_plan's paths.folders)."""
     with open(os.path.join(ROLE, 'tasks', 'prepare.yml')) as handle:
         tasks = dict((task['name'], task) for task in yaml.safe_load(handle))
-    with open(os.path.join(ROLE, 'vars', 'main.yml')) as handle:
-        folders = yaml.safe_load(handle)['_sglang_folders']
-    return [dict(tasks[name], vars={'_sglang_folders': folders}) for name in names]
+    return [dict(tasks[name], vars={'_sglang_folders': role_folders(settings)}) for name in names]
 
 
 def mode(path):
@@ -34,7 +34,7 @@ def test_folders_found_keep_their_mode_and_missing_ones_are_made_0750(tmp_path):
     os.chmod(str(config), 0o755)
     log_file = tmp_path / 'new' / 'log' / 'server.log'
     settings = {'sglang_config_dir': str(config), 'sglang_run_dir': str(shared), 'sglang_log_file': str(log_file)}
-    tasks = [dict(task, vars=dict(task['vars'], **settings)) for task in role_tasks(FOLDER_TASKS)]
+    tasks = role_tasks(FOLDER_TASKS, settings)
     results = run_tasks(tmp_path, tasks)
     assert not any(result.failed for result in results.values()), results.transcript
     assert mode(shared) == 0o1777 and mode(config) == 0o755
@@ -49,7 +49,7 @@ def test_a_file_where_a_folder_belongs_fails_the_folder_task(tmp_path):
     blocker.write_text('not a folder')
     settings = {'sglang_config_dir': str(tmp_path / 'etc'), 'sglang_run_dir': str(blocker),
                 'sglang_log_file': str(tmp_path / 'log' / 'server.log')}
-    tasks = [dict(task, vars=dict(task['vars'], **settings)) for task in role_tasks(FOLDER_TASKS)]
+    tasks = role_tasks(FOLDER_TASKS, settings)
     results = run_tasks(tmp_path, tasks)
     assert results['Ensure the configuration folders exist'].failed
     assert blocker.read_text() == 'not a folder'

@@ -1,6 +1,7 @@
 """The files the role renders: which ones, where, with what mode and content."""
 import json
 import os
+import posixpath
 
 import pytest
 
@@ -78,6 +79,12 @@ def test_paths_follow_the_service_name_and_folders(settings):
     assert where['pidfile'] == '/run/sglang/sg2.pid' and where['stop_marker'] == '/run/sglang/sg2.stopped_at'
     assert where['guard_dir'] == '/var/lib/gpuops-sglang/sg2' and where['base_url'] == 'http://0.0.0.0:30001'
     assert where['patch_stamp'] == '/etc/sglang/patch.stamp.json'
+    assert where['folders'] == ['/etc/sglang', '/run/sglang', posixpath.dirname(settings['sglang_log_file'])]
+
+
+def test_a_folder_named_twice_is_listed_once(settings):
+    settings.update(sglang_config_dir='/srv/sglang', sglang_run_dir='/srv/sglang', sglang_log_file='/srv/sglang/log')
+    assert _configs.paths(settings)['folders'] == ['/srv/sglang']
 
 
 # -e sglang_dynamic_spec_enabled=false arrives as the string 'false': off, as the operator meant.
