@@ -3,7 +3,9 @@
 #               it needs (demo-setup: no browser, no test tooling, no native sglang release)
 #   make demo-multinode   the same for the lab's two-node SGLang server (mn1 rank 0, mn2 rank 1), one group
 #   make test   every test on the first controller (unit, integration, lab, dashboard with a headless browser, sanity,
-#               ansible-test integration, lint, molecule); `make matrix` adds the 2.21 controller (CI's time: README)
+#               ansible-test integration, lint, molecule), its stages side by side, each lab stage on its own lab
+#               (tests/run_stages.py); `make matrix` adds the 2.21 controller (CI's time: README)
+#   make test-quick   the unit and integration suites alone (no lab, no container): the inner loop
 #   make fleet   eight lab hosts behind the SGLang gateway (smg), a rolling redeploy under load (one JSON line)
 #   make dashboard   the reference ops page against the lab, on 127.0.0.1:$DASHBOARD_PORT (default 8765)
 SHELL := /bin/bash
@@ -25,7 +27,7 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-gpu matrix matrix-2.21 matrix-sanity
+.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-quick test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-gpu matrix matrix-2.21 matrix-sanity
 
 setup: host-packages demo-setup $(VENV)/.installed $(VENV)/.dashboard-installed $(CACHE)/wheels/.done
 
@@ -77,10 +79,14 @@ $(CACHE)/wheels/.done: requirements-lab.txt requirements-lab-native.txt $(CACHE)
 	touch $@
 
 test-unit: setup
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q -n 2 tests/unit
 
 test-integration: setup
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q -n 4 tests/integration
+
+# The inner loop: what needs no lab (pytest-xdist: most of these tests wait on a process or a bound, not the CPU).
+test-quick: setup
+	$(BIN)/pytest -q -n 4 tests/unit tests/integration
 
 test-lab: setup
 	$(BIN)/pytest -q tests/lab
@@ -106,9 +112,11 @@ molecule: setup
 	@# molecule only warns when its verifier finds no test: that must not pass
 	@grep -qE '[0-9]+ passed' $(CACHE)/molecule.log || { echo "molecule ran no testinfra test" >&2; exit 1; }
 
+# Every stage (tests/run_stages.py --list): pytest's unit and integration suites, the lab's files on labs 1 to 4, the
+# dashboard on lab 5, sanity, ansible-test integration, lint, molecule on the default lab; as many at once as their
+# weights fit TEST_CAPACITY (4).
 test: setup
-	$(BIN)/pytest tests/unit tests/integration tests/lab tests/dashboard
-	$(MAKE) --no-print-directory sanity integration-targets lint molecule
+	$(BIN)/python tests/run_stages.py
 
 demo: demo-setup
 	LAB_NATIVE_RELEASE=0 lab/lab up

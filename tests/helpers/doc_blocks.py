@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 
+from helpers import lab_instance
 from helpers.ansible_run import REPO
 
 PAGES = ('docs/terminal.md', 'docs/ansible-runner.md', 'docs/molecule.md')
@@ -43,9 +44,13 @@ def user_shell_env():
     return env
 
 
-def run_block(name, cwd=REPO, timeout=540):
-    """Runs the block as one bash script (-e: its first failing line fails it); stdout and stderr together."""
-    return subprocess.run(['bash', '-euo', 'pipefail', '-c', doc_block(name)], cwd=str(cwd), env=user_shell_env(),
+def run_block(name, cwd=REPO, timeout=540, lab=False):
+    """Runs the block as one bash script (-e: its first failing line fails it); stdout and stderr together.
+    lab: the block uses the lab, run on the test's own (lab_instance.as_written_on_this_lab)."""
+    text, env = doc_block(name), user_shell_env()
+    if lab:
+        text, env = lab_instance.as_written_on_this_lab(text, env)
+    return subprocess.run(['bash', '-euo', 'pipefail', '-c', text], cwd=str(cwd), env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=timeout)
 
 

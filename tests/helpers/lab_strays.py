@@ -7,6 +7,7 @@ import contextlib
 import os
 import subprocess
 
+from helpers import lab_instance
 from helpers.ansible_run import REPO
 
 PODMAN_ENV = dict(os.environ, CONTAINERS_CONF=os.path.join(REPO, 'lab', 'containers.conf'))
@@ -20,14 +21,16 @@ def in_container(container, script):
                                    env=PODMAN_ENV)
 
 
-def orphans(container='lab-gpu1'):
-    """PIDs of the orphan in the container."""
+def orphans(host='gpu1'):
+    """PIDs of the orphan in the lab host's container."""
+    container = lab_instance.container(host)
     return in_container(container, 'pgrep -f "%s" || true' % PATTERN).split()
 
 
 @contextlib.contextmanager
-def orphan_in_container(container='lab-gpu1'):
+def orphan_in_container(host='gpu1'):
     """Start the orphan (outside the server's unit and session); whatever the test did, it is gone afterwards."""
+    container = lab_instance.container(host)
     in_container(container, 'setsid -f /usr/bin/python3 /opt/lab/simulators/gpu_holder.py --title %s '
                             '>/dev/null 2>&1 </dev/null' % TITLE)
     try:

@@ -74,7 +74,9 @@ def test_stop_waits_for_the_requests_already_routed_to_the_server(tmp_path, rout
     run_task(tmp_path, 'gpuops.sglang.sglang_router_worker', worker_args(router, server), name='add')
     hold.write_text('')
     answers = []
-    client = threading.Thread(target=lambda: answers.append(http_json('POST', router.url + '/generate', {'text': 'x'})))
+    # Held on purpose until the stop has seen it: its own timeout is not what is tested, and must outlast the hold.
+    client = threading.Thread(target=lambda: answers.append(http_json('POST', router.url + '/generate', {'text': 'x'},
+                                                                      timeout=300)))
     client.start()
     wait_for(lambda: http_json('GET', server.url + '/v1/loads')[1]['aggregate']['total_reqs'] == 1, what='a request in flight')
     run_task(tmp_path, 'gpuops.sglang.sglang_router_worker', worker_args(router, server, state='absent'), name='out')

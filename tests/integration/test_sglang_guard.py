@@ -257,8 +257,10 @@ def test_guard_restores_when_nothing_renews_its_lease_for_the_idle_bound(deploym
     assert lease['renewed_by'] == 'sglang_server stopped (done)'
     assert lease['expires_at'] == lease['renewed_at'] + 8 and lease['acts_at'] == lease['expires_at']
     assert lease['deadline_at'] == pytest.approx(lease['armed_at'] + 600)
+    # Dropping the guard removes state.json, then the backups, then lease.json: wait for the last of them.
     wait_for(lambda: (deployment.guard_dir / 'fired.json').exists() and not
-             (deployment.guard_dir / 'state.json').exists(), 8 + 30, 'the guard acting at its idle bound')
+             (deployment.guard_dir / 'state.json').exists() and not (deployment.guard_dir / 'lease.json').exists(),
+             8 + 30, 'the guard acting at its idle bound')
     report = json.loads((deployment.guard_dir / 'fired.json').read_text())
     assert report['bound'] == 'idle' and report['acted_by'] == 'idle' and report['healthy']
     assert report['started_at'] >= lease['expires_at'], 'the guard acted before its lease lapsed'

@@ -7,21 +7,22 @@ import urllib.request
 
 import pytest
 
-from helpers.ansible_run import REPO, run_playbook
+from helpers.ansible_run import run_playbook
 from helpers.lab_strays import PODMAN_ENV
 
-LAB = os.path.join(REPO, 'lab', 'lab')
-HOSTS = {'gpu1': ('lab-gpu1', '127.0.0.12'), 'gpu2': ('lab-gpu2', '127.0.0.13'), 'pve1': ('lab-pve1', '127.0.0.11')}
-# The fleet's further hosts (LAB_GPU_HOSTS=N): gpu3..gpu8 on 127.0.0.14..19, and the second Proxmox stand-in.
-FLEET_HOSTS = dict([('gpu%d' % k, ('lab-gpu%d' % k, '127.0.0.%d' % (11 + k))) for k in range(3, 9)]
-                   + [('pve2', ('lab-pve2', '127.0.0.20'))])
+from helpers import lab_instance
+
+LAB = lab_instance.LAB
+# The hosts every lab test starts from; the fleet's further hosts (LAB_GPU_HOSTS=N: gpu3..gpu8) and the second
+# Proxmox stand-in are there once a test brought them up (test_fleet).
+HOSTS = ('gpu1', 'gpu2', 'pve1')
 SGLANG_PYTHON = '/opt/sglang/venv/bin/python'
 
 
 class LabHost(object):
     def __init__(self, name):
         self.name = name
-        self.container, self.address = HOSTS.get(name) or FLEET_HOSTS[name]
+        self.container, self.address = lab_instance.container(name), lab_instance.address(name)
         self._site_packages = None
 
     def exec_(self, *argv):
@@ -29,12 +30,12 @@ class LabHost(object):
                                        env=PODMAN_ENV)
 
     def server_info(self):
-        with urllib.request.urlopen('http://%s:30000/server_info' % self.address, timeout=5) as response:
+        with urllib.request.urlopen(lab_instance.server_url(self.name) + '/server_info', timeout=5) as response:
             return json.load(response)
 
     def healthy(self):
         try:
-            with urllib.request.urlopen('http://%s:30000/health' % self.address, timeout=5) as response:
+            with urllib.request.urlopen(lab_instance.server_url(self.name) + '/health', timeout=5) as response:
                 return response.status == 200
         except OSError:
             return False
@@ -74,10 +75,10 @@ class Lab(dict):
     def podman(*argv):
         subprocess.check_call(['podman'] + list(argv), env=PODMAN_ENV, stdout=subprocess.DEVNULL)
 
-    def restart_container(self, container):
-        """Start a stopped lab container again and wait until its sshd accepts connections."""
-        self.podman('start', container)
-        address = dict(HOSTS.values())[container]
+    def restart_container(self, host):
+        """Start the stopped container of a lab host again and wait until its sshd accepts connections."""
+        self.podman('start', lab_instance.container(host))
+        address = lab_instance.address(host)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -85,7 +86,7 @@ class Lab(dict):
                 return
             except OSError:
                 time.sleep(0.1)
-        raise AssertionError('sshd of %s did not come back' % container)
+        raise AssertionError('sshd of %s did not come back' % host)
 
 
 @pytest.fixture(scope='session')
@@ -96,10 +97,11 @@ def lab(tmp_path_factory):
     rebuilding it; the baseline redeploy still runs and must succeed.
     """
     reuse = os.environ.get('GPUOPS_LAB_REUSE') == '1'
-    if not reuse:
-        subprocess.check_call([LAB, 'down'], stdout=subprocess.DEVNULL)
-    subprocess.check_call([LAB, 'up'], stdout=subprocess.DEVNULL)
-    baseline = run_playbook(tmp_path_factory.mktemp('baseline'), 'playbooks/redeploy.yml', 'inventory/lab')
+    with lab_instance.one_start_at_a_time():
+        if not reuse:
+            subprocess.check_call([LAB, 'down'], stdout=subprocess.DEVNULL)
+        subprocess.check_call([LAB, 'up'], stdout=subprocess.DEVNULL)
+        baseline = run_playbook(tmp_path_factory.mktemp('baseline'), 'playbooks/redeploy.yml', lab_instance.inventory())
     assert baseline.rc == 0, baseline.stdout[-3000:]
     yield Lab((name, LabHost(name)) for name in HOSTS)
     if not reuse:
@@ -109,6 +111,6 @@ def lab(tmp_path_factory):
 @pytest.fixture
 def redeploy(tmp_path):
     def run(extravars=None, name='run', limit=None, cmdline=None):
-        return run_playbook(tmp_path, 'playbooks/redeploy.yml', 'inventory/lab', extravars, name=name, limit=limit,
-                            cmdline=cmdline)
+        return run_playbook(tmp_path, 'playbooks/redeploy.yml', lab_instance.inventory(), extravars, name=name,
+                            limit=limit, cmdline=cmdline)
     return run

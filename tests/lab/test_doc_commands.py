@@ -7,7 +7,7 @@ GPU_HOSTS = ('gpu1', 'gpu2')
 
 def test_the_terminal_check_and_run_against_a_redeployed_lab_change_nothing(lab):
     pids = dict((name, lab[name].server_pid()) for name in GPU_HOSTS)
-    run = run_block('terminal-lab')
+    run = run_block('terminal-lab', lab=True)
     assert run.returncode == 0, run.stdout[-3000:]
     recaps = recap(run.stdout)
     for name in GPU_HOSTS:
@@ -20,13 +20,13 @@ def test_the_terminal_check_and_run_against_a_redeployed_lab_change_nothing(lab)
 
 def test_the_terminal_adhoc_check_lists_the_holders_and_signals_nothing(lab):
     pid = lab['gpu2'].server_pid()
-    run = run_block('terminal-adhoc', timeout=120)
+    run = run_block('terminal-adhoc', timeout=120, lab=True)
     assert run.returncode == 0, run.stdout
     assert 'gpu2 | CHANGED' in run.stdout and 'sglang::scheduler_TP0' in run.stdout, run.stdout
     assert lab['gpu2'].server_pid() == pid and lab['gpu2'].healthy()
 
 
 def test_the_dashboard_module_check_run_reports_the_host_unchanged(lab):
-    run = run_block('runner-dashboard-check')
+    run = run_block('runner-dashboard-check', lab=True)
     assert run.returncode == 0, run.stdout[-3000:]
     assert run.stdout.strip().splitlines()[-2:] == ['successful', 'gpu2 unchanged healthy'], run.stdout[-3000:]

@@ -18,12 +18,13 @@ import pytest
 
 from helpers.ansible_run import REPO, run_playbook
 from helpers.simulated import wait_for
+from helpers import lab_instance
 
-LAB = os.path.join(REPO, 'lab', 'lab')
-ROUTER = 'http://127.0.0.1:30080'
+LAB = lab_instance.LAB
+ROUTER = lab_instance.router_url()
 FLEET = ('gpu1', 'gpu2', 'gpu3')
-INVENTORY = [os.path.join(REPO, 'inventory', 'lab'), os.path.join(REPO, '.cache', 'lab', 'fleet.yml')]
-REPORTS = os.path.join(REPO, '.cache', 'lab', 'reports')
+INVENTORY = [lab_instance.inventory(), lab_instance.fleet_inventory()]
+REPORTS = lab_instance.reports_dir()
 LOAD = os.path.join(REPO, 'bench', 'load.py')
 GENERATE_GATE = '/run/lab-standin-generate-gate'
 
@@ -40,7 +41,7 @@ def router_urls():
 
 
 def url(lab, name):
-    return 'http://%s:30000' % lab[name].address
+    return lab_instance.server_url(name)
 
 
 def in_flight(lab, name):
@@ -55,9 +56,10 @@ def report(name):
 @pytest.fixture(scope='module')
 def fleet(lab, tmp_path_factory):
     """Three gpu hosts (gpu3 added to the running lab), each redeployed once and in the router."""
-    subprocess.check_call([LAB, 'up'], env=dict(os.environ, LAB_GPU_HOSTS='3'), stdout=subprocess.DEVNULL)
-    lab.add_host('gpu3')
-    baseline = run_playbook(tmp_path_factory.mktemp('fleet'), 'playbooks/redeploy.yml', INVENTORY)
+    with lab_instance.one_start_at_a_time():
+        subprocess.check_call([LAB, 'up'], env=dict(os.environ, LAB_GPU_HOSTS='3'), stdout=subprocess.DEVNULL)
+        lab.add_host('gpu3')
+        baseline = run_playbook(tmp_path_factory.mktemp('fleet'), 'playbooks/redeploy.yml', INVENTORY)
     assert baseline.rc == 0, baseline.stdout[-3000:]
     assert router_urls() == sorted(url(lab, name) for name in FLEET)
     return lab

@@ -18,12 +18,13 @@ import pytest
 from helpers.ansible_run import ANSIBLE_ENV, REPO, run_playbook
 from helpers.lab_strays import PODMAN_ENV
 from helpers.simulated import wait_for
+from helpers import lab_instance
 
-INVENTORY = 'inventory/lab-multinode'
-NODES = {'mn1': ('lab-mn1', '127.0.0.31'), 'mn2': ('lab-mn2', '127.0.0.32')}
-RANK0_URL = 'http://127.0.0.31:30000'
-ROUTER = 'http://127.0.0.1:30080'
-REPORTS = os.path.join(REPO, '.cache', 'lab', 'reports')
+INVENTORY = lab_instance.multinode_inventory()
+NODES = ('mn1', 'mn2')
+RANK0_URL = lab_instance.server_url('mn1')
+ROUTER = lab_instance.router_url()
+REPORTS = lab_instance.reports_dir()
 SGLANG_PYTHON = '/opt/sglang/venv/bin/python'
 DRAIN_GATE = '/run/lab-standin-drain-gate'
 CHANGE = {'sglang_max_running_requests': 96}
@@ -35,7 +36,7 @@ FAST_GUARD = {'sglang_term_timeout': 2, 'sglang_gpu_release_timeout': 5, 'sglang
 class Node(object):
     def __init__(self, name):
         self.name = name
-        self.container, self.address = NODES[name]
+        self.container, self.address = lab_instance.container(name), lab_instance.address(name)
         self._site_packages = None
 
     def exec_(self, *argv):
@@ -117,11 +118,12 @@ def state(nodes):
 @pytest.fixture(scope='session')
 def group(lab, tmp_path_factory):
     """The two-node server beside the lab's hosts, redeployed once (the patch on both ranks)."""
-    subprocess.check_call([os.path.join(REPO, 'lab', 'lab'), 'up', '--multinode'], stdout=subprocess.DEVNULL)
-    nodes = dict((name, Node(name)) for name in NODES)
-    seeded = state(nodes)
-    baseline = run_playbook(tmp_path_factory.mktemp('multinode'), 'playbooks/redeploy.yml', INVENTORY,
-                            name='multinode-baseline')
+    with lab_instance.one_start_at_a_time():
+        subprocess.check_call([lab_instance.LAB, 'up', '--multinode'], stdout=subprocess.DEVNULL)
+        nodes = dict((name, Node(name)) for name in NODES)
+        seeded = state(nodes)
+        baseline = run_playbook(tmp_path_factory.mktemp('multinode'), 'playbooks/redeploy.yml', INVENTORY,
+                                name='multinode-baseline')
     assert baseline.rc == 0, baseline.stdout[-3000:]
     nodes['seeded'] = seeded
     return nodes
@@ -154,7 +156,7 @@ def test_a_group_redeploy_patches_and_restarts_every_rank_and_a_rerun_is_a_noop(
         args = node.launch()['args']
         assert args[args.index('--nnodes') + 1] == '2'
         assert args[args.index('--node-rank') + 1] == ('0' if name == 'mn1' else '1')
-        assert args[args.index('--dist-init-addr') + 1] == '127.0.0.31:5000'
+        assert args[args.index('--dist-init-addr') + 1] == lab_instance.address('mn1') + ':5000'
     assert nodes['mn1'].sha256(nodes['mn1'].sglang_file('srt/speculative/eagle_worker.py')) == \
         nodes['mn2'].sha256(nodes['mn2'].sglang_file('srt/speculative/eagle_worker.py'))
     # The server went out of the lab's router once (rank 0's URL) and back in once verified.
@@ -165,7 +167,7 @@ def test_a_group_redeploy_patches_and_restarts_every_rank_and_a_rerun_is_a_noop(
     info = request('GET', '/server_info')[1]
     assert info['nnodes'] == 2 and info['node_rank'] == 0 and info['dynamic_spec_patch_present'] is True
     assert generates()
-    assert subprocess.run(['curl', '-s', '-o', '/dev/null', 'http://127.0.0.32:30000/health']).returncode != 0
+    assert subprocess.run(['curl', '-s', '-o', '/dev/null', lab_instance.server_url('mn2') + '/health']).returncode != 0
 
     before = state(nodes)
     again = redeploy_group(name='noop')
@@ -248,7 +250,7 @@ def test_a_controller_killed_mid_window_is_restored_on_both_nodes_by_their_guard
     nodes = nodes_of(group)
     files_before = dict((name, node.files()) for name, node in nodes.items())
     fired_before = dict((name, node.fired()) for name, node in nodes.items())
-    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', os.path.join(REPO, INVENTORY),
+    argv = [os.path.join(os.path.dirname(sys.executable), 'ansible-playbook'), '-i', INVENTORY,
             os.path.join(REPO, 'playbooks/redeploy.yml'), '-e', json.dumps(dict(CHANGE, **FAST_GUARD))]
     rank0 = nodes['mn1']
     rank0.exec_('touch', DRAIN_GATE)

@@ -12,7 +12,7 @@ import os
 import re
 import urllib.request
 
-from helpers.ansible_run import REPO
+from helpers import lab_instance
 
 GPU_HOSTS = ('gpu1', 'gpu2')
 # Small and bounded: levels 1 and 16 (twice the lab's threshold of 8), 16 requests each. The lab's window budget
@@ -23,12 +23,13 @@ FIGURES = {'output_tok_s', 'ttft_p95_s', 'itl_p95_s', 'errors'}
 
 
 def last_report(name):
-    with open(os.path.join(REPO, '.cache', 'lab', 'reports', name + '.json')) as handle:
+    with open(os.path.join(lab_instance.reports_dir(), name + '.json')) as handle:
         return json.load(handle)
 
 
-def generates(address):
-    request = urllib.request.Request('http://%s:30000/generate' % address, headers={'Content-Type': 'application/json'},
+def generates(host):
+    request = urllib.request.Request(lab_instance.server_url(host) + '/generate',
+                                     headers={'Content-Type': 'application/json'},
                                      data=json.dumps({'text': 'x', 'sampling_params': {'max_new_tokens': 2}}).encode())
     with urllib.request.urlopen(request, timeout=30) as response:
         return response.status == 200
@@ -77,7 +78,7 @@ def test_a_slower_canary_is_rolled_back_and_stops_the_rollout(lab, redeploy):
     assert performance['metrics']['before'] is None and performance['metrics']['after'] is not None
     # From outside: the previous server serves (it generates), with its own launch configuration back.
     assert lab['gpu1'].healthy()
-    assert generates(lab['gpu1'].address)
+    assert generates('gpu1')
     assert 'LAB_STANDIN_SLOWDOWN' not in lab['gpu1'].exec_('cat', '/etc/sglang/launch.json')
     assert '--enable-metrics' not in lab['gpu1'].exec_('cat', '/etc/sglang/launch.json')
     # The canary failed its gate: the rollout stopped there (the canary batch failed as a whole, so Ansible

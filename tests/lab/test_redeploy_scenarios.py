@@ -7,9 +7,9 @@ import os
 import urllib.error
 import urllib.request
 
-from helpers.ansible_run import REPO
 from helpers.lab_strays import orphan_in_container, orphans
 from helpers.releases import sglang_version
+from helpers import lab_instance
 
 GPU_HOSTS = ('gpu1', 'gpu2')
 # The lab image's second sglang (lab/image/build.sh), served unpatched.
@@ -23,9 +23,9 @@ def served_state(host):
     return host.server_pid(), host.sha256(host.sglang_file(WORKER)), host.sha256('/etc/sglang/launch.json')
 
 
-def http_status(address, path, body=None, port=30000):
+def http_status(base_url, path, body=None):
     """Status of one request without a key (a POST with a JSON body when given)."""
-    url = 'http://%s%s%s' % (address, ':%d' % port if port else '', path)
+    url = base_url + path
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, headers={'Content-Type': 'application/json'})
     try:
@@ -35,8 +35,8 @@ def http_status(address, path, body=None, port=30000):
         return exc.code
 
 
-def server_info_with(address, api_key):
-    request = urllib.request.Request('http://%s:30000/server_info' % address,
+def server_info_with(host, api_key):
+    request = urllib.request.Request(lab_instance.server_url(host) + '/server_info',
                                      headers={'Authorization': 'Bearer ' + api_key})
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.load(response)
@@ -49,7 +49,7 @@ def test_the_lab_runs_the_modules_on_debian_12_and_13(lab):
 
 
 def last_report(name):
-    with open(os.path.join(REPO, '.cache', 'lab', 'reports', name + '.json')) as handle:
+    with open(os.path.join(lab_instance.reports_dir(), name + '.json')) as handle:
         return json.load(handle)
 
 
@@ -203,7 +203,7 @@ def test_api_keys_reach_the_server_in_a_0600_file_and_no_output_or_process_list_
     # -v and --diff: the most an operator's run shows (results, and the rendered files' diffs).
     run = redeploy(keys, name='api-key', limit='gpu1', cmdline='-v --diff')
     assert run.rc == 0, run.stdout[-3000:]
-    with open(os.path.join(REPO, '.cache', 'lab', 'reports', 'gpu1.json')) as handle:
+    with open(os.path.join(lab_instance.reports_dir(), 'gpu1.json')) as handle:
         report_text = handle.read()
     report = json.loads(report_text)
     # Verified with the key: health, /server_info's flags, /health_generate, a real generation, the router back.
@@ -211,8 +211,9 @@ def test_api_keys_reach_the_server_in_a_0600_file_and_no_output_or_process_list_
     assert 'API keys changed' in report['reasons'] and report['router']['readmitted'] is True
 
     # The server wants the key now, on every endpoint but /health.
-    assert http_status(host.address, '/server_info') == 401 and http_status(host.address, '/health') == 200
-    info = server_info_with(host.address, keys['sglang_api_key'])
+    assert http_status(lab_instance.server_url(host.name), '/server_info') == 401
+    assert http_status(lab_instance.server_url(host.name), '/health') == 200
+    info = server_info_with(host.name, keys['sglang_api_key'])
     assert info['api_key'] == keys['sglang_api_key'] and info['admin_api_key'] == keys['sglang_admin_api_key']
     # Handed over in a root-only file, named on the command line; the candidate beside it is as closed.
     assert host.exec_('stat', '-c', '%a %U', '/etc/sglang/server.yaml', '/etc/sglang/server.next.yaml').split('\n')[:2] \
@@ -225,12 +226,12 @@ def test_api_keys_reach_the_server_in_a_0600_file_and_no_output_or_process_list_
         assert secret not in run.stdout and secret not in json.dumps(run.events) and secret not in report_text
     # The router reaches it with its key (the role handed it over on readmission): requests routed through
     # it, round robin over both servers, are all served.
-    assert [http_status('127.0.0.1:30080', '/generate', {'text': 'hi', 'sampling_params': {'max_new_tokens': 1}},
-                        port=None) for _ in range(4)] == [200] * 4
+    assert [http_status(lab_instance.router_url(), '/generate',
+                        {'text': 'hi', 'sampling_params': {'max_new_tokens': 1}}) for _ in range(4)] == [200] * 4
 
     back = redeploy(name='api-key-back', limit='gpu1')
     assert back.rc == 0, back.stdout[-3000:]
-    assert http_status(host.address, '/server_info') == 200
+    assert http_status(lab_instance.server_url(host.name), '/server_info') == 200
 
 
 def folder_modes(host):

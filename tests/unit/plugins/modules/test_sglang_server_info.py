@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -47,6 +48,12 @@ class Host(object):
         proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', 'sglang-of', str(self.root)],
                                 start_new_session=True, env=env)
         self.procs.append(proc)
+        # Until the child has exec'd, /proc/PID/environ is still the forked test's, without the marks: a module run
+        # in between would rightly not believe the pid file (seen on a loaded machine). Wait for the exec.
+        deadline = time.monotonic() + 30
+        while b'sglang-of' not in open('/proc/%d/cmdline' % proc.pid, 'rb').read():
+            assert time.monotonic() < deadline, 'the stand-in process did not start'
+            time.sleep(0.01)
         self.pidfile.write_text('%d\n' % proc.pid)
         return proc
 
