@@ -3,8 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Whether this host's server is redeployed, from what sglang_server_info and the patch's dry run found.
 
-On the controller, in-process: it reads the plan (sglang_plan, registered as _sglang_plan), the gathered
-state (_sglang_state) and the dry run (_sglang_patch_check) from the task variables.
+On the controller, in-process, from its arguments alone: what the plan (sglang_plan) says of the server's mode and
+files, the gathered state (sglang_server_info's result) and the patch's dry run (sglang_patch's, absent when the
+stamp proved the patch).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -14,8 +15,19 @@ __metaclass__ = type
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _decision
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import rendered
+
+# What the decision reads: each an argument, so that the role's names for its results stay the role's own.
+# Not the whole plan: it holds the rendered files (keys, the secret environment), which task arguments would show.
+ARGUMENT_SPEC = dict(
+    adaptive=dict(type='bool', required=True),
+    files=dict(type='list', elements='dict', required=True),
+    state=dict(type='dict', required=True),
+    patch_check=dict(type='dict', default={}),
+    force_restart=dict(type='bool', default=False),
+    patch_file=dict(type='str', default=''),
+    python=dict(type='str', required=True),
+    host=dict(type='str', required=True),
+)
 
 
 class ActionModule(ActionBase):
@@ -24,23 +36,20 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        self.validate_argument_spec(argument_spec={})
-        # The dry run's result is absent when the stamp proved the patch (or there is none to apply).
-        found = rendered(self._templar, task_vars, ('_sglang_plan', '_sglang_state', '_sglang_patch_check',
-                                                    'sglang_force_restart', 'sglang_patch_file', 'sglang_python',
-                                                    'inventory_hostname'), {'_sglang_patch_check': {}})
-        plan, state, patch_check = found['_sglang_plan'], found['_sglang_state'], found['_sglang_patch_check']
-        problem = _decision.host_problems(state, found['sglang_python'], found['inventory_hostname'], plan['adaptive'])
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        # A skipped dry run (the stamp proved the patch, or there is none to apply) registers {'skipped': True}.
+        state, patch_check = args['state'], args['patch_check'] or {}
+        problem = _decision.host_problems(state, args['python'], args['host'], args['adaptive'])
         if problem:
             result.update(failed=True, msg=problem)
             return result
-        patch = _decision.patch_state(state, patch_check, found['sglang_patch_file'])
-        reasons = _decision.reasons(state, patch_check, as_bool(found['sglang_force_restart']))
-        pairs = _configs.pairs(plan['files'], state['service_manager'])
+        patch = _decision.patch_state(state, patch_check, args['patch_file'])
+        reasons = _decision.reasons(state, patch_check, args['force_restart'])
+        pairs = _configs.pairs(args['files'], state['service_manager'])
         changed = list(state.get('configs_changed', []))
         result.update(
             changed=False, manager=state['service_manager'], reasons=reasons, redeploy_needed=bool(reasons),
-            changed_configs=changed, patch_state=patch, patch_due=_decision.patch_due(found['sglang_patch_file'], patch),
+            changed_configs=changed, patch_state=patch, patch_due=_decision.patch_due(args['patch_file'], patch),
             # What the window writes and moves into place: only the changed files.
             writes=[pair for pair in pairs if pair['label'] in changed],
             guard_files=_decision.guard_files(pairs, patch),

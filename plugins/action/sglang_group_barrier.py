@@ -4,9 +4,9 @@
 """The window's barrier for a server across several hosts: every node fails here when any node failed a step
 since the last barrier, so that every node's rescue rolls back (plugin_utils/_groups.py, unit-tested there).
 
-On the controller, in-process: reads the group from this host's plan (_sglang_plan), through hostvars the
-barrier each node said it got to (_sglang_group_step, set by the task before) and its registered step results
-(the task's `results`, by name, for the message), and which nodes are still in the play's batch.
+On the controller, in-process: the group is an argument; through hostvars, under the names the task gives, the
+barrier each node said it got to (O(said), set by the task before) and its registered step results (O(results),
+for the message); and which nodes are still in the play's batch.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -16,13 +16,17 @@ __metaclass__ = type
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _groups
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import registered_of, rendered
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import registered_of
 
-
-# What each node sets (tasks/group_barrier.yml) just before the barrier: the barrier it got to.
-SAID = '_sglang_group_step'
 # The barriers before the window opens (tasks/main.yml).
 BEFORE_THE_WINDOW = ('ready',)
+ARGUMENT_SPEC = dict(
+    step=dict(type='str', required=True),
+    group=dict(type='dict'),
+    host=dict(type='str', required=True),
+    said=dict(type='str', required=True),
+    results=dict(type='list', elements='str', default=[]),
+)
 
 
 class ActionModule(ActionBase):
@@ -31,23 +35,20 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        dummy, args = self.validate_argument_spec(argument_spec=dict(
-            step=dict(type='str', required=True),
-            results=dict(type='list', elements='str', default=[]),
-        ))
-        found = rendered(self._templar, task_vars, ('_sglang_plan', 'inventory_hostname'))
-        group = found['_sglang_plan'].get('group')
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        group = args['group']
         server = 'the whole server group %s' % group['name'] if group else 'the server'
-        group = group or {'nodes': [found['inventory_hostname']]}
+        group = group or {'nodes': [args['host']]}
         results = registered_of(task_vars, group['nodes'], args['results'])
         # The batch's active hosts: a node that failed outside a rescue, or became unreachable, is no longer there.
         play_hosts = task_vars.get('ansible_play_batch') or []
-        said = dict((host, names.get(SAID)) for host, names in registered_of(task_vars, group['nodes'], [SAID]).items())
+        said = dict((host, names.get(args['said']))
+                    for host, names in registered_of(task_vars, group['nodes'], [args['said']]).items())
         stopped = _groups.barrier(group['nodes'], play_hosts, results, said, args['step'])
         result.update(changed=False, failed_nodes=stopped['failed_nodes'])
         if stopped['failed_nodes']:
             # Before the window nothing was touched: the group stops as it is; inside it, every node rolls back.
             what = 'stops untouched' if args['step'] in BEFORE_THE_WINDOW else 'rolls back'
             result.update(failed=True, msg='%s; %s %s (%s stops here).'
-                          % (stopped['msg'], server, what, found['inventory_hostname']))
+                          % (stopped['msg'], server, what, args['host']))
         return result

@@ -14,12 +14,12 @@ import os
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import read_json
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance, _report
 
 
 def stored(folder, host):
     """The baseline kept in the host's last redeploy report (None without one, or without figures)."""
-    path = os.path.join(os.path.expanduser(folder), host + '.last-redeploy.json')
+    path = os.path.join(os.path.expanduser(folder), _report.last_redeploy_file(host))
     try:
         return _performance.stored_baseline(read_json(path))
     except (IOError, OSError, ValueError):

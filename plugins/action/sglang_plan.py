@@ -22,7 +22,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _groups, _performance, _rollout, _rules
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _groups, _performance, _rollout, _rules, _timing
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, inventory_vars, rendered
 
@@ -77,7 +77,7 @@ class ActionModule(ActionBase):
         # The group is known even on a node left alone, so the play still sees which server it belongs to.
         result.update(paths=where, adaptive=_rules.adaptive(settings), problems=[], group=group,
                       slot_key=group['key'] if group else task_vars['inventory_hostname'],
-                      peer_wait=_groups.peer_wait(group, settings, perf_levels))
+                      timing=_timing.step_bounds(settings, group, perf_levels))
         if result['left_alone_because']:
             return result
         problems = _rules.variable_problems(settings, self._inventory(task_vars)) + group_problems

@@ -27,28 +27,33 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _report
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import rendered
 
 STATS_KEY = 'sglang_redeploy'
-# The report's names for the role's registered results and notes (a step that never ran leaves none).
-RESULTS = {
-    'stop': '_sglang_stop', 'killed': '_sglang_killed', 'released': '_sglang_released', 'started': '_sglang_started',
-    'patched': '_sglang_patched', 'router_before': '_sglang_router_before', 'router_removed': '_sglang_router_removed',
-    'router_readmitted': '_sglang_router_readmitted', 'rollback': '_sglang_rollback', 'slot': '_sglang_slot',
-    'takeover': '_sglang_takeover', 'gpu_probe': '_sglang_gpu_probe', 'after_failure': '_sglang_after_failure',
-    'state': '_sglang_state', 'failure': '_sglang_failure', 'run_id': '_sglang_run_id',
-    'window_opened': '_sglang_window_opened', 'skip_reason': '_sglang_skip_reason', 'decision': '_sglang_decision',
-    'plan': '_sglang_plan', 'performance': '_sglang_performance', 'group_decision': '_sglang_group_decision',
-}
-SETTINGS = ('sglang_patch_file', 'sglang_router_url', 'sglang_rollback_deadline', 'sglang_rollback_idle',
-            'inventory_hostname', 'sglang_perf_gate')
+# The fact in which every host keeps its final report (tasks/report.yml), read from the group's other nodes.
+REPORT_FACT = 'sglang_redeploy_report'
+SETTINGS = dict(
+    patch_file=dict(type='str', default=''),
+    router_url=dict(type='str', default=''),
+    # As given: the report's messages quote them.
+    rollback_deadline=dict(type='raw', required=True),
+    rollback_idle=dict(type='raw', required=True),
+    perf_gate=dict(type='bool', default=False),
+    guard_dir=dict(type='str', default=''),
+)
+ARGUMENT_SPEC = dict(
+    report=dict(type='dict'),
+    stage=dict(type='str', default='final', choices=['final', 'opened', 'group']),
+    report_dir=dict(type='str', default=''),
+    host=dict(type='str', required=True),
+    run=dict(type='dict', default={}),
+    settings=dict(type='dict', options=SETTINGS),
+    group=dict(type='dict'),
+)
 
 
 def write_report(folder, host, report):
-    """HOST.json (and HOST.last-redeploy.json after a redeploy) in folder, each replaced atomically; their paths."""
-    names = [host + '.json']
-    if report.get('status') == 'redeployed':
-        names.append(host + '.last-redeploy.json')
+    """report_files() in folder, each replaced atomically; their paths."""
+    names = _report.report_files(host, report.get('status'))
     if not os.path.isdir(folder):
         os.makedirs(folder, 0o755)
     data = to_bytes(json.dumps(report, indent=4, sort_keys=True, default=str) + '\n')
@@ -64,16 +69,13 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        validation, args = self.validate_argument_spec(argument_spec=dict(
-            report=dict(type='dict'),
-            stage=dict(type='str', default='final', choices=['final', 'opened', 'group']),
-            report_dir=dict(type='str', default=''),
-            host=dict(type='str', required=True),
-        ))
+        validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         folder, host = args['report_dir'], args['host']
         report = args['report']
-        if report is None:
-            report = self._group(task_vars) if args['stage'] == 'group' else self._build(args['stage'], task_vars)
+        if args['stage'] == 'group':
+            report = self._group(args, task_vars)
+        elif report is None:
+            report = self._build(args)
         written, write_error = [], None
         # A check-mode run describes what would happen; it must not replace the last real report. A single-node
         # server's report has no group outcome to add: the group stage leaves its file alone.
@@ -92,40 +94,26 @@ class ActionModule(ActionBase):
                       ansible_stats={'data': {STATS_KEY: {host: report}}, 'aggregate': True, 'per_host': False})
         return result
 
-    def _group(self, task_vars):
-        """This node's final report with its group's outcome, from every node's report (through hostvars)."""
-        found = rendered(self._templar, task_vars, ['sglang_redeploy_report', '_sglang_plan', 'inventory_hostname'],
-                         {'sglang_redeploy_report': None, '_sglang_plan': None})
-        own = found['sglang_redeploy_report']
+    def _group(self, args, task_vars):
+        """This node's final report (O(report)) with its group's outcome, from every node's report (the fact
+        REPORT_FACT, through hostvars)."""
+        own = args['report']
         if own is None:
-            raise AnsibleActionFail('stage group reads this host\'s final report (sglang_redeploy_report): run it '
-                                    'after every node has its report')
-        nodes = ((found['_sglang_plan'] or {}).get('group') or {}).get('nodes') or []
+            raise AnsibleActionFail('stage group takes this host\'s final report (report): run it after every node has'
+                                    ' its report')
+        nodes = (args['group'] or {}).get('nodes') or []
         hostvars = task_vars.get('hostvars') or {}
         return _report.with_group_outcome(own, [
-            (name, own if name == found['inventory_hostname']
-             else self._templar.template((hostvars.get(name) or {}).get('sglang_redeploy_report')))
+            (name, own if name == args['host']
+             else self._templar.template((hostvars.get(name) or {}).get(REPORT_FACT)))
             for name in nodes])
 
-    def _build(self, stage, task_vars):
-        found = rendered(self._templar, task_vars, list(RESULTS.values()) + list(SETTINGS),
-                         # A play from before the gate (no sglang_perf_gate) reports it off.
-                         dict([(name, None) for name in RESULTS.values()] + [('sglang_perf_gate', False)]))
-        run = dict((key, found[name]) for key, name in RESULTS.items())
-        decision, state = run.pop('decision') or {}, run['state'] or {}
-        plan = run.pop('plan') or {}
-        # A node of a server group was decided with its group: its reasons name the node they come from.
-        group_decision = run.pop('group_decision') or {}
-        if 'reasons' in group_decision:
-            decision = dict(decision, reasons=group_decision['reasons'],
-                            redeploy_needed=group_decision.get('redeploy_needed', False))
-        run.update(group=plan.get('group'), check_mode=bool(task_vars.get('ansible_check_mode')), manager=state.get('service_manager'),
-                   reasons=decision.get('reasons', []), redeploy_needed=decision.get('redeploy_needed', False),
-                   patch_state=decision.get('patch_state', {}))
-        settings = {'host': found['inventory_hostname'], 'patch_file': found['sglang_patch_file'],
-                    'router_url': found['sglang_router_url'], 'rollback_deadline': found['sglang_rollback_deadline'],
-                    'rollback_idle': found['sglang_rollback_idle'], 'perf_gate': found['sglang_perf_gate']}
-        if stage == 'opened':
+    def _build(self, args):
+        if args['settings'] is None:
+            raise AnsibleActionFail('building the report takes the run\'s settings (settings)')
+        run = _report.run_of(args['run'], bool(self._task.check_mode))
+        settings = dict(args['settings'], host=args['host'])
+        if args['stage'] == 'opened':
             opened_at = datetime.datetime.now(datetime.timezone.utc).isoformat()
-            return _report.window_open(run, settings, opened_at, plan['paths']['guard_dir'])
+            return _report.window_open(run, settings, opened_at, settings['guard_dir'])
         return _report.report(run, settings)

@@ -41,6 +41,19 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_identity, read_proc_record
 
+# Where the server is, as sglang_server, sglang_server_info and sglang_guard's `server` take it (one spec; the doc
+# fragment gpuops.sglang.server documents it).
+SERVER_OPTIONS = dict(
+    service_name=dict(type='str', default='sglang'),
+    launch_file=dict(type='path', required=True),
+    pidfile=dict(type='path', required=True),
+    url=dict(type='str', required=True),
+)
+
+# The bound of one systemctl or launch command (sglang_server's CommandRunner deadline); the plan's step bounds
+# (plugin_utils/_timing.py) count it too.
+COMMAND_TIMEOUT = 60
+
 # A detached server's environment names its service and launch file: a run whose pid file is elsewhere
 # (sglang_run_dir changed since the server started) still finds it, in /proc/PID/environ, fixed at its exec.
 # Both, so that two servers of one name on a host (test runs side by side) are never taken for each other.
@@ -170,8 +183,10 @@ class Server(object):
 
     @classmethod
     def from_dict(cls, spec, **kwargs):
+        # `base_url`: the name a guard armed before the server's options were one spec recorded.
+        url = spec['url'] if 'url' in spec else spec['base_url']
         return cls(spec['manager'], spec['service_name'], spec['launch_file'], spec['pidfile'],
-                   spec['log_file'], spec['base_url'], spec.get('term_timeout', 30), **kwargs)
+                   spec['log_file'], url, spec.get('term_timeout', 30), **kwargs)
 
     def _run(self, argv, timeout=None):
         self.commands.append(list(argv))

@@ -25,7 +25,7 @@ description:
     choose); an excluded daemon that holds a device is reported in RV(excluded).
   - Then reads the GPUs' memory until every GPU seen before the release is read and uses at most
     O(max_used_mib) MiB, with no fixed sleep, and fails with a per-GPU table and the remaining compute
-    apps when O(timeout) passes. The memory is read through NVML in the module's own process where
+    apps when O(memory_timeout) passes. The memory is read through NVML in the module's own process where
     nvidia-ml-py is installed, else with C(nvidia-smi --query-gpu=index,uuid,memory.used,memory.total)
     (see O(memory_reader)). A GPU that cannot be read before
     the release (C([N/A]), C(Unknown Error)) is reported and does not stop the release; after it, an
@@ -96,10 +96,11 @@ options:
         0; an idle H100 has been seen at about 4.
     type: int
     default: 0
-  timeout:
-    description: Seconds the GPU memory may take to drain after the holders are gone.
+  memory_timeout:
+    description: Seconds the GPU memory may take to drain after the holders are gone (M(gpuops.sglang.sglang_guard)'s too).
     type: float
     default: 60
+    aliases: [timeout]
   command_timeout:
     description:
       - Seconds any one nvidia-smi call may take before it is killed (a wedged driver hangs it).
@@ -364,7 +365,8 @@ ARGUMENT_SPEC = dict(
     term_timeout=dict(type='float', default=10.0),
     kill_timeout=dict(type='float', default=10.0),
     max_used_mib=dict(type='int', default=0),
-    timeout=dict(type='float', default=60.0),
+    # One name with sglang_guard's; `timeout`, its name before, still works.
+    memory_timeout=dict(type='float', default=60.0, aliases=['timeout']),
     command_timeout=dict(type='float', default=30.0),
     nvidia_smi=dict(type='path'),
     memory_reader=dict(type='str', default='auto', choices=['auto', 'nvml', 'nvidia-smi']),
@@ -376,12 +378,12 @@ ARGUMENT_SPEC = dict(
 def release_bound(params):
     """Seconds the release may take: two readings, the wait for the stopping server, the kill, the proof."""
     return (2 * params['command_timeout'] + (params['term_timeout'] + params['kill_timeout'] if params['await_exit'] else 0)
-            + params['term_timeout'] + params['kill_timeout'] + params['timeout'])
+            + params['term_timeout'] + params['kill_timeout'] + params['memory_timeout'])
 
 
 def validated_excludes(params):
     """The compiled exclude patterns, once every option is known to be usable."""
-    require_not_negative(params, ('term_timeout', 'kill_timeout', 'timeout', 'max_used_mib'))
+    require_not_negative(params, ('term_timeout', 'kill_timeout', 'memory_timeout', 'max_used_mib'))
     require_positive(params, 'command_timeout')
     try:
         return compile_patterns(params['builtin_exclude'] + params['exclude'], 'exclude pattern')
@@ -448,7 +450,7 @@ def end_holders(module, local, targets, ended_early, result, timeline):
 def prove_free(module, reader, local, expected, started, result, timeline):
     params = module.params
     proof = FreeMemoryProof(reader, params['max_used_mib'], expected)
-    result['gpus'] = proof.wait(params['timeout'])
+    result['gpus'] = proof.wait(params['memory_timeout'])
     result['elapsed'] = round(time.monotonic() - started, 3)
     timeline.add('memory free' if proof.free() else 'memory not proven free')
     if proof.timed_out is not None:
@@ -457,7 +459,7 @@ def prove_free(module, reader, local, expected, started, result, timeline):
     if proof.free():
         return
     result['compute_apps'] = reader.compute_apps()
-    fail(not_free_message(proof, params['timeout'], result['killed'], result['compute_apps'],
+    fail(not_free_message(proof, params['memory_timeout'], result['killed'], result['compute_apps'],
                           sorted(local.holders(result['devices']))))
 
 

@@ -15,7 +15,7 @@ version_added: 0.1.0
 description:
   - Runs on a Proxmox VE node. Lists the processes of container O(vmid) by reading the container's
     C(/proc) with C(pct exec VMID -- /bin/sh -c SCRIPT) (no C(ps) needed, so busybox and minimal
-    templates work), selects those whose full command line matches O(patterns), and stops them with
+    templates work), selects those whose full command line matches O(kill_patterns), and stops them with
     SIGTERM, a wait of O(term_timeout) seconds, then SIGKILL for the survivors.
   - Lists again on every poll; a new match (a child forked during shutdown, a respawn) becomes a target
     of the current round. Each signalled process is followed by PID and start time until it is gone, so
@@ -49,7 +49,7 @@ options:
     description: ID of the LXC container whose processes are stopped.
     type: int
     required: true
-  patterns:
+  kill_patterns:
     description:
       - Python regular expressions searched in each process's full command line (not the 15-character
         C(comm), which cuts C(sglang::scheduler) to C(sglang::schedul)).
@@ -59,6 +59,7 @@ options:
         releases. Upstream's own cleanup searches the bare
         substrings, which also match an editor or a C(tail -f) whose arguments merely name them.
       - An empty list, or an empty pattern (which matches every process), is refused.
+    aliases: [patterns]
     type: list
     elements: str
     default: ['^sglang::', '^(\S*/)?python[0-9.]*( -[WX] \S+| -[^m ]\S*)* -m ?sglang\.(launch_server|bench_\w+|srt(\.\w+)+|data_parallel\w*)( |$)',
@@ -98,7 +99,7 @@ EXAMPLES = r'''
 - name: Stop only the server on port 30000, giving it a minute to drain
   gpuops.sglang.pct_exec_kill:
     vmid: "{{ pve_vmid }}"
-    patterns:
+    kill_patterns:
       - 'sglang\.launch_server .*--port 30000'
       - 'sglang::'
     term_timeout: 60
@@ -202,7 +203,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
 
 ARGUMENT_SPEC = dict(
     vmid=dict(type='int', required=True),
-    patterns=dict(type='list', elements='str', default=DEFAULT_SGLANG_PATTERNS),
+    # One name with sglang_server and sglang_guard for SGLang's command lines.
+    kill_patterns=dict(type='list', elements='str', default=DEFAULT_SGLANG_PATTERNS, aliases=['patterns']),
     term_timeout=dict(type='float', default=10.0),
     kill_timeout=dict(type='float', default=10.0),
     command_timeout=dict(type='float', default=30.0),
@@ -216,13 +218,13 @@ def remaining_entry(record):
 
 
 def validated_patterns(params):
-    if not params['patterns']:
-        fail('patterns is empty: give at least one regular expression for the command lines '
+    if not params['kill_patterns']:
+        fail('kill_patterns is empty: give at least one regular expression for the command lines '
              'to stop (the default matches SGLang)')
-    if any(not pattern.strip() for pattern in params['patterns']):
+    if any(not pattern.strip() for pattern in params['kill_patterns']):
         fail('an empty pattern matches every process in the container; refusing it')
     try:
-        patterns = compile_patterns(params['patterns'])
+        patterns = compile_patterns(params['kill_patterns'])
     except ValueError as exc:
         fail(str(exc))
     if params['term_timeout'] < 0 or params['kill_timeout'] < 0:

@@ -14,8 +14,7 @@ short_description: Decide whether the sglang role redeploys a host's server, fro
 version_added: 0.3.0
 description:
   - A step of the C(gpuops.sglang.sglang) role, after C(sglang_plan), C(sglang_server_info) and the patch's dry
-    run. Reads their registered results (C(_sglang_plan), C(_sglang_state), C(_sglang_patch_check)) from the
-    task's variables.
+    run, whose results it takes as its options.
   - Fails, saying what to do, when the server's interpreter does not exist or, in adaptive mode, when its sglang
     would ignore batch-size tiers.
   - Returns why the server is redeployed (RV(reasons)), the patch as the window and the report see it, and which
@@ -26,7 +25,44 @@ author:
 extends_documentation_fragment:
   - gpuops.sglang.attributes
   - gpuops.sglang.attributes.controller_decision
-options: {}
+options:
+  adaptive:
+    description: Whether the server runs adaptive speculation (C(gpuops.sglang.sglang_plan)'s C(adaptive)).
+    type: bool
+    required: true
+  files:
+    description:
+      - The server's configuration files as C(gpuops.sglang.sglang_plan) lists them (C(files), without their
+        content).
+    type: list
+    elements: dict
+    required: true
+  state:
+    description: The result of C(gpuops.sglang.sglang_server_info) on this host, with O(gpuops.sglang.sglang_server_info#module:configs).
+    type: dict
+    required: true
+  patch_check:
+    description:
+      - The result of C(gpuops.sglang.sglang_patch) in check mode (the dry run); a skipped task's result, or
+        nothing, when the patch's stamp proved it applied or there is no patch.
+    type: dict
+    default: {}
+  force_restart:
+    description: Redeploy even when nothing changed.
+    type: bool
+    default: false
+  patch_file:
+    description: The patch the run applies (the role's C(sglang_patch_file)); empty for none.
+    type: str
+    default: ''
+  python:
+    description: The server's interpreter, named in the refusal when it does not exist.
+    type: str
+    required: true
+  host:
+    description: The host, named in the refusals.
+    type: str
+    required: true
 notes:
   - Meant for the role's own tasks.
 '''
@@ -34,6 +70,14 @@ notes:
 EXAMPLES = r'''
 - name: Decide whether the server must be redeployed
   gpuops.sglang.sglang_decision:
+    adaptive: "{{ _sglang_plan.adaptive }}"
+    files: "{{ _sglang_plan.files }}"
+    state: "{{ _sglang_state }}"
+    patch_check: "{{ _sglang_patch_check }}"
+    force_restart: "{{ sglang_force_restart }}"
+    patch_file: "{{ sglang_patch_file }}"
+    python: "{{ sglang_python }}"
+    host: "{{ inventory_hostname }}"
   register: _sglang_decision
 '''
 

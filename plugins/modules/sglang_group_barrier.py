@@ -16,7 +16,7 @@ description:
   - A step of the C(gpuops.sglang.sglang) role's window for a server that spans several hosts
     (C(sglang_server_group)), run on every node under the C(linear) strategy so that no node goes on before every
     node did the steps before it.
-  - "Every node says it got to the barrier first (the role sets C(_sglang_group_step) to O(step) in the task
+  - "Every node says it got to the barrier first (the role sets the variable O(said) names to O(step) in the task
     before). A node that did not (it failed an earlier step and waits in its rescue, or it was left alone), a node
     no longer among the batch's active hosts (unreachable, or failed outside any rescue), or a node whose result
     registered under one of the names in O(results) failed or was unreachable, fails this node too, saying which
@@ -28,7 +28,20 @@ extends_documentation_fragment:
   - gpuops.sglang.attributes.controller_decision
 options:
   step:
-    description: The barrier's name; every node must have set C(_sglang_group_step) to it.
+    description: The barrier's name; every node must have set the variable O(said) names to it.
+    type: str
+    required: true
+  group:
+    description:
+      - The server group (C(gpuops.sglang.sglang_plan)'s C(group)), whose C(nodes) are checked; none for a
+        single-node server, which checks only O(host).
+    type: dict
+  host:
+    description: This host's name.
+    type: str
+    required: true
+  said:
+    description: The variable in which each node says which barrier it got to, read through C(hostvars).
     type: str
     required: true
   results:
@@ -39,14 +52,17 @@ options:
     elements: str
     default: []
 notes:
-  - Meant for the role's own tasks; the group's nodes come from C(_sglang_plan.group.nodes).
+  - Meant for the role's own tasks.
 '''
 
 EXAMPLES = r'''
 - name: Every node stopped and freed, or the whole group rolls back
   gpuops.sglang.sglang_group_barrier:
     step: stopped
-    results: [_sglang_stop, _sglang_released]
+    group: "{{ plan.group }}"
+    host: "{{ inventory_hostname }}"
+    said: barrier_step
+    results: [stop, released]
 '''
 
 RETURN = r'''

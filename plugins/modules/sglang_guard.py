@@ -94,14 +94,44 @@ options:
     default: []
   server:
     description:
-      - How to stop and start the server, as the M(gpuops.sglang.sglang_server) options of the same names
-        (V(manager), V(service_name), V(launch_file), V(pidfile), V(log_file), V(base_url), V(term_timeout)).
-      - V(base_url="") is a rank above 0 of a server spanning several hosts, which serves no HTTP; its restore
+      - How to stop and start the server, as the M(gpuops.sglang.sglang_server) options of the same names (one
+        spec, module_utils/_server.py C(SERVER_OPTIONS)); needed to arm.
+      - V(url="") is a rank above 0 of a server spanning several hosts, which serves no HTTP; its restore
         counts it as started once its process has stayed up for a second.
       - V(service_name) must be a plain name (letters, digits, C(_ . @ -), not C(.) or C(..)), since the watcher's unit
         is named after it, and the role's guard folder too.
     type: dict
-    default: {}
+    suboptions:
+      manager:
+        description: How the server runs.
+        type: str
+        choices: [systemd, detached]
+        required: true
+      service_name:
+        description: Name of the systemd unit (without C(.service)); also names the detached server in messages.
+        type: str
+        default: sglang
+      launch_file:
+        description: The live C(launch.json) the detached server is started from.
+        type: path
+        required: true
+      pidfile:
+        description: Pid file of the detached server (its session leader).
+        type: path
+        required: true
+      log_file:
+        description: Log file of the detached server.
+        type: path
+        required: true
+      url:
+        description: Base URL the server answers at; V("") for a rank above 0 of a server group.
+        type: str
+        required: true
+        aliases: [base_url]
+      term_timeout:
+        description: Seconds SGLang may drain after SIGTERM before SIGKILL.
+        type: float
+        default: 30
   host:
     description: Name of the host in reports (the inventory name).
     type: str
@@ -120,14 +150,18 @@ options:
     description: Seconds the previous server may take to answer C(/health) after a restore.
     type: float
     default: 900
-  gpu_max_used_mib:
-    description: A GPU counts as free at this many MiB used (after a restore, before the previous server starts).
+  max_used_mib:
+    description:
+      - A GPU counts as free at this many MiB used (after a restore, before the previous server starts), as
+        M(gpuops.sglang.gpu_release)'s option of the same name.
     type: int
     default: 0
-  gpu_timeout:
-    description: Seconds to wait for the GPU memory to drain during a restore.
+    aliases: [gpu_max_used_mib]
+  memory_timeout:
+    description: Seconds to wait for the GPU memory to drain during a restore (M(gpuops.sglang.gpu_release)'s too).
     type: float
     default: 60
+    aliases: [gpu_timeout]
   stop_marker:
     description: File in which the stop writes its start time, to measure the downtime in the guard's report.
     type: path
@@ -184,7 +218,7 @@ EXAMPLES = r'''
       launch_file: /etc/sglang/launch.json
       pidfile: /run/sglang/sglang.pid
       log_file: /var/log/sglang/server.log
-      base_url: http://127.0.0.1:30000
+      url: http://127.0.0.1:30000
 
 - name: Confirm the new server (drops the guard)
   gpuops.sglang.sglang_guard:
@@ -389,8 +423,16 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._command import Comm
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import (
     PACKAGE, Guard, GuardError, pending_message, service_name_problem)
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVER_OPTIONS
 
-SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'base_url')
+SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'url', 'term_timeout')
+# The server as the guard records it: sglang_server's own options (one spec), `url` also under its old name.
+SERVER_SPEC = dict(
+    dict(SERVER_OPTIONS, url=dict(SERVER_OPTIONS['url'], aliases=['base_url'])),
+    manager=dict(type='str', required=True, choices=['systemd', 'detached']),
+    log_file=dict(type='path', required=True),
+    term_timeout=dict(type='float', default=30),
+)
 ARGUMENT_SPEC = dict(
     state=dict(type='str', default='query', choices=['armed', 'confirmed', 'restored', 'query']),
     folder=dict(type='path', required=True),
@@ -400,12 +442,12 @@ ARGUMENT_SPEC = dict(
     after=dict(type='float', default=0),
     trigger=dict(type='str', choices=['controller', 'takeover', 'on_demand']),
     files=dict(type='list', elements='path', default=[]),
-    server=dict(type='dict', default={}),
+    server=dict(type='dict', options=SERVER_SPEC),
     host=dict(type='str', default=''),
     kill_patterns=dict(type='list', elements='str', default=[]),
     health_timeout=dict(type='float', default=900),
-    gpu_max_used_mib=dict(type='int', default=0),
-    gpu_timeout=dict(type='float', default=60),
+    max_used_mib=dict(type='int', default=0, aliases=['gpu_max_used_mib']),
+    memory_timeout=dict(type='float', default=60, aliases=['gpu_timeout']),
     stop_marker=dict(type='path'),
     router=dict(type='dict', options=dict(
         url=dict(type='str', required=True),
@@ -420,11 +462,9 @@ ARGUMENT_SPEC = dict(
 
 def arm(module, guard, current, result):
     params = module.params
-    # base_url "" is a rank > 0 of a multi-node server, which serves no HTTP (its health is its process running).
-    given = params['server']
-    missing = [key for key in SERVER_KEYS if not given.get(key) and not (key == 'base_url' and given.get(key) == '')]
-    if missing:
-        fail('server lacks %s' % ', '.join(missing))
+    # The spec requires every key; url "" is a rank > 0 of a multi-node server, which serves no HTTP (its health is
+    # its process running). Recorded under the spec's names only (not an alias also given).
+    given = dict((key, params['server'][key]) for key in SERVER_KEYS)
     if service_name_problem(given['service_name']):
         fail(service_name_problem(given['service_name']) + '; nothing was changed')
     if params['deadline'] <= 0:
@@ -438,11 +478,11 @@ def arm(module, guard, current, result):
         return
     guard.install_runtime(lambda name: pkgutil.get_data(PACKAGE, name))
     settings = dict(kill_patterns=params['kill_patterns'], health_timeout=params['health_timeout'],
-                    term_timeout=params['server'].get('term_timeout', 30),
-                    nvidia_smi=module.get_bin_path('nvidia-smi'), max_used_mib=params['gpu_max_used_mib'],
-                    gpu_timeout=params['gpu_timeout'], stop_marker=params['stop_marker'],
+                    term_timeout=given['term_timeout'],
+                    nvidia_smi=module.get_bin_path('nvidia-smi'), max_used_mib=params['max_used_mib'],
+                    gpu_timeout=params['memory_timeout'], stop_marker=params['stop_marker'],
                     router=params['router'])
-    guard.arm(params['run_id'], params['deadline'], params['files'], dict(params['server']),
+    guard.arm(params['run_id'], params['deadline'], params['files'], given,
               params['host'], sys.executable, settings, systemd=os.path.isdir('/run/systemd/system'),
               idle_s=params['idle'], after_s=params['after'])
 

@@ -159,4 +159,30 @@ group:
     leader_url:
       description: The URL the others reach rank 0 at (as RV(peers) computes it).
       type: str
+timing:
+  description:
+    - Every time bound of the window in seconds, from one place (the collection's plugin_utils/_timing.py), for the
+      role's steps to take as they are. An C(after) (how long a step hands the guard's lease over for) is keyed by
+      whether the run finds the server in the router (C(in_router)) or not (C(out_of_router)).
+  returned: unless O(gate_only)
+  type: dict
+  contains:
+    arm_after:
+      description: After the guard's arm (the router's removal; a rank above 0 waits for rank 0's steps).
+      type: dict
+    stop_after:
+      description: After the graceful stop, when a container kill follows on the Proxmox node.
+      type: float
+    ranks_started_after:
+      description: After a rank above 0 started (rank 0's start, verification and admission follow); 0 elsewhere.
+      type: float
+    readmit_after:
+      description: After the step before the router's admission.
+      type: dict
+    lock_timeout:
+      description: How long a restore waits for the guard's lock.
+      type: float
+    window_budget:
+      description: How long the outage window may last (what C(sglang_rollback_deadline) must cover).
+      type: float
 '''

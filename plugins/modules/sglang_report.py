@@ -13,8 +13,9 @@ module: sglang_report
 short_description: Write a host's redeploy report on the controller and into the run's artifacts
 version_added: 0.2.0
 description:
-  - Without O(report), builds the report of the C(gpuops.sglang.sglang) role's run from its registered results
-    (the final one, or with O(stage=opened) the one a run cut off in its outage window leaves) and returns it.
+  - Without O(report), builds the report of the C(gpuops.sglang.sglang) role's run from its step results (O(run))
+    and settings (O(settings)): the final one, or with O(stage=opened) the one a run cut off in its outage window
+    leaves.
   - Writes the report as JSON to O(report_dir)/<host>.json on the controller (and to <host>.last-redeploy.json
     when its C(status) is V(redeployed)), atomically, and publishes it in the run's custom stats under
     C(sglang_redeploy), keyed by host, which ansible-runner saves as the job's artifacts (what AWX and EDA read).
@@ -35,16 +36,18 @@ attributes:
     details: Runs on the controller (an action plugin); nothing runs on the managed host.
 options:
   report:
-    description: The report to publish as it is; without it, the role's report is built from the task's variables.
+    description:
+      - The report to publish as it is (with O(stage=group), this node's final report); without it, the report is
+        built from O(run) and O(settings).
     type: dict
   stage:
     description:
       - Which report to build without O(report). V(final) is the run's outcome; V(opened) says the run stopped
         inside its outage window (written as the window opens, replaced by the final one).
       - V(group), on a node of a server group once every node has its final report (the fact
-        C(sglang_redeploy_report)), returns this node's report with the group's C(outcome) (the status its nodes
-        share, or V(split)) and C(failed_nodes), read from the nodes' reports through hostvars, and writes it again.
-        A single-node server's report is returned as it is and no file is written.
+        C(sglang_redeploy_report)), returns this node's report (O(report)) with the group's C(outcome) (the status its
+        nodes share, or V(split)) and C(failed_nodes), read from the reports of O(group)'s nodes through hostvars, and
+        writes it again. A single-node server's report (no O(group)) is returned as it is and no file is written.
     type: str
     choices: [final, opened, group]
     default: final
@@ -56,6 +59,46 @@ options:
     description: Name the report is filed under, normally the inventory name.
     type: str
     required: true
+  run:
+    description:
+      - What the run's steps registered, by the report's names for them (a step that did not run is left out or
+        null) - C(stop), C(killed), C(released), C(started), C(patched), C(router_before), C(router_removed),
+        C(router_readmitted), C(rollback), C(slot), C(takeover), C(gpu_probe), C(after_failure), C(state),
+        C(performance), C(decision), C(group_decision) (the results of those steps), C(group) (the plan's server
+        group), C(failure) (the failed task's note), C(run_id), C(window_opened), C(skip_reason).
+    type: dict
+    default: {}
+  settings:
+    description: The run's settings the report states; needed to build a report.
+    type: dict
+    suboptions:
+      patch_file:
+        description: The patch the run applies (empty for none).
+        type: str
+        default: ''
+      router_url:
+        description: The router the server is taken out of and put back into (empty for none).
+        type: str
+        default: ''
+      rollback_deadline:
+        description: The guard's deadline in seconds (C(sglang_rollback_deadline)).
+        type: raw
+        required: true
+      rollback_idle:
+        description: The guard's idle bound in seconds (C(sglang_rollback_idle)).
+        type: raw
+        required: true
+      perf_gate:
+        description: Whether the performance gate is on.
+        type: bool
+        default: false
+      guard_dir:
+        description: Where the host's guard writes its report (the window-open report names it).
+        type: str
+        default: ''
+  group:
+    description: The server group (C(gpuops.sglang.sglang_plan)'s C(group)) for O(stage=group); none for a single-node server.
+    type: dict
 '''
 
 EXAMPLES = r'''

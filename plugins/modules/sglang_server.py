@@ -31,6 +31,7 @@ author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
+  - gpuops.sglang.server
   - gpuops.sglang.server_api_key
   - gpuops.sglang.guard_lease
 attributes:
@@ -81,29 +82,9 @@ options:
     type: str
     choices: [systemd, detached]
     required: true
-  service_name:
-    description: Name of the systemd unit (without C(.service)); also names the detached server in messages.
-    type: str
-    default: sglang
-  launch_file:
-    description: The C(launch.json) the detached server is started from.
-    type: path
-    required: true
-  pidfile:
-    description: Pid file of the detached server (its session leader).
-    type: path
-    required: true
   log_file:
     description: Log file of the detached server.
     type: path
-    required: true
-  url:
-    description:
-      - Base URL the server answers at, for example V(http://127.0.0.1:30000).
-      - V("") for a rank above 0 of a server spanning several hosts (C(--node-rank) > 0), which serves no HTTP.
-        Its health is then its process being alive, and O(expected_server_info), O(ready_checks) and
-        O(generate_probe) do not apply (the group is verified on rank 0).
-    type: str
     required: true
   term_timeout:
     description: Seconds SGLang may drain after SIGTERM before SIGKILL (detached; systemd uses the unit's TimeoutStopSec).
@@ -142,7 +123,7 @@ options:
       - Ignored by the other states, which always wait.
     type: bool
     default: true
-  stray_patterns:
+  kill_patterns:
     description:
       - With O(state=stopped), regular expressions (Python C(re), searched in the full command line) for the
         processes that belong to SGLang on this host. Those that match and are not the server's own (its
@@ -154,6 +135,7 @@ options:
       - Where a unit's control group cannot be read, only its main PID counts as the server's own, and its
         children are then listed too (the kill step runs rather than being skipped on a guess).
       - Empty (the default) reads nothing.
+    aliases: [stray_patterns]
     type: list
     elements: str
     default: []
@@ -253,9 +235,9 @@ stopping:
   sample: [4711, 4712, 4713]
 strays:
   description:
-    - Processes matching O(stray_patterns) that are not the server's own, as seen right before the SIGTERM (in
+    - Processes matching O(kill_patterns) that are not the server's own, as seen right before the SIGTERM (in
       check mode, now; every match when no server runs); this module and its ancestors are never listed. Empty
-      when O(stray_patterns) is empty.
+      when O(kill_patterns) is empty.
   returned: always
   type: list
   elements: dict
@@ -314,16 +296,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._files import mode_a
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import compile_patterns
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT, SERVER_OPTIONS, Server, ServerError
 
 ARGUMENT_SPEC = dict(
+    SERVER_OPTIONS,
     state=dict(type='str', default='started', choices=['started', 'stopped', 'restarted']),
     manager=dict(type='str', required=True, choices=['systemd', 'detached']),
-    service_name=dict(type='str', default='sglang'),
-    launch_file=dict(type='path', required=True),
-    pidfile=dict(type='path', required=True),
     log_file=dict(type='path', required=True),
-    url=dict(type='str', required=True),
     term_timeout=dict(type='float', default=30),
     health_timeout=dict(type='float', default=900),
     health_interval=dict(type='float', default=0.25),
@@ -332,7 +311,8 @@ ARGUMENT_SPEC = dict(
     daemon_reload=dict(type='bool', default=False),
     stop_marker=dict(type='path'),
     wait=dict(type='bool', default=True),
-    stray_patterns=dict(type='list', elements='str', default=[]),
+    # One name with pct_exec_kill and sglang_guard for SGLang's command lines.
+    kill_patterns=dict(type='list', elements='str', default=[], aliases=['stray_patterns']),
     drain_timeout=dict(type='float', default=0),
     ready_checks=dict(type='int', default=0),
     generate_probe=dict(type='bool', default=False),
@@ -344,8 +324,6 @@ ARGUMENT_SPEC = dict(
         label=dict(type='str', default=''),
     )),
 )
-# The bound of one systemctl or launch command (CommandRunner's deadline below).
-COMMAND_TIMEOUT = 60
 ERRORS = (ServerError, CommandError, LeaseError, OSError, ValueError, KeyError)
 
 
@@ -458,7 +436,7 @@ def manage(module, server, result, lease):
         module.warn(server.pidfile_ignored)
     result.update(running=pid is not None, pid=pid)
     # Compiled first: a bad pattern fails the task before anything is stopped.
-    patterns = compile_patterns(params['stray_patterns'], 'stray pattern') if state == 'stopped' else []
+    patterns = compile_patterns(params['kill_patterns'], 'stray pattern') if state == 'stopped' else []
     if module.check_mode:
         return report_only(module, server, pid, patterns, result)
     if state in ('stopped', 'restarted') and pid is not None:

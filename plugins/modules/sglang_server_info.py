@@ -22,6 +22,7 @@ author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
+  - gpuops.sglang.server
   - gpuops.sglang.server_api_key
 attributes:
   check_mode:
@@ -33,30 +34,15 @@ attributes:
   platform:
     platforms: posix
 options:
-  service_manager:
-    description: V(auto) picks V(systemd) where the host runs it, V(detached) elsewhere.
+  manager:
+    description:
+      - How the server runs (the same option as M(gpuops.sglang.sglang_server)'s); V(auto) picks V(systemd) where
+        the host runs it, V(detached) elsewhere.
+      - With O(url=""), RV(healthy) is RV(running).
     type: str
     choices: [auto, systemd, detached]
     default: auto
-  service_name:
-    description: Name of the systemd unit, and of the server in messages.
-    type: str
-    default: sglang
-  launch_file:
-    description: The live C(launch.json).
-    type: path
-    required: true
-  pidfile:
-    description: Pid file of the detached server.
-    type: path
-    required: true
-  url:
-    description:
-      - Base URL the server answers at.
-      - V("") for a rank above 0 of a server spanning several hosts, which serves no HTTP. RV(healthy) is then
-        RV(running), and its settings are not compared (rank 0 answers for the group).
-    type: str
-    required: true
+    aliases: [service_manager]
   generate_probe:
     description:
       - Also send one real generation (one new token) to a healthy server, and say in RV(generates) whether it
@@ -261,14 +247,12 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     read_stamp,
     sha256_bytes,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVER_OPTIONS, Server, ServerError
 
 ARGUMENT_SPEC = dict(
-    service_manager=dict(type='str', default='auto', choices=['auto', 'systemd', 'detached']),
-    service_name=dict(type='str', default='sglang'),
-    launch_file=dict(type='path', required=True),
-    pidfile=dict(type='path', required=True),
-    url=dict(type='str', required=True),
+    SERVER_OPTIONS,
+    # `manager`, as sglang_server names it; `service_manager`, the name this module had, still works.
+    manager=dict(type='str', default='auto', choices=['auto', 'systemd', 'detached'], aliases=['service_manager']),
     python=dict(type='path'),
     expected_server_info=dict(type='dict', default={}),
     expected_environment=dict(type='dict', default={}),
@@ -378,7 +362,7 @@ def main():
     params = module.params
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     commands = CommandRunner(module, 30)
-    manager = params['service_manager']
+    manager = params['manager']
     if manager == 'auto':
         manager = 'systemd' if os.path.isdir('/run/systemd/system') else 'detached'
     result = new_result(service_manager=manager, python_exists=True, running=False, pid=None,

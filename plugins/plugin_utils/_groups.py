@@ -27,7 +27,7 @@ PER_NODE_FLAGS = ('--node-rank', '--host')
 # host could not be reached.
 STEP_FAILURES = ('failed', 'unreachable')
 # What one decision for the group reads of every node (the role registers them, per node).
-DECIDED_ON = ('_sglang_plan', '_sglang_state', '_sglang_decision')
+DECIDED_ON = ('plan', 'state', 'decision')
 
 
 def group_name(host_vars):
@@ -142,32 +142,6 @@ def play_problems(group, play_hosts):
             ' every node, or none).' % (covered, group['name'], ', '.join(missing))]
 
 
-# Seconds on the controller a lockstep wait may add beside the bounded work of a step (the next task's build).
-LOCKSTEP_SLACK_S = 30
-
-
-def peer_wait(group, settings, perf_levels):
-    """{armed, started}: how long a rank > 0 waits, after each of those steps of its own, for what rank 0 alone
-    does in lockstep meanwhile (the group play runs each step on every node before the next), which its lease
-    must cover (`after`): after the arm, rank 0's removal from the router, its baseline benchmark and its drain
-    and stop (the other ranks stop once rank 0 stopped); after the ranks' start, rank 0's start, health wait,
-    verification, benchmark and admission. Zeros on rank 0 and on a single-node server, whose own steps renew
-    their own leases."""
-    if group is None or group['rank'] == 0:
-        return {'armed': 0, 'started': 0}
-    router = bool(as_text(settings['sglang_router_url']))
-    router_s = as_float(settings['sglang_router_timeout']) if router else 0
-    drain_s = as_float(settings['sglang_drain_timeout']) if router else 0
-    benchmark_s = (len(perf_levels) * as_float(settings['sglang_perf_timeout']) + drain_s
-                   if as_bool(settings['sglang_perf_gate']) else 0)
-    # Rank 0's stop: its drain, the command, SIGTERM's wait (the stop does not wait for SIGKILL's).
-    stop_s = drain_s + 60 + as_float(settings['sglang_term_timeout'])
-    return {
-        'armed': router_s + benchmark_s + stop_s + LOCKSTEP_SLACK_S,
-        'started': as_float(settings['sglang_health_timeout']) + benchmark_s + router_s + LOCKSTEP_SLACK_S,
-    }
-
-
 def _flag_values(args):
     """{flag: [its values, in order]} of an argv; `--flag=value` counts as the flag and its value, a bare switch
     has the value True."""
@@ -257,29 +231,31 @@ def _unread(result):
     return ''
 
 
-def decided_nodes(group, registered):
-    """(the nodes as group_decision reads them, problems): `registered` is {host: {'_sglang_plan': ...,
-    '_sglang_state': ..., '_sglang_decision': ...}} of every node of `group` (the plan's). A node whose results
-    are missing, skipped or failed, or that is left alone, is refused: a group is decided on every node or none."""
+def decided_nodes(group, registered, names=None):
+    """(the nodes as group_decision reads them, problems): `registered` is {host: {'plan': ..., 'state': ...,
+    'decision': ...}} of every node of `group` (the plan's), `names` what the messages call each of the three
+    (the role's names for them; the keys themselves without). A node whose results are missing, skipped or failed,
+    or that is left alone, is refused: a group is decided on every node or none."""
+    names = dict(((key, key) for key in DECIDED_ON), **(names or {}))
     nodes, problems = [], []
     for host in group['nodes']:
         found = registered.get(host) or {}
-        unread = [(name, _unread(found.get(name))) for name in DECIDED_ON]
+        unread = [(names[key], _unread(found.get(key))) for key in DECIDED_ON]
         unread = ['%s %s' % (name, why) for name, why in unread if why]
-        plan = found.get('_sglang_plan') or {}
+        plan = found.get('plan') or {}
         if not unread and plan.get('left_alone_because'):
             unread = ['is left alone (%s)' % as_text(plan['left_alone_because'])]
         if unread:
             problems.append('%s of the server group %s: %s; every node of a group is redeployed together or none is.'
                             % (host, group['name'], ', '.join(unread)))
             continue
-        decision = found['_sglang_decision']
+        decision = found['decision']
         # The group's nodes are in rank order: a node's rank is its place there.
         nodes.append({'host': host, 'rank': group['nodes'].index(host),
                       'args': plan.get('args') or [], 'reasons': decision.get('reasons') or [],
                       # The patch as sglang_decision sees it (its stamp, or the dry run); {} without a patch.
                       'patch_applied': (decision.get('patch_state') or {}).get('applied'),
-                      'state': found['_sglang_state']})
+                      'state': found['state']})
     return nodes, problems
 
 

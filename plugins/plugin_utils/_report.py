@@ -23,6 +23,39 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import FAIL
 
 SLOT_KEYS = ('slot', 'waited_s', 'held_by', 'unavailable')
 SPLIT = 'split'
+# The report's names for the run's step results and notes (`run`; a step that never ran gives none).
+RESULTS = ('stop', 'killed', 'released', 'started', 'patched', 'router_before', 'router_removed', 'router_readmitted',
+           'rollback', 'slot', 'takeover', 'gpu_probe', 'after_failure', 'state', 'failure', 'run_id', 'window_opened',
+           'skip_reason', 'decision', 'group', 'performance', 'group_decision')
+
+
+def report_files(host, status):
+    """The report's file names: HOST.json, and HOST.last-redeploy.json after a redeploy (what the performance
+    gate's stored baseline reads)."""
+    names = [host + '.json']
+    if status == 'redeployed':
+        names.append(last_redeploy_file(host))
+    return names
+
+
+def last_redeploy_file(host):
+    """The report of the host's last redeploy, kept until the next one (the performance gate's stored baseline)."""
+    return host + '.last-redeploy.json'
+
+
+def run_of(results, check_mode):
+    """The run as report() reads it, from the step results by their names in RESULTS (`group`: the plan's): a node of
+    a server group was decided with its group, whose reasons name the node they come from."""
+    run = dict((key, results.get(key)) for key in RESULTS)
+    decision, state = run.pop('decision') or {}, run['state'] or {}
+    group_decision = run.pop('group_decision') or {}
+    if 'reasons' in group_decision:
+        decision = dict(decision, reasons=group_decision['reasons'],
+                        redeploy_needed=group_decision.get('redeploy_needed', False))
+    run.update(check_mode=check_mode, manager=state.get('service_manager'),
+               reasons=decision.get('reasons', []), redeploy_needed=decision.get('redeploy_needed', False),
+               patch_state=decision.get('patch_state', {}))
+    return run
 
 
 def kill_lines(killed):

@@ -18,7 +18,7 @@ import re
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import system_folder_refusal
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _timing
 
 KEY_PATTERN = re.compile(r'^[!-~]*$')
 SECRET_FLAGS = ('--api-key', '--admin-api-key', '--config')
@@ -97,20 +97,6 @@ def candidate_steps(tiers):
         if re.match('^[0-9]+$', as_text(key)) and isinstance(tier, dict) and 'candidate_steps' in tier:
             steps.update(as_int(step) for step in tier['candidate_steps'])
     return sorted(steps)
-
-
-def window_budget(settings):
-    """How long the outage window may last: 2 x term + GPU release + health (+ drain + 2 x router with a router,
-    + two benchmarks with the performance gate)."""
-    budget = (2 * as_float(settings['sglang_term_timeout']) + as_float(settings['sglang_gpu_release_timeout'])
-              + as_float(settings['sglang_health_timeout']))
-    if settings['sglang_router_url']:
-        budget += as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])
-    if as_bool(settings['sglang_perf_gate']):
-        # The baseline and the candidate are benchmarked inside the window, each level within the timeout.
-        levels = levels_to_measure(settings['sglang_perf_levels'], settings['sglang_dynamic_spec_batch_size_threshold'])
-        budget += 2 * len(levels) * as_float(settings['sglang_perf_timeout'])
-    return budget
 
 
 def _speculation_problems(settings):
@@ -210,7 +196,7 @@ def _perf_problems(settings):
 
 
 def _deadline_problems(settings):
-    budget = window_budget(settings)
+    budget = _timing.window_budget(settings)
     return [
         ('sglang_rollback_deadline (%s s) is shorter than the outage window may last (%s s: 2 x sglang_term_timeout'
          ' + sglang_gpu_release_timeout + sglang_health_timeout%s); the guard would roll back a server that is still'
@@ -221,29 +207,16 @@ def _deadline_problems(settings):
     ]
 
 
-# Besides the ssh connect: building and sending the next module (AnsiballZ), and a controller slowed by
-# the other hosts' results. Measured on the lab: a module round trip costs 0.5 to 1 s; 30 s is the margin
-# for a controller under load, not a typical value.
-CONTROLLER_SLACK_S = 30.0
-CONTROLLER_DEFAULTS = {'connect_timeout': 10, 'retries': 0, 'forks': None, 'strategy': 'free', 'batch': 1}
-
-
-def renewal_gap(controller):
-    """The longest that may legitimately pass on the controller between two renewals of the guard's lease:
-    an ssh connect with its retries (ControlPersist may have lapsed), then the next module built and sent."""
-    return as_float(controller['connect_timeout']) * (1 + as_int(controller['retries'])) + CONTROLLER_SLACK_S
-
-
 def _lease_problems(settings, controller):
-    controller = dict(CONTROLLER_DEFAULTS, **(controller or {}))
-    idle, gap = as_float(settings['sglang_rollback_idle']), renewal_gap(controller)
+    controller = dict(_timing.CONTROLLER_DEFAULTS, **(controller or {}))
+    idle, gap = as_float(settings['sglang_rollback_idle']), _timing.renewal_gap(controller)
     batch, forks = as_int(controller['batch']), controller['forks']
     return [
         ('sglang_rollback_idle (%s s) is shorter than what may pass on the controller between two renewals of the'
          ' guard (%s s: the connection timeout %s s x (1 + %s retries) + %s s to build and send the next module on a'
          ' loaded controller); the guard would roll back a run that is alive.'
          % (as_text(settings['sglang_rollback_idle']), as_text(gap), as_text(controller['connect_timeout']),
-            as_text(controller['retries']), as_text(CONTROLLER_SLACK_S)), idle < gap),
+            as_text(controller['retries']), as_text(_timing.CONTROLLER_SLACK_S)), idle < gap),
         ('the batch has %s hosts but forks is %s under the free strategy: a host would wait for a fork as long as'
          ' another host waits for its server to load, which sglang_rollback_idle does not bound; raise forks'
          ' (-f) to the batch size or make the batches smaller (redeploy_serial).' % (batch, forks),

@@ -12,13 +12,18 @@ def task_vars(batch=('mn1', 'mn2'), mn1=None, mn2=None, plan=None):
     done = {'_sglang_stop': {'changed': True}, '_sglang_released': {'changed': True, 'msg': 'freed'},
             '_sglang_group_step': 'stopped'}
     hostvars = {'mn1': dict(done, **(mn1 or {})), 'mn2': dict(done, **(mn2 or {}))}
-    return {'_sglang_plan': plan or PLAN, 'inventory_hostname': 'mn2', 'ansible_play_batch': list(batch),
-            'hostvars': hostvars}
+    return {'ansible_play_batch': list(batch), 'hostvars': hostvars, 'plan': plan or PLAN}
+
+
+def barrier(run_action, found, **args):
+    """The barrier on mn2 with the role's arguments (its plan's group, the name it says its step under)."""
+    given = dict({'group': found.pop('plan').get('group'), 'host': 'mn2', 'said': '_sglang_group_step'}, **args)
+    return run_action(ActionModule, found, args=given)
 
 
 def test_every_node_done_passes(run_action):
-    result = run_action(ActionModule, task_vars(mn1={'_sglang_released': {'skipped': True}}),
-                        args={'step': 'stopped', 'results': STEPS + ['_sglang_not_run_yet']})
+    result = barrier(run_action, task_vars(mn1={'_sglang_released': {'skipped': True}}),
+                     step='stopped', results=STEPS + ['_sglang_not_run_yet'])
     assert not result.get('failed') and result['failed_nodes'] == []
 
 
@@ -33,19 +38,19 @@ def test_every_node_done_passes(run_action):
      'mn2 failed _sglang_stop: ssh: connection refused; the whole server group ds rolls back (mn2 stops here).'),
 ], ids=['a-peer-failed-a-step', 'a-peer-left-the-play', 'this-node-unreachable'])
 def test_a_failed_node_fails_this_one_saying_which_node_and_step(run_action, overrides, failed, msg):
-    result = run_action(ActionModule, task_vars(**overrides), args={'step': 'stopped', 'results': STEPS})
+    result = barrier(run_action, task_vars(**overrides), step='stopped', results=STEPS)
     assert result['failed'] is True and result['failed_nodes'] == failed and result['msg'] == msg
 
 
 def test_only_the_named_results_count(run_action):
-    result = run_action(ActionModule, task_vars(mn1={'_sglang_armed': {'failed': True}}), args={'step': 'stopped', 'results': STEPS})
+    result = barrier(run_action, task_vars(mn1={'_sglang_armed': {'failed': True}}), step='stopped', results=STEPS)
     assert not result.get('failed') and result['failed_nodes'] == []
 
 
 def test_a_single_node_server_waits_for_itself_alone(run_action):
-    result = run_action(ActionModule, task_vars(batch=['mn2'], plan={'group': None},
-                                                mn2={'_sglang_stop': {'failed': True, 'msg': 'x'}}),
-                        args={'step': 'stopped', 'results': STEPS})
+    result = barrier(run_action, task_vars(batch=['mn2'], plan={'group': None},
+                                           mn2={'_sglang_stop': {'failed': True, 'msg': 'x'}}),
+                     step='stopped', results=STEPS)
     assert result['failed_nodes'] == ['mn2'] and result['msg'] == 'mn2 failed _sglang_stop: x; the server rolls back' \
         ' (mn2 stops here).'
 
@@ -56,20 +61,19 @@ def test_a_single_node_server_waits_for_itself_alone(run_action):
     (None, 'mn1 did not get to the barrier "stopped" (it got to none)'),
 ], ids=['stuck-at-an-earlier-barrier', 'never-got-to-one'])
 def test_a_node_that_did_not_get_to_the_barrier_fails_this_one(run_action, said, msg):
-    result = run_action(ActionModule, task_vars(mn1={'_sglang_group_step': said}), args={'step': 'stopped'})
+    result = barrier(run_action, task_vars(mn1={'_sglang_group_step': said}), step='stopped')
     assert result['failed'] is True and result['failed_nodes'] == ['mn1']
     assert result['msg'] == msg + '; the whole server group ds rolls back (mn2 stops here).'
 
 
 def test_without_results_only_getting_there_counts(run_action):
-    result = run_action(ActionModule, task_vars(mn1={'_sglang_stop': {'failed': True, 'msg': 'x'}}),
-                        args={'step': 'stopped'})
+    result = barrier(run_action, task_vars(mn1={'_sglang_stop': {'failed': True, 'msg': 'x'}}), step='stopped')
     assert not result.get('failed') and result['failed_nodes'] == []
 
 
 def test_before_the_window_the_group_stops_untouched(run_action):
-    result = run_action(ActionModule, task_vars(mn1={'_sglang_group_step': None}, mn2={'_sglang_group_step': 'ready'}),
-                        args={'step': 'ready'})
+    result = barrier(run_action, task_vars(mn1={'_sglang_group_step': None}, mn2={'_sglang_group_step': 'ready'}),
+                     step='ready')
     assert result['failed'] is True and result['msg'] == (
         'mn1 did not get to the barrier "ready" (it got to none); the whole server group ds stops untouched'
         ' (mn2 stops here).')

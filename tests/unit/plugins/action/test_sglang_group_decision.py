@@ -23,15 +23,22 @@ def registered(rank, state=None, decision=None, plan=None):
             '_sglang_decision': dict(NOTHING_TO_DO, **(decision or {}))}
 
 
-def task_vars(me='mn1', mn1=None, mn2=None):
-    """The task variables of `me`, with both nodes' results in hostvars (None: the node registered nothing)."""
+NAMES = {'plan': '_sglang_plan', 'state': '_sglang_state', 'decision': '_sglang_decision'}
+
+
+def decide(run_action, me='mn1', mn1=None, mn2=None):
+    """The decision on `me`, both nodes' results in hostvars (None: the node registered nothing); its own plan and
+    decision are arguments, as the role passes them."""
     nodes = {'mn1': registered(0) if mn1 is None else mn1, 'mn2': registered(1) if mn2 is None else mn2}
-    found = dict(nodes[me] or {}, inventory_hostname=me, hostvars=nodes)
-    return found
+    own = nodes[me] or {}
+    return run_action(ActionModule, {'hostvars': nodes}, args={
+        'group': (own.get('_sglang_plan') or {}).get('group'),
+        'left_alone_because': (own.get('_sglang_plan') or {}).get('left_alone_because', ''), 'decision': own.get('_sglang_decision') or {}, 'host': me,
+        'from_nodes': NAMES})
 
 
 def test_a_group_with_nothing_to_do_on_any_node_is_left_as_it_is(run_action):
-    decision = run_action(ActionModule, task_vars())
+    decision = decide(run_action)
     assert not decision.get('failed')
     assert decision == dict(decision, redeploy_needed=False, reasons=[], nodes=['mn1', 'mn2'], problems=[])
 
@@ -40,20 +47,20 @@ def test_a_group_with_nothing_to_do_on_any_node_is_left_as_it_is(run_action):
 def test_a_reason_on_one_node_redeploys_the_group_seen_from_every_node(run_action, me):
     down = registered(1, {'running': False, 'healthy': False},
                       {'redeploy_needed': True, 'reasons': ['server not running']})
-    decision = run_action(ActionModule, task_vars(me, mn2=down))
+    decision = decide(run_action, me, mn2=down)
     assert decision['redeploy_needed'] is True and decision['reasons'] == ['mn2: server not running']
 
 
 def test_rank_0_that_answers_health_but_cannot_generate_redeploys_the_group(run_action):
     dead = registered(0, {'generates': False, 'generate_error': 'no output in 20 s'})
-    decision = run_action(ActionModule, task_vars(mn1=dead))
+    decision = decide(run_action, mn1=dead)
     assert decision['reasons'] == ['mn1: generation fails: no output in 20 s'] and not decision.get('failed')
 
 
 def test_a_group_patched_on_some_nodes_only_is_redeployed_not_refused(run_action):
     unpatched = registered(1, decision={'redeploy_needed': True, 'reasons': ['patch not applied'], 'patch_due': True,
                                         'patch_state': {'applied': False, 'changed': True}})
-    decision = run_action(ActionModule, task_vars(mn2=unpatched))
+    decision = decide(run_action, mn2=unpatched)
     assert not decision.get('failed') and decision['problems'] == []
     assert decision['reasons'] == ['mn2: patch not applied', 'patch applied on mn1 only, not on mn2']
 
@@ -70,7 +77,7 @@ def test_a_group_patched_on_some_nodes_only_is_redeployed_not_refused(run_action
 ], ids=['versions-differ', 'args-differ', 'node-not-in-the-run', 'node-decision-failed', 'state-skipped',
         'node-left-alone'])
 def test_a_group_that_cannot_be_decided_together_is_refused_with_nothing_touched(run_action, mn2, words):
-    decision = run_action(ActionModule, task_vars(mn2=mn2))
+    decision = decide(run_action, mn2=mn2)
     assert decision['failed'] is True and words in decision['msg']
     assert decision['msg'].startswith('the server group ds is refused, nothing was touched: ')
     assert decision['problems'] and set(decision) >= {'redeploy_needed', 'reasons', 'nodes'}
@@ -82,7 +89,7 @@ def test_a_group_that_cannot_be_decided_together_is_refused_with_nothing_touched
 ], ids=['single-node', 'left-alone'])
 def test_a_host_outside_any_group_decision_keeps_its_own(run_action, plan, own):
     me = dict(registered(0, plan=plan), _sglang_decision=own)
-    decision = run_action(ActionModule, task_vars(mn1=me, mn2={}))
+    decision = decide(run_action, mn1=me, mn2={})
     assert not decision.get('failed')
     assert (decision['redeploy_needed'], decision['reasons'], decision['problems']) \
         == (own.get('redeploy_needed', False), own.get('reasons', []), [])

@@ -118,7 +118,7 @@ def test_a_node_of_a_server_group_gets_the_group_and_its_three_flags(run_action)
                              'key': 'group:ds'}
     # Rank 1 serves no HTTP; its lease covers rank 0's steps; the group's one slot is under its key.
     assert plan['paths']['base_url'] == '' and plan['slot_key'] == 'group:ds'
-    assert plan['peer_wait']['started'] > 0
+    assert plan['timing']['ranks_started_after'] > 0
     at = plan['args'].index('--nnodes')
     assert plan['args'][at:at + 6] == ['--nnodes', '2', '--node-rank', '1', '--dist-init-addr', '127.0.0.11:5000']
     assert dict((key, plan['expected_server_info'][key]) for key in ('tp_size', 'nnodes', 'node_rank', 'dist_init_addr')) \
@@ -135,7 +135,7 @@ def test_this_hosts_own_rank_is_read_rendered_and_a_given_address_is_used_as_it_
 def test_a_single_node_server_has_no_group_and_no_group_flag(run_action):
     plan = run_action(ActionModule, host_vars())
     assert plan['slot_key'] == 'gpu2' and plan['paths']['base_url'].startswith('http://')
-    assert plan['group'] is None and plan['peer_wait'] == {'armed': 0, 'started': 0}
+    assert plan['group'] is None and plan['timing']['ranks_started_after'] == 0
     assert not set(plan['args']) & {'--nnodes', '--node-rank', '--dist-init-addr'}
     assert not set(plan['expected_server_info']) & {'nnodes', 'node_rank', 'dist_init_addr'}
 

@@ -1,4 +1,5 @@
-"""sglang_report builds the role's report from the registered results, writes it and publishes it."""
+"""sglang_report builds the role's report from the step results and settings it is given, writes it and publishes it
+(no task variable is read: the runs below have none but hostvars)."""
 import json
 
 import pytest
@@ -6,21 +7,26 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpuops.sglang.plugins.action.sglang_report import ActionModule
 
+SETTINGS = {'patch_file': '', 'router_url': '', 'rollback_deadline': 1800, 'rollback_idle': 90,
+            'guard_dir': '/var/lib/gpuops-sglang/sglang'}
 RUN = {
-    'inventory_hostname': 'gpu1', 'sglang_patch_file': '', 'sglang_router_url': '', 'sglang_rollback_deadline': 1800,
-    'sglang_rollback_idle': 90,
-    '_sglang_state': {'service_manager': 'systemd', 'healthy': True},
-    '_sglang_decision': {'reasons': ['force_restart'], 'redeploy_needed': True, 'patch_state': {}},
-    '_sglang_plan': {'paths': {'guard_dir': '/var/lib/gpuops-sglang/sglang'}},
-    '_sglang_run_id': 'gpu1-1', '_sglang_window_opened': True, '_sglang_killed': {}, '_sglang_patched': {},
-    '_sglang_stop': {'stopped_at': 10.0, 'stopping': [{'pid': 3}]},
-    '_sglang_released': {'awaited': {'gone_at': 11.0}, 'elapsed': 0.2},
-    '_sglang_started': {'started_at': 11.5, 'healthy_at': 13.25, 'healthy': True},
+    'state': {'service_manager': 'systemd', 'healthy': True},
+    'decision': {'reasons': ['force_restart'], 'redeploy_needed': True, 'patch_state': {}},
+    'run_id': 'gpu1-1', 'window_opened': True, 'killed': {}, 'patched': {},
+    'stop': {'stopped_at': 10.0, 'stopping': [{'pid': 3}]},
+    'released': {'awaited': {'gone_at': 11.0}, 'elapsed': 0.2},
+    'started': {'started_at': 11.5, 'healthy_at': 13.25, 'healthy': True},
 }
 
 
+def build(run_action, run=None, check_mode=False, task_vars=None, **args):
+    """The report of `run` (RUN by default) with SETTINGS, as the role's tasks ask for it."""
+    given = dict({'run': RUN if run is None else run, 'settings': SETTINGS, 'host': 'gpu1'}, **args)
+    return run_action(ActionModule, task_vars or {}, args=given, check_mode=check_mode)
+
+
 def test_a_redeployed_host_gets_its_report_written_twice_and_published(run_action, tmp_path):
-    result = run_action(ActionModule, dict(RUN), args={'report_dir': str(tmp_path), 'host': 'gpu1'})
+    result = build(run_action, report_dir=str(tmp_path))
     report = result['report']
     assert report['status'] == 'redeployed' and report['reason'] == 'force_restart' and report['downtime_s'] == 3.25
     assert report['phases_s'] == {'stop': 1.0, 'kill_in_container': None, 'gpu_release': 0.2, 'start_to_healthy': 1.75}
@@ -31,26 +37,20 @@ def test_a_redeployed_host_gets_its_report_written_twice_and_published(run_actio
 
 
 def test_a_host_whose_steps_never_ran_is_reported_with_every_key(run_action):
-    result = run_action(ActionModule, {'inventory_hostname': 'gpu2', 'sglang_patch_file': '', 'sglang_router_url': '',
-                                       'sglang_rollback_deadline': 1800,
-                                       'sglang_rollback_idle': 90,
-                                       '_sglang_skip_reason': 'sglang_redeploy_skip is set for this host'},
-                        args={'host': 'gpu2'})
+    result = build(run_action, {'skip_reason': 'sglang_redeploy_skip is set for this host'}, host='gpu2')
     assert result['report']['status'] == 'skipped' and result['report']['healthy'] is None
     assert result['report']['router']['member'] is None and result['written'] == []
 
 
 def test_the_window_open_report_says_where_the_guard_reports(run_action, tmp_path):
-    result = run_action(ActionModule, dict(RUN, _sglang_started={}), args={'report_dir': str(tmp_path), 'host': 'gpu1',
-                                                                           'stage': 'opened'})
+    result = build(run_action, dict(RUN, started={}), report_dir=str(tmp_path), stage='opened')
     assert result['report']['status'] == 'failed'
     assert result['report']['reason'].endswith('writes its report to /var/lib/gpuops-sglang/sglang/fired.json')
     assert [path.name for path in tmp_path.iterdir()] == ['gpu1.json']
 
 
 def test_check_mode_publishes_but_never_replaces_a_real_report(run_action, tmp_path):
-    result = run_action(ActionModule, dict(RUN, ansible_check_mode=True),
-                        args={'report_dir': str(tmp_path), 'host': 'gpu1'}, check_mode=True)
+    result = build(run_action, check_mode=True, report_dir=str(tmp_path))
     assert result['written'] == [] and list(tmp_path.iterdir()) == []
     assert result['report']['status'] == 'unchanged' and result['report']['check_mode'] is True
 
@@ -66,7 +66,7 @@ def test_a_final_report_that_cannot_be_written_is_still_returned_and_published(r
     # The gate of the fleet's later hosts and the slot's release need the report; the role fails the host after.
     blocked = tmp_path / 'not-a-folder'
     blocked.write_text('')
-    result = run_action(ActionModule, dict(RUN), args={'report_dir': str(blocked), 'host': 'gpu1'})
+    result = build(run_action, report_dir=str(blocked))
     assert not result.get('failed') and result['report']['status'] == 'redeployed'
     assert result['written'] == [] and result['write_error'].startswith('could not write the report of gpu1 to ')
     assert result['warnings'] == [result['write_error']]
@@ -77,8 +77,7 @@ def test_a_window_open_report_that_cannot_be_written_fails_before_the_window_ope
     blocked = tmp_path / 'not-a-folder'
     blocked.write_text('')
     with pytest.raises(AnsibleActionFail, match='could not write the report of gpu1 to '):
-        run_action(ActionModule, dict(RUN, _sglang_started={}),
-                   args={'report_dir': str(blocked), 'host': 'gpu1', 'stage': 'opened'})
+        build(run_action, dict(RUN, started={}), report_dir=str(blocked), stage='opened')
 
 
 GROUP = {'name': 'big', 'rank': 0, 'nnodes': 2, 'nodes': ['gpu1', 'gpu2'], 'leader': 'gpu1',
@@ -86,19 +85,16 @@ GROUP = {'name': 'big', 'rank': 0, 'nnodes': 2, 'nodes': ['gpu1', 'gpu2'], 'lead
 
 
 def test_a_group_nodes_first_report_names_its_group_with_the_outcome_still_unknown(run_action):
-    plan = dict(RUN['_sglang_plan'], group=GROUP)
-    report = run_action(ActionModule, dict(RUN, _sglang_plan=plan), args={'host': 'gpu1'})['report']
+    report = build(run_action, dict(RUN, group=GROUP))['report']
     assert report['group'] == {'name': 'big', 'nnodes': 2, 'rank': 0, 'outcome': None, 'failed_nodes': None}
 
 
 def test_a_group_node_reports_the_groups_reasons_which_name_their_node(run_action):
-    plan = dict(RUN['_sglang_plan'], group=GROUP)
     decided = {'redeploy_needed': True, 'reasons': ['gpu2: server not running', 'gpu1: generation fails: x']}
-    report = run_action(ActionModule, dict(RUN, _sglang_plan=plan, _sglang_group_decision=decided),
-                        args={'host': 'gpu1'})['report']
+    report = build(run_action, dict(RUN, group=GROUP, group_decision=decided))['report']
     assert report['reasons'] == decided['reasons'] and report['status'] == 'redeployed'
     # A skipped group decision (a single-node server) leaves the host's own reasons.
-    report = run_action(ActionModule, dict(RUN, _sglang_group_decision={'skipped': True}), args={'host': 'gpu1'})['report']
+    report = build(run_action, dict(RUN, group_decision={'skipped': True}))['report']
     assert report['reasons'] == ['force_restart']
 
 
@@ -108,11 +104,10 @@ def test_a_group_node_reports_the_groups_reasons_which_name_their_node(run_actio
     (None, 'split', ['gpu2']),
 ], ids=['same', 'ended-differently', 'no-report'])
 def test_the_group_stage_reads_every_nodes_report_and_writes_the_outcome(run_action, tmp_path, other, outcome, failed):
-    plan = dict(RUN['_sglang_plan'], group=GROUP)
-    first = run_action(ActionModule, dict(RUN, _sglang_plan=plan), args={'host': 'gpu1'})['report']
-    task_vars = dict(RUN, _sglang_plan=plan, sglang_redeploy_report=first,
-                     hostvars={'gpu2': {'sglang_redeploy_report': other} if other else {}})
-    result = run_action(ActionModule, task_vars, args={'host': 'gpu1', 'stage': 'group', 'report_dir': str(tmp_path)})
+    first = build(run_action, dict(RUN, group=GROUP))['report']
+    hostvars = {'gpu2': {'sglang_redeploy_report': other} if other else {}}
+    result = run_action(ActionModule, {'hostvars': hostvars}, args={
+        'host': 'gpu1', 'stage': 'group', 'report': first, 'group': GROUP, 'report_dir': str(tmp_path)})
     assert result['report']['group'] == dict(first['group'], outcome=outcome, failed_nodes=failed)
     assert set(result['report']) == set(first)
     assert json.loads((tmp_path / 'gpu1.json').read_text()) == result['report']
@@ -120,12 +115,17 @@ def test_the_group_stage_reads_every_nodes_report_and_writes_the_outcome(run_act
 
 
 def test_the_group_stage_leaves_a_single_servers_report_and_file_alone(run_action, tmp_path):
-    first = run_action(ActionModule, dict(RUN), args={'host': 'gpu1'})['report']
-    result = run_action(ActionModule, dict(RUN, sglang_redeploy_report=first),
-                        args={'host': 'gpu1', 'stage': 'group', 'report_dir': str(tmp_path)})
+    first = build(run_action)['report']
+    result = run_action(ActionModule, {}, args={'host': 'gpu1', 'stage': 'group', 'report': first, 'group': None,
+                                                'report_dir': str(tmp_path)})
     assert result['report'] == first and result['written'] == [] and list(tmp_path.iterdir()) == []
 
 
 def test_the_group_stage_before_the_report_is_refused(run_action):
-    with pytest.raises(AnsibleActionFail, match='stage group reads this host.s final report'):
-        run_action(ActionModule, dict(RUN), args={'host': 'gpu1', 'stage': 'group'})
+    with pytest.raises(AnsibleActionFail, match='stage group takes this host.s final report'):
+        run_action(ActionModule, {}, args={'host': 'gpu1', 'stage': 'group', 'group': GROUP})
+
+
+def test_a_report_without_settings_is_refused(run_action):
+    with pytest.raises(AnsibleActionFail, match='takes the run.s settings'):
+        run_action(ActionModule, {}, args={'host': 'gpu1', 'run': RUN})

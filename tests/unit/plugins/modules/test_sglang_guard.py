@@ -63,7 +63,7 @@ class Deployment(object):
     @property
     def server(self):
         return {'manager': 'detached', 'service_name': 'tiny', 'launch_file': str(self.launch),
-                'pidfile': str(self.pidfile), 'log_file': str(self.root / 'tiny.log'), 'base_url': self.url,
+                'pidfile': str(self.pidfile), 'log_file': str(self.root / 'tiny.log'), 'url': self.url,
                 'term_timeout': 5}
 
     def files(self):
@@ -176,17 +176,31 @@ def test_a_second_arm_while_armed_is_refused_and_keeps_the_first_runs_backups(ru
     assert deployment.module_file.read_bytes() == b'# pre-run bytes \xe2\x9c\x93\n'
 
 
-@pytest.mark.parametrize('server, said', [
-    ({'manager': 'detached'}, 'server lacks service_name, launch_file, pidfile, log_file, base_url'),
-    (None, 'deadline must be above 0 seconds'),
-])
-def test_an_arm_with_bad_input_is_refused_before_anything_is_kept(run_module, deployment, server, said):
-    extra = {'server': server} if server else {'server': deployment.server, 'deadline': 0}
-    args = dict(state='armed', folder=str(deployment.folder), run_id='r', files=deployment.files())
-    args.update(extra)
+def test_an_arm_with_bad_input_is_refused_before_anything_is_kept(run_module, deployment):
+    args = dict(state='armed', folder=str(deployment.folder), run_id='r', files=deployment.files(),
+                server=deployment.server, deadline=0)
     result, calls = run_module(sglang_guard.main, args, systemd_only)
-    assert result['failed'] and result['msg'] == said and set(result) >= KEYS
+    assert result['failed'] and result['msg'] == 'deadline must be above 0 seconds' and set(result) >= KEYS
     assert calls == [] and not deployment.folder.exists() and deployment.watchers() == []
+
+
+def test_an_arm_with_half_a_server_is_refused_by_the_argument_spec(run_module, deployment):
+    """The server's options are sglang_server's own spec: each missing one is named, nothing is kept."""
+    result, calls = run_module(sglang_guard.main, dict(state='armed', folder=str(deployment.folder), run_id='r',
+                                                       server={'manager': 'detached'}), systemd_only)
+    assert result['failed'] and 'server' in result['msg']
+    assert all(name in result['msg'] for name in ('launch_file', 'pidfile', 'log_file', 'url'))
+    assert calls == [] and not deployment.folder.exists() and deployment.watchers() == []
+
+
+def test_a_server_recorded_under_the_old_url_name_is_armed_under_the_new_one(run_module, deployment):
+    old = dict(deployment.server)
+    old['base_url'] = old.pop('url')
+    result, _ = run_module(sglang_guard.main, dict(state='armed', folder=str(deployment.folder), run_id='r',
+                                                   files=deployment.files(), server=old), systemd_only)
+    assert not result['failed'], result['msg']
+    state = json.loads((deployment.folder / 'state.json').read_text())
+    assert state['server']['url'] == old['base_url'] and 'base_url' not in state['server']
 
 
 def test_an_arm_without_run_id_is_refused_by_the_argument_spec(run_module, deployment):

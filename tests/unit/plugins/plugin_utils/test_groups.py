@@ -79,25 +79,6 @@ def test_a_run_must_cover_every_node_of_a_group(play_hosts, problems):
     assert _groups.play_problems(None, play_hosts) == []
 
 
-PEER_SETTINGS = {'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_router_timeout': 10, 'sglang_drain_timeout': 5,
-                 'sglang_perf_gate': False, 'sglang_perf_timeout': 60, 'sglang_term_timeout': 2,
-                 'sglang_health_timeout': 900}
-
-
-@pytest.mark.parametrize('rank, overrides, levels, wait', [
-    (0, {}, [], {'armed': 0, 'started': 0}),
-    # Behind a router: rank 0's removal (10 s), its stop with its drain (5 + 60 + 2 s), its start and admission.
-    (1, {}, [], {'armed': 107.0, 'started': 940.0}),
-    (1, {'sglang_router_url': ''}, [], {'armed': 92.0, 'started': 930.0}),
-    # With the performance gate: two benchmarks of two levels, 60 s each, plus the drain before the baseline.
-    (1, {'sglang_perf_gate': True}, [1, 16], {'armed': 232.0, 'started': 1065.0}),
-], ids=['rank-0', 'behind-a-router', 'no-router', 'performance-gate'])
-def test_a_rank_above_0_hands_its_lease_over_for_what_rank_0_does_meanwhile(rank, overrides, levels, wait):
-    settings = dict(PEER_SETTINGS, **overrides)
-    assert _groups.peer_wait({'rank': rank}, settings, levels) == wait
-    assert _groups.peer_wait(None, settings, levels) == {'armed': 0, 'started': 0}
-
-
 def test_a_single_node_server_has_no_group():
     assert _groups.plan_group('', 'gpu1', FLEET, inventory(), '', 5000, 1, PEERS) == (None, [])
 
@@ -256,17 +237,20 @@ def test_the_barrier_fails_a_node_that_did_not_say_it_got_there(said, failed, ms
 GROUP = {'name': 'ds', 'nodes': ['mn1', 'mn2']}
 
 
+# What the messages call each result: the role's names for them.
+NAMES = {'plan': '_sglang_plan', 'state': '_sglang_state', 'decision': '_sglang_decision'}
+
+
 def gathered(plan=None, state=None, decision=None):
-    return {'_sglang_plan': dict({'args': ['--nnodes', '2'], 'left_alone_because': ''}, **(plan or {})),
-            '_sglang_state': dict(SERVING, **(state or {})),
-            '_sglang_decision': dict({'reasons': [], 'patch_state': {'applied': True, 'changed': False}},
-                                     **(decision or {}))}
+    return {'plan': dict({'args': ['--nnodes', '2'], 'left_alone_because': ''}, **(plan or {})),
+            'state': dict(SERVING, **(state or {})),
+            'decision': dict({'reasons': [], 'patch_state': {'applied': True, 'changed': False}}, **(decision or {}))}
 
 
 def test_decided_nodes_are_read_from_every_nodes_results_in_rank_order():
     nodes, problems = _groups.decided_nodes(GROUP, {'mn2': gathered(decision={'reasons': ['force_restart'],
                                                                                'patch_state': {}}),
-                                                    'mn1': gathered()})
+                                                    'mn1': gathered()}, NAMES)
     assert problems == []
     assert [(found['host'], found['rank'], found['reasons']) for found in nodes] \
         == [('mn1', 0, []), ('mn2', 1, ['force_restart'])]
@@ -279,10 +263,10 @@ def test_decided_nodes_are_read_from_every_nodes_results_in_rank_order():
            ' _sglang_state has none in this run (not in the play, or it failed before), _sglang_decision has none in'
            ' this run (not in the play, or it failed before); every node of a group is redeployed together or none'
            ' is.'),
-    (dict(gathered(), _sglang_plan={'failed': True, 'msg': 'broken rules'}),
+    (dict(gathered(), plan={'failed': True, 'msg': 'broken rules'}),
      'mn2 of the server group ds: _sglang_plan failed: broken rules; every node of a group is redeployed together or'
      ' none is.'),
-    (dict(gathered(), _sglang_decision={'skipped': True, 'changed': False}),
+    (dict(gathered(), decision={'skipped': True, 'changed': False}),
      'mn2 of the server group ds: _sglang_decision was skipped; every node of a group is redeployed together or none'
      ' is.'),
     (gathered(plan={'left_alone_because': 'rollout stopped: the canary gpu1 failed'}),
@@ -290,5 +274,11 @@ def test_decided_nodes_are_read_from_every_nodes_results_in_rank_order():
      ' redeployed together or none is.'),
 ], ids=['not-in-the-run', 'plan-failed', 'decision-skipped', 'left-alone'])
 def test_a_node_that_cannot_be_decided_on_refuses_the_group(mn2, problem):
-    nodes, problems = _groups.decided_nodes(GROUP, {'mn1': gathered(), 'mn2': mn2})
+    nodes, problems = _groups.decided_nodes(GROUP, {'mn1': gathered(), 'mn2': mn2}, NAMES)
     assert [found['host'] for found in nodes] == ['mn1'] and problems == [problem]
+
+
+def test_without_names_the_messages_say_the_results_own_names():
+    dummy, problems = _groups.decided_nodes(GROUP, {'mn1': gathered(), 'mn2': dict(gathered(), state={'skipped': True})})
+    assert problems == ['mn2 of the server group ds: state was skipped; every node of a group is redeployed together'
+                        ' or none is.']

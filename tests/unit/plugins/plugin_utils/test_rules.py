@@ -138,18 +138,6 @@ def test_every_broken_rule_is_said_once_in_the_preflight_order(settings):
         'sglang_rollback_deadline']
 
 
-@pytest.mark.parametrize('overrides, budget', [
-    ({}, 1020.0),
-    ({'sglang_router_url': 'http://router:30080'}, 1380.0),
-    ({'sglang_perf_gate': 'true', 'sglang_perf_timeout': 60}, 1260.0),
-    ({'sglang_perf_gate': True, 'sglang_perf_levels': [1, 2, 4], 'sglang_perf_timeout': '10'}, 1080.0),
-    ({'sglang_term_timeout': '10', 'sglang_gpu_release_timeout': 5, 'sglang_health_timeout': 60.5}, 85.5),
-], ids=['defaults', 'with-router', 'with-perf-gate', 'with-perf-gate-3-levels', 'strings'])
-def test_window_budget_adds_every_wait_of_the_outage(settings, overrides, budget):
-    settings.update(overrides)
-    assert _rules.window_budget(settings) == budget
-
-
 @pytest.mark.parametrize('overrides, tiers', [
     ({}, {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0]}}),
     ({'sglang_speculative_num_steps': 1, 'sglang_dynamic_spec_batch_size_threshold': '16'},

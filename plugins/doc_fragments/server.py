@@ -1,0 +1,36 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class ModuleDocFragment(object):
+    """Where the server is: the options sglang_server, sglang_server_info and sglang_guard's O(server) share
+    (module_utils/_server.py SERVER_OPTIONS)."""
+
+    DOCUMENTATION = r'''
+options:
+  service_name:
+    description: Name of the systemd unit (without C(.service)); also names the detached server in messages.
+    type: str
+    default: sglang
+  launch_file:
+    description: The live C(launch.json) the detached server is started from (and whose C(--config) names its keys).
+    type: path
+    required: true
+  pidfile:
+    description: Pid file of the detached server (its session leader).
+    type: path
+    required: true
+  url:
+    description:
+      - Base URL the server answers at, for example V(http://127.0.0.1:30000).
+      - V("") for a rank above 0 of a server spanning several hosts (C(--node-rank) > 0), which serves no HTTP.
+        Its health is then its process being alive, and its settings are not compared (rank 0 answers for the
+        group).
+    type: str
+    required: true
+'''

@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Every time bound of the redeploy's window, in one place: how long each step may take, how long a step hands the
+guard's lease over for (`after`) when the next thing happens where it cannot renew, how long the window may last,
+and how long may pass on the controller between two renewals. The guard's deadline and idle bound are checked
+against these (plugin_utils/_rules.py); the plan hands them to the role's tasks (sglang_plan's `timing`), which do
+no arithmetic of their own. Pure functions over the role's settings; table-tested in test_timing.py.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
+
+# Besides the ssh connect: building and sending the next module (AnsiballZ), and a controller slowed by
+# the other hosts' results. Measured on the lab: a module round trip costs 0.5 to 1 s; 30 s is the margin
+# for a controller under load, not a typical value.
+CONTROLLER_SLACK_S = 30.0
+CONTROLLER_DEFAULTS = {'connect_timeout': 10, 'retries': 0, 'forks': None, 'strategy': 'free', 'batch': 1}
+# Seconds on the controller a lockstep wait may add beside the bounded work of a step (the next task's build).
+LOCKSTEP_SLACK_S = 30
+# The router's admission after the last step on the host (the benchmark, or the start): the module's build and
+# connection to the router beside the router's own timeout.
+ADMISSION_SLACK_S = 30
+# The guard's lock may be held by a restore that waits for the previous server's health.
+LOCK_SLACK_S = 60
+
+
+def _router(settings):
+    return bool(as_text(settings['sglang_router_url']))
+
+
+def window_budget(settings):
+    """How long the outage window may last: 2 x term + GPU release + health (+ drain + 2 x router with a router,
+    + two benchmarks with the performance gate)."""
+    budget = (2 * as_float(settings['sglang_term_timeout']) + as_float(settings['sglang_gpu_release_timeout'])
+              + as_float(settings['sglang_health_timeout']))
+    if _router(settings):
+        budget += as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])
+    if as_bool(settings['sglang_perf_gate']):
+        # The baseline and the candidate are benchmarked inside the window, each level within the timeout.
+        levels = levels_to_measure(settings['sglang_perf_levels'], settings['sglang_dynamic_spec_batch_size_threshold'])
+        budget += 2 * len(levels) * as_float(settings['sglang_perf_timeout'])
+    return budget
+
+
+def renewal_gap(controller):
+    """The longest that may legitimately pass on the controller between two renewals of the guard's lease:
+    an ssh connect with its retries (ControlPersist may have lapsed), then the next module built and sent."""
+    controller = dict(CONTROLLER_DEFAULTS, **(controller or {}))
+    return as_float(controller['connect_timeout']) * (1 + as_int(controller['retries'])) + CONTROLLER_SLACK_S
+
+
+def peer_wait(group, settings, perf_levels):
+    """{armed, started}: how long a rank > 0 waits, after each of those steps of its own, for what rank 0 alone
+    does in lockstep meanwhile (the group play runs each step on every node before the next), which its lease
+    must cover (`after`): after the arm, rank 0's removal from the router, its baseline benchmark and its drain
+    and stop (the other ranks stop once rank 0 stopped); after the ranks' start, rank 0's start, health wait,
+    verification, benchmark and admission. Zeros on rank 0 and on a single-node server, whose own steps renew
+    their own leases."""
+    if group is None or group['rank'] == 0:
+        return {'armed': 0, 'started': 0}
+    router = _router(settings)
+    router_s = as_float(settings['sglang_router_timeout']) if router else 0
+    drain_s = as_float(settings['sglang_drain_timeout']) if router else 0
+    benchmark_s = (len(perf_levels) * as_float(settings['sglang_perf_timeout']) + drain_s
+                   if as_bool(settings['sglang_perf_gate']) else 0)
+    # Rank 0's stop: its drain, the command, SIGTERM's wait (the stop does not wait for SIGKILL's).
+    stop_s = drain_s + COMMAND_TIMEOUT + as_float(settings['sglang_term_timeout'])
+    return {
+        'armed': router_s + benchmark_s + stop_s + LOCKSTEP_SLACK_S,
+        'started': as_float(settings['sglang_health_timeout']) + benchmark_s + router_s + LOCKSTEP_SLACK_S,
+    }
+
+
+def step_bounds(settings, group, perf_levels):
+    """What the role's steps are handed (sglang_plan's `timing`). `after` values are keyed by whether the run found
+    the server in the router (`in_router`) or not (`out_of_router`): the router is read after the plan, and the
+    role picks one without arithmetic.
+
+    - arm_after: the guard's arm, before the server is taken out of the router on the controller's side (the
+      router's timeout), and on a rank > 0 rank 0's steps meanwhile (peer_wait armed).
+    - stop_after: the graceful stop, before the container kill on the Proxmox node when strays were seen (its
+      SIGTERM wait, SIGKILL's wait, and pct exec's command).
+    - ranks_started_after: a rank > 0's start, before rank 0's start, verification and admission (peer_wait
+      started).
+    - readmit_after: the step before the router's admission (the start, or the candidate's benchmark).
+    - lock_timeout: the guard's restore waits this long for its lock (another restore waits for health).
+    """
+    router_s = as_float(settings['sglang_router_timeout'])
+    peers = peer_wait(group, settings, perf_levels)
+    return {
+        'arm_after': {'in_router': max(router_s, peers['armed']), 'out_of_router': peers['armed']},
+        'stop_after': 2 * as_float(settings['sglang_term_timeout']) + COMMAND_TIMEOUT,
+        'ranks_started_after': peers['started'],
+        'readmit_after': {'in_router': router_s + ADMISSION_SLACK_S, 'out_of_router': 0},
+        'lock_timeout': as_float(settings['sglang_health_timeout']) + LOCK_SLACK_S,
+        'window_budget': window_budget(settings),
+    }

@@ -1,0 +1,82 @@
+"""Every time bound of the window from one module (plugin_utils/_timing.py): the window's budget, the lease's
+hand-overs (`after`) of each step and the controller's renewal gap, derived here from the settings by hand."""
+import pytest
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _timing
+
+
+@pytest.mark.parametrize('overrides, budget', [
+    ({}, 1020.0),
+    ({'sglang_router_url': 'http://router:30080'}, 1380.0),
+    ({'sglang_perf_gate': 'true', 'sglang_perf_timeout': 60}, 1260.0),
+    ({'sglang_perf_gate': True, 'sglang_perf_levels': [1, 2, 4], 'sglang_perf_timeout': '10'}, 1080.0),
+    ({'sglang_term_timeout': '10', 'sglang_gpu_release_timeout': 5, 'sglang_health_timeout': 60.5}, 85.5),
+], ids=['defaults', 'with-router', 'with-perf-gate', 'with-perf-gate-3-levels', 'strings'])
+def test_window_budget_adds_every_wait_of_the_outage(settings, overrides, budget):
+    settings.update(overrides)
+    assert _timing.window_budget(settings) == budget
+
+
+PEER_SETTINGS = {'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_router_timeout': 10, 'sglang_drain_timeout': 5,
+                 'sglang_perf_gate': False, 'sglang_perf_timeout': 60, 'sglang_term_timeout': 2,
+                 'sglang_health_timeout': 900}
+
+
+@pytest.mark.parametrize('rank, overrides, levels, wait', [
+    (0, {}, [], {'armed': 0, 'started': 0}),
+    # Behind a router: rank 0's removal (10 s), its stop with its drain (5 + 60 + 2 s), its start and admission.
+    (1, {}, [], {'armed': 107.0, 'started': 940.0}),
+    (1, {'sglang_router_url': ''}, [], {'armed': 92.0, 'started': 930.0}),
+    # With the performance gate: two benchmarks of two levels, 60 s each, plus the drain before the baseline.
+    (1, {'sglang_perf_gate': True}, [1, 16], {'armed': 232.0, 'started': 1065.0}),
+], ids=['rank-0', 'behind-a-router', 'no-router', 'performance-gate'])
+def test_a_rank_above_0_hands_its_lease_over_for_what_rank_0_does_meanwhile(rank, overrides, levels, wait):
+    settings = dict(PEER_SETTINGS, **overrides)
+    assert _timing.peer_wait({'rank': rank}, settings, levels) == wait
+    assert _timing.peer_wait(None, settings, levels) == {'armed': 0, 'started': 0}
+
+
+@pytest.mark.parametrize('controller, gap', [
+    ({}, 40.0),
+    ({'connect_timeout': 5}, 35.0),
+    ({'connect_timeout': 10, 'retries': 2}, 60.0),
+], ids=['defaults', 'short-timeout', 'retries'])
+def test_the_renewal_gap_is_a_connect_with_its_retries_and_the_next_modules_build(controller, gap):
+    assert _timing.renewal_gap(controller) == gap
+
+
+RANK_1 = {'rank': 1}
+
+
+@pytest.mark.parametrize('overrides, group, bounds', [
+    # A single-node server with the lab's bounds: the arm hands over for the router's removal only.
+    ({'sglang_router_timeout': 10, 'sglang_term_timeout': 5, 'sglang_health_timeout': 60},
+     None,
+     {'arm_after': {'in_router': 10.0, 'out_of_router': 0}, 'stop_after': 10.0 + COMMAND_TIMEOUT,
+      'ranks_started_after': 0, 'readmit_after': {'in_router': 40.0, 'out_of_router': 0}, 'lock_timeout': 120.0}),
+    # A rank 1 behind a router: the arm covers rank 0's removal and stop, longer than the router's timeout alone.
+    (dict(PEER_SETTINGS), RANK_1,
+     {'arm_after': {'in_router': 107.0, 'out_of_router': 107.0}, 'stop_after': 4.0 + COMMAND_TIMEOUT,
+      'ranks_started_after': 940.0, 'readmit_after': {'in_router': 40.0, 'out_of_router': 0}, 'lock_timeout': 960.0}),
+    # A router whose timeout outlasts what rank 0 does meanwhile: the longer of the two.
+    (dict(PEER_SETTINGS, sglang_router_timeout=200), RANK_1,
+     {'arm_after': {'in_router': 297.0, 'out_of_router': 297.0}, 'stop_after': 4.0 + COMMAND_TIMEOUT,
+      'ranks_started_after': 1130.0, 'readmit_after': {'in_router': 230.0, 'out_of_router': 0},
+      'lock_timeout': 960.0}),
+], ids=['single-node', 'rank-1-behind-a-router', 'slow-router'])
+def test_every_step_bound_derives_from_the_settings(settings, overrides, group, bounds):
+    settings.update(overrides)
+    found = _timing.step_bounds(settings, group, [])
+    assert found.pop('window_budget') == _timing.window_budget(settings)
+    assert found == bounds
+
+
+def test_the_whole_window_is_the_sum_of_its_steps_bounds(settings):
+    """The budget, step by step with a router and the gate: two stops' waits (SIGTERM then SIGKILL), the GPU
+    release, the health wait, the drain, the router twice, and a benchmark of each level before and after."""
+    settings.update(sglang_router_url='http://r:1', sglang_term_timeout=30, sglang_gpu_release_timeout=60,
+                    sglang_health_timeout=900, sglang_drain_timeout=120, sglang_router_timeout=30,
+                    sglang_perf_gate=True, sglang_perf_levels=[1, 16], sglang_perf_timeout=120)
+    steps = [2 * 30, 60, 900, 120, 2 * 30, 2 * 2 * 120]
+    assert _timing.window_budget(settings) == sum(steps) == 1680
