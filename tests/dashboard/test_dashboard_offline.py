@@ -48,8 +48,8 @@ def test_every_check_that_refuses_a_host_has_a_phase():
 
 def test_the_recorded_run_points_at_tasks_of_its_titles():
     here = dict(recorded.role_tasks())
-    stale = [(record['task'], record['task_path']) for record in recorded_run()
-             if record.get('task_path') and getattr(here.get(record['task_path']), 'name', None) != record['task']]
+    stale = sorted(set((record['task'], record['task_path']) for record in recorded_run() if record.get('task_path')
+                       and getattr(here.get(record['task_path']), 'name', None) != record['task']))
     assert not stale, ('the role moved these tasks: point the recorded run at their new places with '
                        '`.venv/bin/python tests/helpers/recorded_run.py`: %s' % stale)
 
