@@ -1,41 +1,24 @@
 """From ansible-runner events to progress: which step of a redeploy each host is in.
 
-Pure functions over event dicts, so a dashboard can rebuild a run's progress and timeline from
-the events it stored, long after the run ended.
-"""
+A task of roles/sglang that marks a phase says so with a tag, `gpuops_phase_<phase>` (<phase> one of PHASES):
 
-# Task names of roles/sglang (tasks and handler) -> the phase an operator sees. A unit test checks
-# that every name here still exists in the role, so a renamed task cannot silently drop a phase.
-TASK_PHASES = {
-    'Plan this host\'s run (the rollout gate, the variable rules, the server\'s flags and files)': 'preflight',
-    'Read what the decision needs, in one round trip': 'preflight',
-    'Ask the host how its server runs, whether it is healthy and what would change': 'preflight',
-    'Carry out the earlier run\'s guard now': 'takeover',
-    'Dry-run the patch against the installed sglang (nothing stops if this fails)': 'preflight',
-    'Decide whether the server must be redeployed': 'preflight',
-    'Check that nvidia-smi answers and see who holds the GPUs': 'prepare',
-    'Check that the container runs and see which SGLang processes it has': 'prepare',
-    'Ensure the configuration folders exist': 'prepare',
-    'Install the launcher (systemd\'s ExecStart; an operator\'s hand restart of a detached server)': 'prepare',
-    'Write the candidate configuration next to the live files': 'prepare',
-    'Read whether the router lists this server (one it does not list stays out after the run)': 'prepare',
-    'Take a slot in the fleet\'s unavailability budget (sglang_max_unavailable)': 'slot',
-    'Decide again whether this host takes part, after waiting for room': 'slot',
-    'Arm the host-side guard (commit confirmed)': 'arm',
-    'Take the server out of the router (no new request reaches it)': 'router_out',
-    'Benchmark the old server (the performance gate\'s baseline)': 'perf_before',
-    'Benchmark the new server (the performance gate\'s candidate)': 'perf_after',
-    'Judge the new server against the baseline (a slower one is rolled back)': 'perf_after',
-    'Stop the server gracefully (the outage starts here)': 'stop',
-    'Stop what is left of SGLang inside the container': 'kill',
-    'Release the GPUs and prove their memory is free': 'gpu_release',
-    'Apply the patch': 'patch',
-    'Restart the SGLang server': 'start',
-    'Put the verified server back into the router': 'router_in',
-    'Confirm the new server (the guard is dropped)': 'confirm',
-    'Roll back now (the guard restores the pre-run files and starts the previous server)': 'rollback',
-    'Summarise this host\'s run': 'report',
-}
+    - name: Stop the server gracefully (the outage starts here)
+      gpuops.sglang.sglang_server: ...
+      tags: [gpuops_phase_stop]
+
+ansible-runner's events do not carry a task's tags, but they carry where the task is written
+(event_data.task_path, "/path/roles/sglang/tasks/stop.yml:6"): the phase is read from the tags of the task
+that starts at that line (TaskPhases), so a task's title can change freely.
+
+Pure functions over event dicts and records, so a dashboard can rebuild a run's progress and timeline from
+the events it stored, long after the run ended; the one that reads the role's files is passed in
+(`phase_at`), TaskPhases over this checkout by default.
+"""
+import collections
+import os
+import threading
+
+import yaml
 
 # The order phases happen in, and what each is called on the page and in the timeline.
 PHASE_LABELS = (
@@ -62,6 +45,123 @@ PHASES = tuple(name for name, _ in PHASE_LABELS)
 # The outage window: from the stop to the end of the start (the first healthy answer).
 WINDOW_PHASES = ('stop', 'kill', 'gpu_release', 'patch', 'configure', 'start')
 
+PHASE_TAG_PREFIX = 'gpuops_phase_'
+COLLECTION = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The only files whose tasks have phases: the role's tasks and handlers.
+ROLE_TASK_FOLDERS = (os.path.join('roles', 'sglang', 'tasks'), os.path.join('roles', 'sglang', 'handlers'))
+_NESTED = ('block', 'rescue', 'always')
+_SafeLoader = getattr(yaml, 'CSafeLoader', yaml.SafeLoader)
+
+
+def phase_tags(tags):
+    """The phases named by a task's tags (a list, or one comma-separated string as Ansible also takes)."""
+    if isinstance(tags, str):
+        tags = tags.split(',')
+    if not isinstance(tags, (list, tuple)):
+        return []
+    return [tag.strip()[len(PHASE_TAG_PREFIX):] for tag in tags
+            if isinstance(tag, str) and tag.strip().startswith(PHASE_TAG_PREFIX)]
+
+
+def _plain(node):
+    """A composed YAML node as plain data (scalars as text: only names and tags are read)."""
+    if isinstance(node, yaml.ScalarNode):
+        return node.value
+    if isinstance(node, yaml.SequenceNode):
+        return [_plain(item) for item in node.value]
+    return None
+
+
+RoleTask = collections.namedtuple('RoleTask', 'line name phases keywords')
+
+
+def role_tasks(text):
+    """Every task of a role's task or handler file, blocks opened, in file order: RoleTask(line, name, phases
+    named by its tags, the set of its keywords). `line` is where the task's mapping starts, counted from 1: the
+    line of Ansible's task_path.
+    """
+    found = []
+
+    def walk(node):
+        if not isinstance(node, yaml.SequenceNode):
+            return
+        for task in node.value:
+            if not isinstance(task, yaml.MappingNode):
+                continue
+            keys = dict((key.value, value) for key, value in task.value if isinstance(key, yaml.ScalarNode))
+            found.append(RoleTask(task.start_mark.line + 1, _plain(keys['name']) if 'name' in keys else None,
+                                  phase_tags(_plain(keys['tags'])) if 'tags' in keys else [], frozenset(keys)))
+            for nested in _NESTED:
+                if nested in keys:
+                    walk(keys[nested])
+    # compose, not load: no object is built, and the nodes keep their lines.
+    walk(yaml.compose(text, Loader=_SafeLoader))
+    return found
+
+
+class TaskPhases(object):
+    """task_path -> phase: the phase the `gpuops_phase_*` tag of the task at that file and line names.
+
+    Reads only .yml/.yaml files inside roles/sglang/tasks or roles/sglang/handlers of `collection` (after
+    symlinks are resolved, so the link under .cache/collections through which ansible-playbook reads this
+    checkout leads here); a relative task_path is taken from `collection`. A task with no phase tag, with
+    two, or with one naming no known phase, any other file, and a file that cannot be read have None. Each
+    file is parsed once per (modification time, size). Safe to call from several threads.
+    """
+
+    def __init__(self, collection=COLLECTION):
+        self.collection = os.path.realpath(collection)
+        self._folders = tuple(os.path.join(self.collection, folder) + os.sep for folder in ROLE_TASK_FOLDERS)
+        self._files = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, task_path):
+        if not isinstance(task_path, str):
+            return None
+        path, _, line = task_path.rpartition(':')
+        if not path or not line.isdigit():
+            return None
+        path = os.path.realpath(os.path.join(self.collection, path))
+        if not path.endswith(('.yml', '.yaml')) or not path.startswith(self._folders):
+            return None
+        return self._phases(path).get(int(line))
+
+    def _phases(self, path):
+        try:
+            status = os.stat(path)
+        except OSError:
+            return {}
+        version = (status.st_mtime_ns, status.st_size)
+        with self._lock:
+            cached = self._files.get(path)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        try:
+            with open(path, encoding='utf-8') as handle:
+                tasks = role_tasks(handle.read())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            tasks = []
+        phases = dict((task.line, task.phases[0]) for task in tasks
+                      if len(task.phases) == 1 and task.phases[0] in PHASES)
+        with self._lock:
+            self._files[path] = (version, phases)
+        return phases
+
+
+# This checkout's role, as ansible-playbook runs it from a dashboard (gpuops_dashboard.redeploy).
+phase_at_task_path = TaskPhases()
+
+
+def phase_of(item, phase_at=None):
+    """The phase of an ansible-runner event or a progress record (None outside the named phases): from the
+    tags of the task at its task_path. `phase_at(task_path) -> phase` defaults to this checkout's role."""
+    data = item.get('event_data') if 'event_data' in item else item
+    task_path = (data or {}).get('task_path')
+    if not task_path:
+        return None
+    return (phase_at or phase_at_task_path)(task_path)
+
+
 _HOST_STATES = {
     'runner_on_start': 'started',
     'runner_on_ok': 'ok',
@@ -72,22 +172,23 @@ _HOST_STATES = {
 }
 
 
-def progress_record(event):
+def progress_record(event, phase_at=None):
     """One ansible-runner event -> a small progress record, or None for events a dashboard need not keep.
 
-    Record keys: seq, at (ISO time on the controller), kind ('task', 'play', 'stats'), host, task,
-    phase (None outside the named phases), state (started|ok|failed|skipped|unreachable|retry),
-    changed, attempts (for retries), msg (failures only), and for 'stats' the run's artifacts.
+    Record keys: seq, at (ISO time on the controller), kind ('task', 'play', 'stats'), host, task (its title,
+    for people), task_path (where the task is written, file:line), phase (phase_of: None outside the named
+    phases), state (started|ok|failed|skipped|unreachable|retry), changed, attempts (for retries), msg
+    (failures only), and for 'stats' the run's artifacts. `phase_at`: as for phase_of.
     """
     kind = event.get('event')
     data = event.get('event_data') or {}
-    record = {'seq': event.get('counter'), 'at': event.get('created'), 'host': None, 'task': None, 'phase': None,
-              'state': None, 'changed': False, 'attempts': None, 'msg': None}
+    record = {'seq': event.get('counter'), 'at': event.get('created'), 'host': None, 'task': None,
+              'task_path': None, 'phase': None, 'state': None, 'changed': False, 'attempts': None, 'msg': None}
     if kind in _HOST_STATES:
         res = data.get('res') or {}
-        task = data.get('task') or ''
-        record.update(kind='task', host=data.get('host'), task=task, phase=TASK_PHASES.get(task),
-                      state=_HOST_STATES[kind], changed=bool(res.get('changed')) if isinstance(res, dict) else False)
+        record.update(kind='task', host=data.get('host'), task=data.get('task') or '',
+                      task_path=data.get('task_path'), phase=phase_of(event, phase_at), state=_HOST_STATES[kind],
+                      changed=bool(res.get('changed')) if isinstance(res, dict) else False)
         if kind == 'runner_retry':
             # An `until` loop's attempt so far, of how many (event_data.retries).
             record['attempts'] = res.get('attempts')

@@ -1,53 +1,37 @@
-"""The dashboard's pure parts and its API without the lab: phases from real events, the timeline
-picture, the advice after a cancel, SQLite history across a restart, and the token."""
+"""The dashboard's pure parts and its API without the lab: phases from the role's tags (on a recorded run and on
+ansible-runner's own events), the timeline picture, the advice after a cancel, SQLite history across a restart,
+and the token."""
 import json
 import os
 import re
+import shutil
+import sys
 import urllib.request
 
+import ansible_runner
 import pytest
-import yaml
 
 from gpuops_dashboard import performance, phases, redeploy, store, timeline
+from helpers import recorded_run as recorded
 from helpers.dashboard_http import post
 
 REPO = redeploy.REPO
-FIXTURE = os.path.join(REPO, 'tests', 'fixtures', 'dashboard-records-redeploy-gpu2.json')
+recorded_run = recorded.records
 
 
-def recorded_run():
-    with open(FIXTURE) as handle:
-        records = json.load(handle)
-    for record in records:
-        if record.get('kind') == 'task':
-            record['phase'] = phases.TASK_PHASES.get(record['task'])
-    return records
+def test_every_phase_tag_in_the_role_names_one_known_phase():
+    tagged = [(task_path, task.phases) for task_path, task in recorded.role_tasks() if task.phases]
+    assert len(tagged) >= 20, 'the walk found too few tagged tasks: %s' % tagged
+    wrong = [(task_path, named) for task_path, named in tagged if len(named) > 1 or named[0] not in phases.PHASES]
+    assert not wrong, 'tasks whose gpuops_phase_* tags name no phase or several (known: %s): %s' % (
+        ', '.join(phases.PHASES), wrong)
 
 
-def role_tasks():
-    """Every task of roles/sglang (blocks opened), as parsed YAML."""
-    found = []
-    folder = os.path.join(REPO, 'roles', 'sglang')
-
-    def walk(tasks):
-        for task in tasks or []:
-            found.append(task)
-            for key in ('block', 'rescue', 'always'):
-                walk(task.get(key))
-    for sub in ('tasks', 'handlers'):
-        for name in os.listdir(os.path.join(folder, sub)):
-            with open(os.path.join(folder, sub, name)) as handle:
-                walk(yaml.safe_load(handle))
-    return found
-
-
-def role_task_names():
-    return set(task.get('name') for task in role_tasks())
-
-
-def test_every_phase_task_name_exists_in_the_role():
-    missing = set(phases.TASK_PHASES) - role_task_names()
-    assert not missing, 'tasks renamed or removed in roles/sglang: %s' % sorted(missing)
+def test_every_phase_is_marked_by_a_task_of_the_role():
+    marked = set(phase for _, task in recorded.role_tasks() for phase in task.phases)
+    # No task reports `configure` since the restart itself moves the new configuration into place
+    # (sglang_server activate); its label stays for the runs an older role recorded.
+    assert marked == set(phases.PHASES) - {'configure'}
 
 
 # The role's steps that refuse a host before anything moves (an assert, or the plan's and the decision's checks).
@@ -56,10 +40,159 @@ REFUSING = {'ansible.builtin.assert', 'gpuops.sglang.sglang_plan', 'gpuops.sglan
 
 def test_every_check_that_refuses_a_host_has_a_phase():
     # The page shows a failure under its phase: a refusal by a check without one would show nothing.
-    refusing = set(task['name'] for task in role_tasks() if REFUSING & set(task))
-    assert len(refusing) >= 2, 'the walk found too few refusing tasks: %s' % sorted(refusing)
-    unmapped = refusing - set(phases.TASK_PHASES)
-    assert not unmapped, 'refusing tasks the dashboard cannot place: %s' % sorted(unmapped)
+    refusing = [(task_path, task) for task_path, task in recorded.role_tasks() if REFUSING & task.keywords]
+    assert len(refusing) >= 2, 'the walk found too few refusing tasks: %s' % refusing
+    untagged = [(task_path, task.name) for task_path, task in refusing if len(task.phases) != 1]
+    assert not untagged, 'refusing tasks the dashboard cannot place (no gpuops_phase_* tag): %s' % untagged
+
+
+def test_the_recorded_run_points_at_tasks_of_its_titles():
+    here = dict(recorded.role_tasks())
+    stale = sorted(set((record['task'], record['task_path']) for record in recorded_run() if record.get('task_path')
+                       and getattr(here.get(record['task_path']), 'name', None) != record['task']))
+    assert not stale, ('the role moved these tasks: point the recorded run at their new places with '
+                       '`.venv/bin/python tests/helpers/recorded_run.py`: %s' % stale)
+
+
+def copy_of_the_role(tmp_path):
+    collection = tmp_path / 'collection'
+    shutil.copytree(os.path.join(REPO, 'roles', 'sglang'), str(collection / 'roles' / 'sglang'))
+    return collection
+
+
+def test_a_renamed_task_keeps_its_phase(tmp_path):
+    collection = copy_of_the_role(tmp_path)
+    stop_file = collection / 'roles' / 'sglang' / 'tasks' / 'stop.yml'
+    title = 'Stop the server gracefully (the outage starts here)'
+    stop_path = recorded.task_path_of(title, str(collection))
+    assert phases.TaskPhases(str(collection))(stop_path) == 'stop'
+    stop_file.write_text(stop_file.read_text().replace(title, 'Ask the server to stop'))
+    assert dict(recorded.role_tasks(str(collection)))[stop_path].name == 'Ask the server to stop'
+    # The same place, read again (the file changed), and through a link as ansible-playbook reads this checkout.
+    link = tmp_path / 'collections' / 'ansible_collections' / 'gpuops' / 'sglang'
+    link.parent.mkdir(parents=True)
+    link.symlink_to(collection)
+    resolve = phases.TaskPhases(str(collection))
+    assert resolve(str(link / stop_path)) == 'stop'
+    record = phases.progress_record({'event': 'runner_on_ok', 'counter': 3, 'created': '2026-11-30T12:00:00',
+                                     'event_data': {'host': 'gpu1', 'task': 'Ask the server to stop',
+                                                    'task_path': str(link / stop_path), 'res': {'changed': True}}},
+                                    phase_at=resolve)
+    assert (record['task'], record['phase']) == ('Ask the server to stop', 'stop')
+
+
+def test_an_edited_tag_is_read_again(tmp_path):
+    collection = copy_of_the_role(tmp_path)
+    resolve = phases.TaskPhases(str(collection))
+    patch_path = recorded.task_path_of('Apply the patch', str(collection))
+    assert resolve(patch_path) == 'patch'
+    patch_file = collection / patch_path.rpartition(':')[0]
+    patch_file.write_text(patch_file.read_text().replace('gpuops_phase_patch', 'gpuops_phase_configure'))
+    os.utime(str(patch_file), ns=(1, 1))
+    assert resolve(patch_path) == 'configure'
+    patch_file.write_text(patch_file.read_text().replace('gpuops_phase_configure', 'gpuops_phase_nothing'))
+    os.utime(str(patch_file), ns=(2, 2))
+    assert resolve(patch_path) is None
+
+
+TAGGED = """---
+- name: A step
+  ansible.builtin.debug:
+  tags: [gpuops_phase_stop]
+"""
+
+
+def test_only_the_roles_task_and_handler_files_are_read(tmp_path):
+    collection = copy_of_the_role(tmp_path)
+    outside = tmp_path / 'outside.yml'
+    outside.write_text(TAGGED)
+    for folder in ('roles/sglang/tasks', 'roles/sglang/handlers', 'roles/sglang/templates', 'playbooks'):
+        (collection / folder).mkdir(parents=True, exist_ok=True)
+        (collection / folder / 'tagged.yml').write_text(TAGGED)
+    (collection / 'roles/sglang/tasks/tagged.txt').write_text(TAGGED)
+    (collection / 'roles/sglang/tasks/linked.yml').symlink_to(outside)
+    resolve = phases.TaskPhases(str(collection))
+    assert resolve('roles/sglang/tasks/tagged.yml:2') == 'stop'
+    assert resolve(str(collection / 'roles/sglang/handlers/tagged.yml') + ':2') == 'stop'
+    for elsewhere in ('roles/sglang/templates/tagged.yml:2', 'playbooks/tagged.yml:2',
+                      'roles/sglang/tasks/tagged.txt:2', 'roles/sglang/tasks/linked.yml:2',
+                      'roles/sglang/tasks/../../../playbooks/tagged.yml:2', str(outside) + ':2',
+                      'roles/sglang/tasks/tagged.yml:3', 'roles/sglang/tasks/tagged.yml',
+                      'roles/sglang/tasks/missing.yml:2', '', None):
+        assert resolve(elsewhere) is None, elsewhere
+
+
+@pytest.mark.parametrize('tags, named', [
+    (['gpuops_phase_stop'], ['stop']), ('gpuops_phase_stop, other', ['stop']), ('other', []), (None, []),
+    (['gpuops_phase_stop', 'gpuops_phase_kill'], ['stop', 'kill']), (['{{ computed }}', 3], [])])
+def test_phase_tags_in_the_forms_ansible_takes(tags, named):
+    assert phases.phase_tags(tags) == named
+
+
+ROLE = {
+    'tasks/main.yml': """---
+- name: Not a phase
+  ansible.builtin.debug:
+    msg: before
+- name: Redeploy, or roll back
+  block:
+    - name: Stop it
+      ansible.builtin.debug:
+        msg: stop
+      changed_when: true
+      notify: Start it
+      tags: [gpuops_phase_stop]
+    - name: Patch it
+      ansible.builtin.include_tasks: patch.yml
+      tags: [gpuops_phase_patch]
+  rescue:
+    - name: Roll back
+      ansible.builtin.debug:
+        msg: never
+      tags: [gpuops_phase_rollback]
+""",
+    'tasks/patch.yml': """---
+- name: Apply it
+  ansible.builtin.debug:
+    msg: patch
+  tags: [gpuops_phase_patch]
+""",
+    'handlers/main.yml': """---
+- name: Start it
+  ansible.builtin.debug:
+    msg: start
+  tags: [gpuops_phase_start]
+""",
+}
+
+
+def test_ansible_runner_events_resolve_to_the_tags_of_their_tasks(tmp_path):
+    # A real ansible-playbook run of a small role: the task_path in its events (a task in a block, an include,
+    # the task it includes, a handler; read through a collection link as the dashboard's runs read this checkout)
+    # names the line whose tags TaskPhases reads.
+    collection = tmp_path / 'collection'
+    for name, text in ROLE.items():
+        (collection / 'roles' / 'sglang' / name).parent.mkdir(parents=True, exist_ok=True)
+        (collection / 'roles' / 'sglang' / name).write_text(text)
+    link = tmp_path / 'collections' / 'ansible_collections' / 'gpuops' / 'sglang'
+    link.parent.mkdir(parents=True)
+    link.symlink_to(collection)
+    (tmp_path / 'play.yml').write_text('- hosts: localhost\n  gather_facts: false\n  roles: [gpuops.sglang.sglang]\n')
+    (tmp_path / 'hosts').write_text('localhost ansible_connection=local ansible_python_interpreter=%s\n'
+                                    % sys.executable)
+    (tmp_path / 'runner').mkdir()
+    events = []
+    runner = ansible_runner.run(
+        private_data_dir=str(tmp_path / 'runner'), playbook=str(tmp_path / 'play.yml'),
+        inventory=str(tmp_path / 'hosts'), quiet=True, event_handler=lambda event: events.append(event) or True,
+        envvars={'ANSIBLE_COLLECTIONS_PATH': str(tmp_path / 'collections'), 'ANSIBLE_FORCE_COLOR': '0',
+                 'PATH': os.path.dirname(sys.executable) + os.pathsep + os.environ.get('PATH', '/usr/bin:/bin')})
+    assert runner.status == 'successful', runner.stdout.read()[-3000:]
+    resolve = phases.TaskPhases(str(collection))
+    records = [phases.progress_record(event, phase_at=resolve) for event in events]
+    done = [(record['task'], record['phase']) for record in records if record and record['state'] == 'ok']
+    assert done == [('Not a phase', None), ('Stop it', 'stop'), ('Patch it', 'patch'), ('Apply it', 'patch'),
+                    ('Start it', 'start')]
 
 
 def test_phases_of_a_real_redeploy_in_order_without_skipped_steps():
@@ -82,7 +215,8 @@ def test_current_phase_follows_the_run():
 def test_failed_task_record_keeps_its_message():
     record = phases.progress_record({
         'event': 'runner_on_failed', 'counter': 7, 'created': '2026-11-30T12:00:00.000000',
-        'event_data': {'host': 'gpu1', 'task': 'Apply the patch', 'res': {'msg': 'hunk 1 FAILED', 'changed': False}}})
+        'event_data': {'host': 'gpu1', 'task': 'Apply the patch', 'task_path': recorded.task_path_of('Apply the patch'),
+                       'res': {'msg': 'hunk 1 FAILED', 'changed': False}}})
     assert (record['phase'], record['state'], record['msg']) == ('patch', 'failed', 'hunk 1 FAILED')
 
 
@@ -90,6 +224,7 @@ def test_retry_of_a_long_wait_counts_attempts():
     record = phases.progress_record({
         'event': 'runner_retry', 'counter': 9, 'created': '2026-11-30T12:00:01.000000',
         'event_data': {'host': 'gpu2', 'task': 'Release the GPUs and prove their memory is free', 'retries': 30,
+                       'task_path': recorded.task_path_of('Release the GPUs and prove their memory is free'),
                        'res': {'attempts': 3, 'changed': False}}})
     assert (record['phase'], record['state'], record['attempts'], record['retries']) == ('gpu_release', 'retry', 3, 30)
     started = dict(record, seq=8, state='started', attempts=None)
