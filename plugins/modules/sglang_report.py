@@ -14,7 +14,7 @@ short_description: Write a host's redeploy report on the controller and into the
 version_added: 0.2.0
 description:
   - Without O(report), builds the report of the C(gpuops.sglang.sglang) role's run from its step results (O(run))
-    and settings (O(settings)): the final one, or with O(stage=opened) the one a run cut off in its outage window
+    and settings (O(settings)), the final one or, with O(stage=opened), the one a run cut off in its outage window
     leaves.
   - Writes the report as JSON to O(report_dir)/<host>.json on the controller (and to <host>.last-redeploy.json
     when its C(status) is V(redeployed)), atomically, and publishes it in the run's custom stats under

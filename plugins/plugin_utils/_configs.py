@@ -85,7 +85,8 @@ def configs(settings, args, templates):
     `templates` holds the text of the role's sglang.service.j2 and server_keys.yaml.j2 by name.
     """
     where = paths(settings)
-    variables = dict(settings, _sglang_launcher=where['launcher'], _sglang_launch_file=where['launch_file'])
+    # The templates' own names for the two paths the plan computed (beside the role's settings).
+    variables = dict(settings, launcher=where['launcher'], launch_file=where['launch_file'])
     files = [
         {'label': 'launch configuration', 'path': where['launch_file'], 'candidate': where['launch_candidate'],
          'mode': '0600', 'content': nice_json(launch(settings, args)), 'systemd_only': False},

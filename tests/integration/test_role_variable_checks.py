@@ -47,7 +47,7 @@ def test_rendered_files_are_the_bytes_of_the_template_lookup(tmp_path, keys):
     looked_up = run_task(tmp_path, 'ansible.builtin.debug', {'msg': [
         "{{ lookup('ansible.builtin.template', '%s/templates/%s') }}" % (ROLE, name)
         for name in ('sglang.service.j2', 'server_keys.yaml.j2')]}, keywords={'vars': dict(
-            settings, _sglang_launcher='/etc/sglang/launcher.py', _sglang_launch_file='/etc/sglang/launch.json')})
+            settings, launcher='/etc/sglang/launcher.py', launch_file='/etc/sglang/launch.json')})
     templates = {}
     for name in ('sglang.service.j2', 'server_keys.yaml.j2'):
         with open(os.path.join(ROLE, 'templates', name)) as handle:

@@ -106,6 +106,10 @@ def test_lease_an_ansible_runner_cancel_restores_within_the_idle_bound(lab, tmp_
         run = dashboard_redeploy.start(lab_instance.inventory(), limit='gpu2', extra_vars=dict(CHANGE, **DEFAULTS),
                                        runs_dir=str(tmp_path / 'runs'))
         wait_outage_started([host])
+        # As an operator cancels: once the dashboard shows the host in its window (its events reach the dashboard
+        # after the step began on the host; later under load).
+        wait_for(lambda: dashboard_redeploy.expectations_after_cancel(run.records()).get('gpu2', {}).get('stage')
+                 == 'in_window', 60, 'the dashboard seeing gpu2 in its window')
         notice = run.cancel()
         cancelled = time.monotonic()
         status = run.wait(120)
