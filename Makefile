@@ -3,8 +3,9 @@
 #               it needs (demo-setup: no browser, no test tooling, no native sglang release)
 #   make demo-multinode   the same for the lab's two-node SGLang server (mn1 rank 0, mn2 rank 1), one group
 #   make test   every test on the first controller (unit, integration, lab, dashboard with a headless browser, sanity,
-#               ansible-test integration, lint, molecule), its stages side by side, each lab stage on its own lab
-#               (tests/run_stages.py); `make matrix` adds the 2.21 controller (CI's time: README)
+#               ansible-test integration, the Galaxy importer and antsibull-docs, lint, molecule), its stages side
+#               by side, each lab stage on its own lab (tests/run_stages.py); `make matrix` adds the 2.21
+#               controller (CI's time: README)
 #   make test-quick   the unit and integration suites alone (no lab, no container): the inner loop
 #   make fleet   eight lab hosts behind the SGLang gateway (smg), a rolling redeploy under load (one JSON line)
 #   make dashboard   the reference ops page against the lab, on 127.0.0.1:$DASHBOARD_PORT (default 8765)
@@ -15,6 +16,8 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 CACHE := $(CURDIR)/.cache
 COLLECTION_LINK := $(CACHE)/collections/ansible_collections/gpuops/sglang
+# The Galaxy importer's own venv (requirements/galaxy-importer.txt says why it is not .venv).
+IMPORTER_VENV := $(CACHE)/galaxy-importer
 # What `make demo` needs; `make setup` (make test) adds the browser of the dashboard's test.
 DEMO_APT_PACKAGES := podman runc debootstrap uidmap catatonit openssh-client patch psmisc procps util-linux python3-venv
 DEMO_TOOLS := podman runc debootstrap catatonit ssh ssh-keygen patch nsenter unshare
@@ -27,9 +30,10 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-quick test-unit test-integration test-lab test-dashboard sanity integration-targets lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-gpu matrix matrix-2.21 matrix-sanity
+.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-quick test-unit test-integration test-lab test-dashboard sanity integration-targets galaxy-check lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-gpu matrix matrix-2.21 matrix-sanity
 
-setup: host-packages demo-setup $(VENV)/.installed $(VENV)/.dashboard-installed $(CACHE)/wheels/.done
+setup: host-packages demo-setup $(VENV)/.installed $(VENV)/.dashboard-installed $(CACHE)/wheels/.done \
+	$(IMPORTER_VENV)/.installed
 
 # What `make demo` needs and nothing more (the four-minute first run, README): no browser, no test
 # tooling, no dashboard, no native sglang release (the lab runs its base images: lab/image/build.sh).
@@ -49,18 +53,23 @@ host-packages:
 demo-host-packages:
 	$(call install_host_packages,$(DEMO_TOOLS),$(DEMO_APT_PACKAGES))
 
-$(VENV)/.demo-installed: requirements-demo.txt
+$(VENV)/.demo-installed: requirements/demo.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements-demo.txt
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements/demo.txt
 	touch $@
 
-$(VENV)/.installed: requirements.txt requirements-demo.txt $(VENV)/.demo-installed
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.txt
+$(VENV)/.installed: requirements/test.txt requirements/demo.txt $(VENV)/.demo-installed
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements/test.txt
 	touch $@
 
 # The ops page and its browser test (Playwright drives Debian's chromium: no browser download).
-$(VENV)/.dashboard-installed: requirements-dashboard.txt $(VENV)/.installed
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements-dashboard.txt
+$(VENV)/.dashboard-installed: requirements/dashboard.txt $(VENV)/.installed
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements/dashboard.txt
+	touch $@
+
+$(IMPORTER_VENV)/.installed: requirements/galaxy-importer.txt requirements/demo.txt
+	$(PYTHON) -m venv $(IMPORTER_VENV)
+	$(IMPORTER_VENV)/bin/pip install -q --disable-pip-version-check -r requirements/galaxy-importer.txt
 	touch $@
 
 # Playbooks and ansible-doc resolve gpuops.sglang.* from this checkout through this link.
@@ -70,12 +79,12 @@ $(COLLECTION_LINK):
 
 # The real sglang wheels the tests and the lab install (the patched release and the native one), fetched once;
 # the demo needs the patched one only.
-$(CACHE)/wheels/.demo-done: requirements-lab.txt $(VENV)/.demo-installed
-	$(BIN)/pip download -q --disable-pip-version-check --no-deps -r requirements-lab.txt -d $(CACHE)/wheels
+$(CACHE)/wheels/.demo-done: requirements/lab.txt $(VENV)/.demo-installed
+	$(BIN)/pip download -q --disable-pip-version-check --no-deps -r requirements/lab.txt -d $(CACHE)/wheels
 	touch $@
 
-$(CACHE)/wheels/.done: requirements-lab.txt requirements-lab-native.txt $(CACHE)/wheels/.demo-done
-	$(BIN)/pip download -q --disable-pip-version-check --no-deps -r requirements-lab-native.txt -d $(CACHE)/wheels
+$(CACHE)/wheels/.done: requirements/lab.txt requirements/lab-native.txt $(CACHE)/wheels/.demo-done
+	$(BIN)/pip download -q --disable-pip-version-check --no-deps -r requirements/lab-native.txt -d $(CACHE)/wheels
 	touch $@
 
 test-unit: setup
@@ -102,6 +111,11 @@ sanity: setup
 integration-targets: setup
 	tests/ansible-test.sh integration --venv
 
+# What the ecosystem's own tools say: the Galaxy importer (with its ansible-lint run) imports the built tarball
+# with no warning or error, and antsibull-docs lints every plugin's and the role's documentation markup.
+galaxy-check: setup
+	tests/galaxy-check.sh
+
 lint: setup
 	rm -rf $(STALE_COPY)
 	$(BIN)/ansible-lint --offline --profile production
@@ -113,8 +127,8 @@ molecule: setup
 	@grep -qE '[0-9]+ passed' $(CACHE)/molecule.log || { echo "molecule ran no testinfra test" >&2; exit 1; }
 
 # Every stage (tests/run_stages.py --list): pytest's unit and integration suites, the lab's files on labs 1 to 4, the
-# dashboard on lab 5, sanity, ansible-test integration, lint, molecule on the default lab; as many at once as their
-# weights fit TEST_CAPACITY (4).
+# dashboard on lab 5, sanity, ansible-test integration, galaxy-check, lint, molecule on the default lab; as many at
+# once as their weights fit TEST_CAPACITY (4).
 test: setup
 	$(BIN)/python tests/run_stages.py
 
@@ -184,8 +198,8 @@ bench-outage: setup $(VENV)/.bench-installed
 bench-serving: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/serving.py --noise-runs $${ROUNDS:-5}
 
-$(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements-bench.txt
+$(VENV)/.bench-installed: requirements/bench.txt $(VENV)/.installed
+	$(BIN)/pip install -q --disable-pip-version-check -r requirements/bench.txt
 	touch $@
 
 # On a host with NVIDIA GPUs and torch (never in CI): the real-GPU check plus gpu_release beside the

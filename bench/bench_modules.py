@@ -42,7 +42,7 @@ def bench_sglang_patch(tmp):
     venv = tmp / 'venv'
     subprocess.check_call([sys.executable, '-m', 'venv', '--without-pip', str(venv)])
     site = venv / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages'
-    requirement = [line for line in open(os.path.join(REPO, 'requirements-lab.txt')) if line.startswith('sglang==')][0]
+    requirement = [line for line in open(os.path.join(REPO, 'requirements', 'lab.txt')) if line.startswith('sglang==')][0]
     subprocess.check_call([sys.executable, '-m', 'pip', 'install', '-q', '--no-deps', '--no-index', '--find-links',
                            os.path.join(REPO, '.cache', 'wheels'), '--target', str(site), requirement.strip()])
     args = {'src': os.path.join(REPO, 'files', 'eagle_dynamic_spec_threshold.diff'), 'python': str(venv / 'bin' / 'python')}

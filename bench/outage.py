@@ -17,7 +17,7 @@ drift hits all of them alike:
 
 Then the no-op: a redeploy with nothing to change, its wall time, and proof of zero downtime (no
 failed probe, same server PID). Prints medians and ratios, writes bench/results/outage-*.json and,
-where matplotlib is installed (requirements-bench.txt), PNG charts beside it.
+where matplotlib is installed (requirements/bench.txt), PNG charts beside it.
 Loopback only: every address probed is a lab host's 127.0.0.N.
 """
 import argparse
@@ -196,7 +196,7 @@ def charts(results, path_prefix):
         matplotlib.use('Agg')
         import matplotlib.pyplot as plt
     except ImportError:
-        print('matplotlib is not installed (pip install -r requirements-bench.txt): no charts')
+        print('matplotlib is not installed (pip install -r requirements/bench.txt): no charts')
         return []
     variants = ['restart', 'manual', 'redeploy', 'redeploy1']
     fig, ax = plt.subplots(figsize=(8, 4))

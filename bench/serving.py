@@ -21,7 +21,7 @@ streamed /generate, 64 output tokens a request (ignore_eos, greedy), max(16, 2 x
 level, at concurrency 1, 2, 4, 8, 16, 32, 64. Then the noise: the eagle3-adaptive server, unchanged,
 measured --noise-runs times at levels 1 and 16 (--noise-requests each, 16): the spread of output tok/s and p95
 ITL per level, which the gate's tolerances must exceed. Writes docs/measurements/DATE-serving.json and,
-with matplotlib (requirements-bench.txt), docs/benchmarks-serving.png; prints the Markdown table.
+with matplotlib (requirements/bench.txt), docs/benchmarks-serving.png; prints the Markdown table.
 Loopback only.
 """
 import argparse
@@ -193,7 +193,7 @@ def chart(results, path):
         matplotlib.use('Agg')
         import matplotlib.pyplot as plt
     except ImportError:
-        print('matplotlib is not installed (pip install -r requirements-bench.txt): no chart')
+        print('matplotlib is not installed (pip install -r requirements/bench.txt): no chart')
         return None
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 7), sharex=True)
     # eagle3 and eagle3-env-demo coincide (the demo patch only counts): dashed and hollow, so both show.
@@ -219,8 +219,8 @@ def chart(results, path):
 
 
 def variants(root):
-    native = release_venv(root, 'native', requirement('requirements-lab-native.txt'))
-    patched = release_venv(root, 'patched', requirement('requirements-lab.txt'), PATCH)
+    native = release_venv(root, 'native', requirement('requirements/lab-native.txt'))
+    patched = release_venv(root, 'patched', requirement('requirements/lab.txt'), PATCH)
     tiers = os.path.join(root, 'adaptive.json')
     with open(tiers, 'w') as handle:
         json.dump(TIERS, handle)

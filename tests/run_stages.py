@@ -6,8 +6,8 @@ it keeps busy (a lab stage 1, pytest -n 2 2; more at once measured a load averag
 redeploys past their bounds and the tests' own waits); each lab stage brings up its own lab (LAB_INSTANCE 1..: lab/lab), molecule
 uses the default one (0), the stages without a lab need none. Labs come up one at a time
 (tests/helpers/lab_instance.py, one_start_at_a_time; molecule's create takes the same lock), and the stages that
-only compute and assert no time (sanity, ansible-test integration, lint) run at a lower priority (nice 10), so a
-redeploy in a lab stage is not stretched past its lab's bounds. Stages that share a resource never overlap:
+only compute and assert no time (sanity, ansible-test integration, galaxy-check, lint) run at a lower priority
+(nice 10), so a redeploy in a lab stage is not stretched past its lab's bounds. Stages that share a resource never overlap:
 `ansible-home` is the venv's .ansible folder that ansible-lint and molecule (ansible-compat) rebuild, and that the
 integration suite's molecule doc test reads.
 
@@ -77,6 +77,8 @@ def stages():
         Stage('dashboard', PYTEST + ['tests/dashboard'], lab=5),
         background('sanity', make('sanity')),
         background('integration-targets', make('integration-targets')),
+        # The Galaxy importer's ansible-lint keeps its caches in the importer's own venv: not ansible-home.
+        background('galaxy-check', make('galaxy-check')),
         background('lint', make('lint'), resources=['ansible-home']),
         Stage('molecule', ['flock', LAB_START_LOCK] + make('molecule'), lab=0, resources=['ansible-home']),
     ]

@@ -51,8 +51,8 @@ mirror() {
 
 # The server's interpreters: venvs holding real sglang releases, no torch. The cached wheels are
 # CPython 3.11's; their Python source, which is all the lab uses, is the same for 3.13.
-#   /opt/sglang/venv          requirements-lab.txt (the release the lab's patch is for; the default)
-#   /opt/sglang-native/venv   requirements-lab-native.txt (served unpatched, adaptive mode with tiers;
+#   /opt/sglang/venv          requirements/lab.txt (the release the lab's patch is for; the default)
+#   /opt/sglang-native/venv   requirements/lab-native.txt (served unpatched, adaptive mode with tiers;
 #                             the -native image only)
 install_release() {
   local root=$1 venv=$2 requirements=$3 site
@@ -72,7 +72,7 @@ if $native; then
   echo "building $image: $base and the native release"
   container=$(podman create --quiet "$base" /bin/true)
   trap 'podman rm -f "$container" >/dev/null 2>&1 || true' EXIT
-  install_release "$(podman mount "$container")" /opt/sglang-native/venv requirements-lab-native.txt
+  install_release "$(podman mount "$container")" /opt/sglang-native/venv requirements/lab-native.txt
   podman unmount "$container" >/dev/null
   podman commit --quiet "$container" "$image" >/dev/null
   echo "built $image ($((SECONDS - started)) s)"
@@ -103,7 +103,7 @@ chroot "$rootfs" ssh-keygen -A >/dev/null
 chroot "$rootfs" systemctl disable ssh.service >/dev/null 2>&1 || true
 chroot "$rootfs" systemctl mask getty@tty1.service console-getty.service systemd-logind.service >/dev/null 2>&1 || true
 
-install_release "$rootfs" /opt/sglang/venv requirements-lab.txt
+install_release "$rootfs" /opt/sglang/venv requirements/lab.txt
 
 tar -C "$rootfs" -c . | podman import --quiet - "$image" >/dev/null
 echo "built $image ($((SECONDS - started)) s)"

@@ -5,7 +5,7 @@ from helpers.ansible_run import REPO
 
 
 def sglang_requirement(filename):
-    """The `sglang==X` line of a requirements file at the repository's root."""
+    """The `sglang==X` line of a requirements file, its path from the repository's root (requirements/lab.txt)."""
     with open(os.path.join(REPO, filename)) as handle:
         return [line.strip() for line in handle if line.startswith('sglang==')][0]
 

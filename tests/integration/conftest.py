@@ -12,8 +12,8 @@ from helpers.tiny import TinyServer
 
 
 # The release the patch is for, and the one the lab serves natively (batch-size tiers for adaptive mode).
-SGLANG_REQUIREMENT = sglang_requirement('requirements-lab.txt')
-NATIVE_SGLANG_REQUIREMENT = sglang_requirement('requirements-lab-native.txt')
+SGLANG_REQUIREMENT = sglang_requirement('requirements/lab.txt')
+NATIVE_SGLANG_REQUIREMENT = sglang_requirement('requirements/lab-native.txt')
 WHEELS = os.path.join(REPO, '.cache', 'wheels')
 
 

@@ -23,11 +23,11 @@ MUST_SHIP = ['COPYING', 'README.md', 'meta/runtime.yml', 'changelogs/changelog.y
              # What ansible-builder reads from the installed collection (test_execution_environment.py).
              'meta/execution-environment.yml', 'meta/ee-requirements.txt', 'bindep.txt'] + ['plugins/modules/%s.py' % name for name in MODULES]
 # Development of this checkout only: the lab and its inventory, molecule, bench, the pytest suites.
-NEVER_SHIP = ['lab', 'molecule', 'bench', 'Makefile', 'ansible.cfg', 'pytest.ini', 'requirements.txt',
-              'requirements-lab.txt', 'requirements-lab-native.txt', 'requirements-matrix.txt', '.ci', '.cache', '.venv', '.gitignore', '.ansible-lint', 'inventory/lab',
-              'inventory/lab-multinode',
+NEVER_SHIP = ['lab', 'molecule', 'bench', 'gpuops_dashboard', 'Makefile', 'ansible.cfg', 'pytest.ini', 'requirements',
+              '.ci', '.cache', '.venv', '.gitignore', '.ansible-lint', 'inventory/lab', 'inventory/lab-multinode',
               'tests/lab', 'tests/unit', 'tests/helpers', 'tests/fixtures', 'tests/gpu', 'tests/conftest.py',
-              'tests/integration/test_galaxy_build.py', 'tests/sanity/run-ansible-test.sh', 'tests/ansible-test.sh']
+              'tests/integration/test_galaxy_build.py', 'tests/sanity/run-ansible-test.sh', 'tests/ansible-test.sh',
+              'tests/galaxy-check.sh', 'tests/run_stages.py']
 
 
 @pytest.fixture(scope='module')
@@ -62,6 +62,17 @@ def test_tarball_leaves_out_the_lab_molecule_bench_and_build_files(members):
     assert not stray_tests, stray_tests
 
 
+def test_every_file_of_the_integration_targets_ships(members):
+    # build_ignore's tests/*.py and tests/*.sh also match below tests/integration/targets (fnmatch's * crosses
+    # folders): a target that grows a module or a script must still ship whole.
+    targets = os.path.join(REPO, 'tests', 'integration', 'targets')
+    files = [os.path.relpath(os.path.join(folder, name), REPO) for folder, _, names in os.walk(targets)
+             for name in names if '__pycache__' not in folder and not name.endswith('.pyc')]
+    assert files
+    missing = [name for name in files if name not in members]
+    assert not missing, missing
+
+
 def test_copying_is_the_full_gpl3_text_and_the_manifest_names_no_placeholder(tarball):
     with tarfile.open(str(tarball)) as archive:
         copying = archive.extractfile('COPYING').read().decode()
@@ -70,6 +81,8 @@ def test_copying_is_the_full_gpl3_text_and_the_manifest_names_no_placeholder(tar
     assert 'END OF TERMS AND CONDITIONS' in copying and len(copying) > 30000
     info = manifest['collection_info']
     assert info['license'] == ['GPL-3.0-or-later']
+    # The Galaxy importer refuses a collection without one; there is no public repository to name yet.
+    assert info['repository']
     urls = [info[key] for key in ('repository', 'documentation', 'homepage', 'issues') if info.get(key)]
     assert not [url for url in urls if 'example' in url or 'invalid' in url], urls
 

@@ -14,7 +14,7 @@ from helpers import lab_instance
 GPU_HOSTS = ('gpu1', 'gpu2')
 # The lab image's second sglang (lab/image/build.sh), served unpatched.
 NATIVE_PYTHON = '/opt/sglang-native/venv/bin/python'
-NATIVE_RELEASE = sglang_version('requirements-lab-native.txt')
+NATIVE_RELEASE = sglang_version('requirements/lab-native.txt')
 WORKER = 'srt/speculative/eagle_worker.py'
 
 
@@ -152,7 +152,7 @@ def test_adaptive_mode_is_refused_where_sglang_would_ignore_its_tiers(lab, redep
 
 
 def test_adaptive_mode_serves_on_the_native_release_whose_own_parser_stops_drafting_at_the_threshold(lab, redeploy):
-    # The lab's second release (requirements-lab-native.txt) served as it ships, unpatched: adaptive
+    # The lab's second release (requirements/lab-native.txt) served as it ships, unpatched: adaptive
     # mode with the role's batch-size tiers. The stand-in hands the written tiers to that release's
     # own adaptive_spec_params.py and reports what it decided per batch size.
     host = lab['gpu2']

@@ -6,14 +6,14 @@
 #
 # Built once and reused: the lab's Debian 13 image (lab/image/build.sh trixie: the debootstrap that
 # also makes the lab's trixie hosts, so CI pays for one) and the volume gpuops-matrix-venv-HASH (a
-# venv made from requirements-matrix.txt, mounted at the checkout's .venv inside the container, so
+# venv made from requirements/matrix.txt, mounted at the checkout's .venv inside the container, so
 # the README's `.venv/bin/...` lines work there as written; the host's own .venv is not touched).
 # The image is only read; every container and volume made here is named gpuops-matrix-*: the lab's
 # containers are never touched.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 export CONTAINERS_CONF=$repo/lab/containers.conf
-hash=$(cat "$repo/requirements-matrix.txt" <(echo "$repo") | sha256sum | cut -c1-12)
+hash=$(cat "$repo/requirements/matrix.txt" <(echo "$repo") | sha256sum | cut -c1-12)
 volume=gpuops-matrix-venv-$hash
 # ~/.ansible in the container (ansible-test's sanity venvs): kept, so a second matrix-sanity is warm.
 home=gpuops-matrix-home-$hash
@@ -39,8 +39,8 @@ run() {
 if ! podman volume exists "$volume" || ! run test -x "$repo/.venv/bin/ansible-playbook"; then
   step=$SECONDS
   podman volume exists "$volume" || podman volume create "$volume" >/dev/null
-  echo "matrix: venv with requirements-matrix.txt"
-  run bash -c 'python3 -m venv .venv && .venv/bin/pip install -q -r requirements-matrix.txt'
+  echo "matrix: venv with requirements/matrix.txt"
+  run bash -c 'python3 -m venv .venv && .venv/bin/pip install -q -r requirements/matrix.txt'
   echo "matrix: venv ready ($((SECONDS - step)) s)"
 fi
 
