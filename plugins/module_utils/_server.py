@@ -155,13 +155,305 @@ def in_flight_from_loads(path, body):
     return sum(int(rank['num_reqs']) for rank in data)
 
 
+class ServiceDriver(object):
+    """How one server is run and stopped: the part of a Server that depends on its manager, as kolla-ansible's
+    ContainerWorker has its DockerWorker and PodmanWorker. A Server picks one at its creation (``DRIVERS``) and
+    keeps everything else (HTTP, health, readiness, strays, settings) for both."""
+
+    # Why the last reading of the server's processes ignored its pid file; only a detached server has one.
+    pidfile_ignored = None
+
+    def __init__(self, server):
+        # The Server itself, not a copy of its settings: its runner records each command (server.commands) and a
+        # caller may change a setting (cgroup_root, say) after the Server was made.
+        self.server = server
+
+    def main_pid(self):
+        """PID of the running server's main process, or None."""
+        raise NotImplementedError
+
+    def own_pids(self, pid):
+        """The processes, sorted, that a stop of the server running as pid (not None) ends."""
+        raise NotImplementedError
+
+    def stop(self, pid, wait, stray_patterns):
+        """Stop the server main_pid() found as pid (with wait=False: begin to); (changed, stopping, strays).
+
+        changed is False when nothing of the server ran. strays (Server._strays) is read from the same reading
+        that names the server's own, before anything is signalled; stopping is what is left for the next step
+        to wait on (Server.stop says more)."""
+        raise NotImplementedError
+
+    def start(self, daemon_reload):
+        """Start the server; (its PID, a callable saying why it died or None)."""
+        raise NotImplementedError
+
+
+class SystemdDriver(ServiceDriver):
+    """A systemd unit: systemctl starts, stops and names it; its control group holds its processes."""
+
+    def _systemctl(self, *args, **kwargs):
+        return self.server._run(['systemctl'] + list(args), kwargs.get('timeout'))
+
+    def main_pid(self):
+        name = self.server.service_name
+        rc, out, err = self._systemctl('show', '--property=MainPID', '--value', name)
+        # systemctl show answers rc 0 and MainPID 0 for a unit that is stopped or unknown; anything else
+        # (rc 124 from a hung systemctl, a garbled answer) means the state is unknown, not "not running".
+        if rc != 0 or not out.strip().isdigit():
+            raise ServerError('systemctl show --property=MainPID --value %s failed (rc %s): %s; the state of the'
+                              ' server is unknown' % (name, rc, (err or out).strip() or 'no answer'))
+        return int(out.strip()) or None
+
+    def own_pids(self, pid):
+        """Every process of the unit (its cgroup), so that the next step waits for the children too; else the main PID."""
+        name = self.server.service_name
+        rc, out, dummy = self._systemctl('show', '--property=ControlGroup', '--value', name)
+        group = out.strip() if rc == 0 else ''
+        # Only the unit's own group: an empty answer would name the root group, every process of the host.
+        if not group.endswith('/%s.service' % name):
+            return [pid]
+        # cgroup v2 (one hierarchy), then v1's systemd hierarchy (hybrid hosts, containers on them).
+        for root in (self.server.cgroup_root, os.path.join(self.server.cgroup_root, 'systemd')):
+            try:
+                with open(root + group + '/cgroup.procs') as handle:
+                    pids = sorted(set(int(line) for line in handle if line.strip()))
+            except (IOError, OSError, ValueError):
+                continue
+            if pid in pids:
+                return pids
+        return [pid]
+
+    def stop(self, pid, wait, stray_patterns):
+        server = self.server
+        if pid is None:
+            return False, [], server._strays(stray_patterns, [])
+        # KillMode=mixed and TimeoutStopSec in the unit give SGLang its drain, then SIGKILL the rest. The group is
+        # read only when someone needs it: the strays, or the next step that waits on what is stopping.
+        own = self.own_pids(pid) if stray_patterns or not wait else [pid]
+        strays = server._strays(stray_patterns, own)
+        argv = ('stop', server.service_name) if wait else ('stop', '--no-block', server.service_name)
+        rc, out, err = self._systemctl(*argv, timeout=server.term_timeout + server.command_timeout)
+        if rc != 0:
+            raise ServerError('systemctl stop %s failed (rc %s): %s' % (server.service_name, rc, (err or out).strip()))
+        return True, [] if wait else own, strays
+
+    def start(self, daemon_reload):
+        name = self.server.service_name
+        if daemon_reload:
+            self._systemctl('daemon-reload')
+        # Enabled, so that the server comes back after a reboot of the host (idempotent). Without
+        # --no-reload, enable reloads systemd's whole configuration (about 0.1 s, inside the outage);
+        # the link it makes only matters at boot, and a changed unit was reloaded above.
+        rc, out, err = self._systemctl('enable', '--no-reload', name)
+        if rc != 0:
+            raise ServerError('systemctl enable %s failed (rc %s): %s' % (name, rc, (err or out).strip()))
+        rc, out, err = self._systemctl('start', name)
+        if rc != 0:
+            raise ServerError('systemctl start %s failed (rc %s): %s' % (name, rc, (err or out).strip()))
+        return self.main_pid(), self.death
+
+    def death(self):
+        """Why the started unit is down (failed or inactive), or None while it runs."""
+        dummy, out, dummy = self._systemctl('show', '--property=ActiveState,Result', self.server.service_name)
+        props = dict(line.split('=', 1) for line in out.splitlines() if '=' in line)
+        if props.get('ActiveState') in ('failed', 'inactive'):
+            return 'unit %s is %s (result %s); see %s' % (
+                self.server.service_name, props.get('ActiveState'), props.get('Result', '?'), self.server.log_file)
+        return None
+
+
+class DetachedDriver(ServiceDriver):
+    """A process in a session of its own, started here: its pid file names the session's leader (else the marks
+    its start put in its environment do), and a stop ends that session."""
+
+    def __init__(self, server):
+        super(DetachedDriver, self).__init__(server)
+        self.pidfile_ignored = None
+
+    def main_pid(self):
+        leader, members = self._session()
+        if leader is not None and any(record.pid == leader for record in members):
+            return leader
+        return None
+
+    def own_pids(self, pid):
+        return sorted(record.pid for record in self.session_members())
+
+    def stop(self, pid, wait, stray_patterns):
+        processes = self.server.processes
+        members = self.session_members()
+        strays = self.server._strays(stray_patterns, [record.pid for record in members])
+        if not members:
+            self._remove_pidfile()
+            return False, [], strays
+        # SIGTERM to the main process only: SGLang drains, then stops its own children;
+        # whatever of the session is left after term_timeout gets SIGKILL (systemd's KillMode=mixed).
+        main = [record for record in members if record.pid == pid] or members[:1]
+        if not wait:
+            processes.signal(main, 'TERM')
+            return True, sorted(record.pid for record in members), strays
+        outcome = terminate(processes, main, self.server.term_timeout)
+        rest = self.session_members()
+        if rest:
+            outcome = terminate(processes, rest, 0)
+        if outcome.remaining:
+            raise ServerError('processes of the server survived SIGKILL: %s'
+                              % ', '.join('%d (%s)' % (r.pid, r.cmdline) for r in outcome.remaining))
+        self._remove_pidfile()
+        return True, [], strays
+
+    def start(self, daemon_reload):
+        server = self.server
+        argv, env = load_launch(server.launch_file)
+        env.update(self._marks())
+        log = open(server.log_file, 'ab')
+        try:
+            # Its own session: the server outlives this process and the ssh connection, and a
+            # stop signals exactly this session.
+            # run_command waits for its child: the server must outlive the module.
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=ansible-bad-function
+                                     env=env, cwd='/', close_fds=True, start_new_session=True)
+        except OSError as exc:
+            raise ServerError('could not run %s: %s' % (argv[0], exc))
+        finally:
+            log.close()
+        # Not fsynced: a pid file outlives neither the server nor a reboot, and this is inside the outage.
+        write_atomic(server.pidfile, str(child.pid).encode('ascii'), 0o644, durable=False)
+
+        def death():
+            status = child.poll()
+            if status is None:
+                return None
+            return 'the server exited with status %s; see %s' % (status, server.log_file)
+        return child.pid, death
+
+    def session_members(self):
+        """Live processes of the server's session (its pid file names the leader, else its mark)."""
+        return self._session()[1]
+
+    def _session(self):
+        """(leader, live members) of the server's session: the pid file's, when its leader is this
+        server's (``_not_ours``), or else the one session whose leader carries the marks of this service and
+        launch file (started by a run whose sglang_run_dir was another). A pid file that names another
+        process (a stale one whose pid was reused) is ignored, and ``pidfile_ignored`` says why."""
+        server = self.server
+        sessions = self._sessions()
+        leader = self._read_pid()
+        self.pidfile_ignored = None
+        if leader is not None and sessions.get(leader):
+            # The leader, or each process left of its session when it is gone (a crash leaves its children).
+            why = self._not_ours([leader] if leader in sessions[leader] else sessions[leader], legacy=True)
+            if why is not None:
+                self.pidfile_ignored = ('the pid file %s names process %d, which is not the server %s: %s;'
+                                        ' the pid file was ignored' % (server.pidfile, leader, server.service_name, why))
+                leader = None
+        else:
+            leader = None
+        if leader is None:
+            leader = self._marked_leader(sessions)
+        members = []
+        for pid in sessions.get(leader, []) if leader is not None else []:
+            record = read_proc_record(pid, server.processes.proc_root)
+            if record is not None:
+                members.append(record)
+        return leader, members
+
+    def _sessions(self):
+        """{session id: the PIDs of its live processes}, from one reading of /proc."""
+        processes = self.server.processes
+        sessions = {}
+        for pid in processes.pids():
+            try:
+                with open(os.path.join(processes.proc_root, str(pid), 'stat'), 'rb') as handle:
+                    fields = handle.read().decode('utf-8', 'replace').rsplit(')', 1)[1].split()
+                session = int(fields[3])
+            except (IOError, OSError, IndexError, ValueError):
+                continue
+            # fields: state ppid pgrp session ...
+            if fields[0] not in ('Z', 'X'):
+                sessions.setdefault(session, []).append(pid)
+        return sessions
+
+    def _marks(self):
+        return {SERVICE_MARK: self.server.service_name, LAUNCH_MARK: os.path.abspath(self.server.launch_file)}
+
+    def _read_proc(self, pid, name):
+        try:
+            with open(os.path.join(self.server.processes.proc_root, str(pid), name), 'rb') as handle:
+                return handle.read()
+        except (IOError, OSError):
+            return None
+
+    def _not_ours(self, pids, legacy=False):
+        """Why the processes pids are not this server's (None when each is): each must run as this user
+        (all four uids) and carry both marks in its environment. With legacy, a process without marks is
+        accepted when its command line is exactly the one the launch file describes (a server started by a
+        release before the marks, from the launch file still in place); never one of another user."""
+        marks = set(('%s=%s' % pair).encode('utf-8') for pair in self._marks().items())
+        for pid in pids:
+            dummy, uids = read_identity(pid, self.server.processes.proc_root)
+            if uids is None:
+                return 'process %d cannot be read' % pid
+            if set(uids) != set([os.geteuid()]):
+                return 'process %d runs as uid %s, not as this user (uid %d)' % (
+                    pid, '/'.join(str(uid) for uid in uids), os.geteuid())
+            environment = self._read_proc(pid, 'environ')
+            if environment is not None and marks <= set(environment.split(b'\0')):
+                continue
+            if legacy and self._runs_launch_command(pid):
+                continue
+            return ('process %d carries neither the marks of the service %s and the launch file %s nor the command'
+                    ' line that launch file describes' % (pid, self.server.service_name, self.server.launch_file))
+        return None
+
+    def _runs_launch_command(self, pid):
+        """Whether pid's command line is the argv the launch file describes, to the byte."""
+        try:
+            argv = load_launch(self.server.launch_file)[0]
+        except (IOError, OSError, ValueError, KeyError, TypeError, AttributeError):
+            return False
+        cmdline = self._read_proc(pid, 'cmdline')
+        return cmdline is not None and cmdline.split(b'\0')[:-1] == [os.fsencode(arg) for arg in argv]
+
+    def _marked_leader(self, sessions):
+        """The session leader started for this service and launch file (its marks) by this user; None
+        when there is none. A process of another user is never taken for the server, whatever its environment
+        says; two marked sessions are an error, not a guess."""
+        server = self.server
+        found = [leader for leader in sorted(sessions) if leader in sessions[leader] and self._not_ours([leader]) is None]
+        if len(found) > 1:
+            raise ServerError('%d detached sessions were started for the service %s from %s (pids %s) and the pid file %s'
+                              ' names none of them; the state of the server is unknown: stop the ones that should'
+                              ' not run' % (len(found), server.service_name, server.launch_file,
+                                            ', '.join(str(pid) for pid in found), server.pidfile))
+        return found[0] if found else None
+
+    def _read_pid(self):
+        try:
+            with open(self.server.pidfile) as handle:
+                return int(handle.read().strip())
+        except (IOError, OSError, ValueError):
+            return None
+
+    def _remove_pidfile(self):
+        try:
+            os.unlink(self.server.pidfile)
+        except OSError:
+            pass
+
+
+# The drivers by the `manager` a Server is made with.
+DRIVERS = {'systemd': SystemdDriver, 'detached': DetachedDriver}
+
+
 class Server(object):
-    """One server: how it is managed, where its files are and where it answers."""
+    """One server: how it is managed (its driver), where its files are and where it answers."""
 
     def __init__(self, manager, service_name, launch_file, pidfile, log_file, base_url,
                  term_timeout=30.0, runner=subprocess_runner, command_timeout=60.0, proc_root='/proc',
                  cgroup_root='/sys/fs/cgroup'):
-        if manager not in ('systemd', 'detached'):
+        if manager not in DRIVERS:
             raise ValueError('manager must be systemd or detached, not %r' % (manager,))
         self.manager = manager
         self.service_name = service_name
@@ -178,8 +470,7 @@ class Server(object):
         # progress(horizon_s), when set, is called before each read of a wait that may take that long
         # (the rollback guard's lease renews there while a server loads its model).
         self.progress = None
-        # Why the last reading of a detached server's session ignored its pid file (None when it did not).
-        self.pidfile_ignored = None
+        self.driver = DRIVERS[manager](self)
 
     @classmethod
     def from_dict(cls, spec, **kwargs):
@@ -193,9 +484,6 @@ class Server(object):
         rc, out, err = self.runner(argv, timeout or self.command_timeout)
         return rc, out, err
 
-    def _systemctl(self, *args, **kwargs):
-        return self._run(['systemctl'] + list(args), kwargs.get('timeout'))
-
     def _request(self, method, path, timeout, body=None):
         """One request to the server, with its API key (read from its launch configuration now)."""
         return http_request(method, self.base_url + path, timeout, body=body, headers=bearer(self.api_key()))
@@ -206,133 +494,24 @@ class Server(object):
 
     # --- what runs --------------------------------------------------------
 
+    @property
+    def pidfile_ignored(self):
+        """Why the last reading of a detached server's session ignored its pid file (None when it did not)."""
+        return self.driver.pidfile_ignored
+
     def session_members(self):
         """Live processes of the detached server's session (its pid file names the leader, else its mark)."""
-        return self._session()[1]
-
-    def _session(self):
-        """(leader, live members) of the detached server's session: the pid file's, when its leader is this
-        server's (``_not_ours``), or else the one session whose leader carries the marks of this service and
-        launch file (started by a run whose sglang_run_dir was another). A pid file that names another
-        process (a stale one whose pid was reused) is ignored, and ``pidfile_ignored`` says why."""
-        sessions = self._sessions()
-        leader = self._read_pid()
-        self.pidfile_ignored = None
-        if leader is not None and sessions.get(leader):
-            # The leader, or each process left of its session when it is gone (a crash leaves its children).
-            why = self._not_ours([leader] if leader in sessions[leader] else sessions[leader], legacy=True)
-            if why is not None:
-                self.pidfile_ignored = ('the pid file %s names process %d, which is not the server %s: %s;'
-                                        ' the pid file was ignored' % (self.pidfile, leader, self.service_name, why))
-                leader = None
-        else:
-            leader = None
-        if leader is None:
-            leader = self._marked_leader(sessions)
-        members = []
-        for pid in sessions.get(leader, []) if leader is not None else []:
-            record = read_proc_record(pid, self.processes.proc_root)
-            if record is not None:
-                members.append(record)
-        return leader, members
-
-    def _sessions(self):
-        """{session id: the PIDs of its live processes}, from one reading of /proc."""
-        sessions = {}
-        for pid in self.processes.pids():
-            try:
-                with open(os.path.join(self.processes.proc_root, str(pid), 'stat'), 'rb') as handle:
-                    fields = handle.read().decode('utf-8', 'replace').rsplit(')', 1)[1].split()
-                session = int(fields[3])
-            except (IOError, OSError, IndexError, ValueError):
-                continue
-            # fields: state ppid pgrp session ...
-            if fields[0] not in ('Z', 'X'):
-                sessions.setdefault(session, []).append(pid)
-        return sessions
-
-    def _marks(self):
-        return {SERVICE_MARK: self.service_name, LAUNCH_MARK: os.path.abspath(self.launch_file)}
-
-    def _read_proc(self, pid, name):
-        try:
-            with open(os.path.join(self.processes.proc_root, str(pid), name), 'rb') as handle:
-                return handle.read()
-        except (IOError, OSError):
-            return None
-
-    def _not_ours(self, pids, legacy=False):
-        """Why the processes pids are not this server's (None when each is): each must run as this user
-        (all four uids) and carry both marks in its environment. With legacy, a process without marks is
-        accepted when its command line is exactly the one the launch file describes (a server started by a
-        release before the marks, from the launch file still in place); never one of another user."""
-        marks = set(('%s=%s' % pair).encode('utf-8') for pair in self._marks().items())
-        for pid in pids:
-            dummy, uids = read_identity(pid, self.processes.proc_root)
-            if uids is None:
-                return 'process %d cannot be read' % pid
-            if set(uids) != set([os.geteuid()]):
-                return 'process %d runs as uid %s, not as this user (uid %d)' % (
-                    pid, '/'.join(str(uid) for uid in uids), os.geteuid())
-            environment = self._read_proc(pid, 'environ')
-            if environment is not None and marks <= set(environment.split(b'\0')):
-                continue
-            if legacy and self._runs_launch_command(pid):
-                continue
-            return ('process %d carries neither the marks of the service %s and the launch file %s nor the command'
-                    ' line that launch file describes' % (pid, self.service_name, self.launch_file))
-        return None
-
-    def _runs_launch_command(self, pid):
-        """Whether pid's command line is the argv the launch file describes, to the byte."""
-        try:
-            argv = load_launch(self.launch_file)[0]
-        except (IOError, OSError, ValueError, KeyError, TypeError, AttributeError):
-            return False
-        cmdline = self._read_proc(pid, 'cmdline')
-        return cmdline is not None and cmdline.split(b'\0')[:-1] == [os.fsencode(arg) for arg in argv]
-
-    def _marked_leader(self, sessions):
-        """The session leader started for this service and launch file (its marks) by this user; None
-        when there is none. A process of another user is never taken for the server, whatever its environment
-        says; two marked sessions are an error, not a guess."""
-        found = [leader for leader in sorted(sessions) if leader in sessions[leader] and self._not_ours([leader]) is None]
-        if len(found) > 1:
-            raise ServerError('%d detached sessions were started for the service %s from %s (pids %s) and the pid file %s'
-                              ' names none of them; the state of the server is unknown: stop the ones that should'
-                              ' not run' % (len(found), self.service_name, self.launch_file, ', '.join(str(pid) for pid in found),
-                                            self.pidfile))
-        return found[0] if found else None
-
-    def _read_pid(self):
-        try:
-            with open(self.pidfile) as handle:
-                return int(handle.read().strip())
-        except (IOError, OSError, ValueError):
-            return None
+        return self.driver.session_members()
 
     def main_pid(self):
         """PID of the running server's main process, or None."""
-        if self.manager == 'systemd':
-            rc, out, err = self._systemctl('show', '--property=MainPID', '--value', self.service_name)
-            # systemctl show answers rc 0 and MainPID 0 for a unit that is stopped or unknown; anything else
-            # (rc 124 from a hung systemctl, a garbled answer) means the state is unknown, not "not running".
-            if rc != 0 or not out.strip().isdigit():
-                raise ServerError('systemctl show --property=MainPID --value %s failed (rc %s): %s; the state of the'
-                                  ' server is unknown' % (self.service_name, rc, (err or out).strip() or 'no answer'))
-            return int(out.strip()) or None
-        leader, members = self._session()
-        if leader is not None and any(record.pid == leader for record in members):
-            return leader
-        return None
+        return self.driver.main_pid()
 
     def own_pids(self, pid):
         """The processes a stop of the server running as `pid` ends: its unit's control group, or its session."""
         if pid is None:
             return []
-        if self.manager == 'systemd':
-            return self._unit_pids(pid)
-        return sorted(record.pid for record in self.session_members())
+        return self.driver.own_pids(pid)
 
     def strays(self, patterns, pid):
         """Live processes matching any compiled pattern that are not the server's own (nor this process and its ancestors)."""
@@ -363,113 +542,17 @@ class Server(object):
         """
         started = time.time()
         pid = self.main_pid()
-        if self.manager == 'systemd':
-            if pid is None:
-                return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': [],
-                        'strays': self._strays(stray_patterns, [])}
-            # KillMode=mixed and TimeoutStopSec in the unit give SGLang its drain, then SIGKILL the rest.
-            own = self._unit_pids(pid) if stray_patterns or not wait else [pid]
-            strays = self._strays(stray_patterns, own)
-            stopping = [] if wait else own
-            argv = ('stop', self.service_name) if wait else ('stop', '--no-block', self.service_name)
-            rc, out, err = self._systemctl(*argv, timeout=self.term_timeout + self.command_timeout)
-            if rc != 0:
-                raise ServerError('systemctl stop %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
-            return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
-                    'stopping': stopping, 'strays': strays}
-        members = self.session_members()
-        strays = self._strays(stray_patterns, [record.pid for record in members])
-        if not members:
-            self._remove_pidfile()
+        changed, stopping, strays = self.driver.stop(pid, wait, stray_patterns)
+        if not changed:
             return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': [], 'strays': strays}
-        # SIGTERM to the main process only: SGLang drains, then stops its own children;
-        # whatever of the session is left after term_timeout gets SIGKILL (systemd's KillMode=mixed).
-        main = [record for record in members if record.pid == pid] or members[:1]
-        if not wait:
-            self.processes.signal(main, 'TERM')
-            return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
-                    'stopping': sorted(record.pid for record in members), 'strays': strays}
-        outcome = terminate(self.processes, main, self.term_timeout)
-        rest = self.session_members()
-        if rest:
-            outcome = terminate(self.processes, rest, 0)
-        if outcome.remaining:
-            raise ServerError('processes of the server survived SIGKILL: %s'
-                              % ', '.join('%d (%s)' % (r.pid, r.cmdline) for r in outcome.remaining))
-        self._remove_pidfile()
         return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
-                'stopping': [], 'strays': strays}
-
-    def _unit_pids(self, main_pid):
-        """Every process of the unit (its cgroup), so that the next step waits for the children too; else the main PID."""
-        rc, out, dummy = self._systemctl('show', '--property=ControlGroup', '--value', self.service_name)
-        group = out.strip() if rc == 0 else ''
-        # Only the unit's own group: an empty answer would name the root group, every process of the host.
-        if not group.endswith('/%s.service' % self.service_name):
-            return [main_pid]
-        # cgroup v2 (one hierarchy), then v1's systemd hierarchy (hybrid hosts, containers on them).
-        for root in (self.cgroup_root, os.path.join(self.cgroup_root, 'systemd')):
-            try:
-                with open(root + group + '/cgroup.procs') as handle:
-                    pids = sorted(set(int(line) for line in handle if line.strip()))
-            except (IOError, OSError, ValueError):
-                continue
-            if main_pid in pids:
-                return pids
-        return [main_pid]
-
-    def _remove_pidfile(self):
-        try:
-            os.unlink(self.pidfile)
-        except OSError:
-            pass
+                'stopping': stopping, 'strays': strays}
 
     def start(self, daemon_reload=False):
         """Start the server; returns (result dict, a callable saying why it died or None)."""
         started = time.time()
-        if self.manager == 'systemd':
-            if daemon_reload:
-                self._systemctl('daemon-reload')
-            # Enabled, so that the server comes back after a reboot of the host (idempotent). Without
-            # --no-reload, enable reloads systemd's whole configuration (about 0.1 s, inside the outage);
-            # the link it makes only matters at boot, and a changed unit was reloaded above.
-            rc, out, err = self._systemctl('enable', '--no-reload', self.service_name)
-            if rc != 0:
-                raise ServerError('systemctl enable %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
-            rc, out, err = self._systemctl('start', self.service_name)
-            if rc != 0:
-                raise ServerError('systemctl start %s failed (rc %s): %s' % (self.service_name, rc, (err or out).strip()))
-            return {'changed': True, 'started_at': started, 'pid': self.main_pid()}, self._systemd_death
-        argv, env = load_launch(self.launch_file)
-        env.update(self._marks())
-        log = open(self.log_file, 'ab')
-        try:
-            # Its own session: the server outlives this process and the ssh connection, and a
-            # stop signals exactly this session.
-            # run_command waits for its child: the server must outlive the module.
-            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=ansible-bad-function
-                                     env=env, cwd='/', close_fds=True, start_new_session=True)
-        except OSError as exc:
-            raise ServerError('could not run %s: %s' % (argv[0], exc))
-        finally:
-            log.close()
-        # Not fsynced: a pid file outlives neither the server nor a reboot, and this is inside the outage.
-        write_atomic(self.pidfile, str(child.pid).encode('ascii'), 0o644, durable=False)
-
-        def death():
-            status = child.poll()
-            if status is None:
-                return None
-            return 'the server exited with status %s; see %s' % (status, self.log_file)
-        return {'changed': True, 'started_at': started, 'pid': child.pid}, death
-
-    def _systemd_death(self):
-        dummy, out, dummy = self._systemctl('show', '--property=ActiveState,Result', self.service_name)
-        props = dict(line.split('=', 1) for line in out.splitlines() if '=' in line)
-        if props.get('ActiveState') in ('failed', 'inactive'):
-            return 'unit %s is %s (result %s); see %s' % (
-                self.service_name, props.get('ActiveState'), props.get('Result', '?'), self.log_file)
-        return None
+        pid, death = self.driver.start(daemon_reload)
+        return {'changed': True, 'started_at': started, 'pid': pid}, death
 
     # --- health and verification -----------------------------------------
 
