@@ -15,7 +15,7 @@ __metaclass__ = type
 
 import re
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_int, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import server_key
 
 DEFAULT_GROUP = ''
