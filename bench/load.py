@@ -158,15 +158,18 @@ def probe(url, timeout):
         return False
 
 
-def watch_health(tally, urls, interval, stop, started):
-    """Every interval, ask every URL at once and record how many answered 200."""
+def watch_health(tally, urls, interval, stop, started, timeout=None):
+    """Every interval, ask every URL at once and record how many answered 200 within timeout (default: five
+    intervals, at least 0.5 s). A stopped server refuses at once whatever the timeout; a longer one only keeps a
+    machine too busy to answer in 0.5 s from counting serving hosts as down."""
+    timeout = timeout or max(interval * 5, 0.5)
     if not urls:
         return
     # One worker per URL: a host that hangs delays its own probe, not the others'.
     with ThreadPoolExecutor(max_workers=len(urls)) as pool:
         tick = time.monotonic()
         while not stop.is_set():
-            healthy = sum(pool.map(lambda u: probe(u, timeout=max(interval * 5, 0.5)), urls))
+            healthy = sum(pool.map(lambda u: probe(u, timeout=timeout), urls))
             tally.health_sample(time.monotonic() - started, healthy)
             tick = next_due(tick, time.monotonic(), interval)
             stop.wait(max(0.0, tick - time.monotonic()))
@@ -178,7 +181,7 @@ def run(args):
     started = time.monotonic()
     stop_health = threading.Event()
     sampler = threading.Thread(target=watch_health, args=(tally, args.health, args.health_interval,
-                                                          stop_health, started))
+                                                          stop_health, started, args.health_timeout))
     sampler.start()
     # Bounds the requests in flight: the dispatcher waits for a free slot rather than pile them up.
     slots = threading.BoundedSemaphore(args.concurrency)
@@ -233,6 +236,8 @@ def parse_args(argv=None):
                         help="a gpu host's /health URL; repeat for every host")
     parser.add_argument('--health-interval', type=float, default=SLOWEST_HEALTH_INTERVAL,
                         help='seconds between health samples (at most %s)' % SLOWEST_HEALTH_INTERVAL)
+    parser.add_argument('--health-timeout', type=float,
+                        help='seconds a /health answer may take to count (default: 5 intervals, at least 0.5)')
     parser.add_argument('--request-timeout', type=float, default=60.0, help='seconds one request may take')
     parser.add_argument('--max-new-tokens', type=int, default=16)
     args = parser.parse_args(argv)
@@ -256,6 +261,8 @@ def parse_args(argv=None):
         problems.append('--duration must be above 0 and at most --max-duration')
     if not args.request_timeout > 0:
         problems.append('--request-timeout must be above 0')
+    if args.health_timeout is not None and not args.health_timeout > 0:
+        problems.append('--health-timeout must be above 0')
     if problems:
         parser.error('; '.join(problems))
     return args

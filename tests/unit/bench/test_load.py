@@ -92,3 +92,21 @@ def test_tally_counts_keeps_the_first_failures_and_the_fewest_healthy():
 
 def test_no_health_url_means_no_minimum():
     assert load.Tally([]).summary(1.0, 'duration')['min_healthy'] is None
+
+
+def test_the_health_timeout_reaches_every_probe(monkeypatch):
+    """The sampler's timeout reaches each probe: the default (five intervals, at least 0.5 s) or --health-timeout."""
+    import threading
+    asked = []
+
+    def probe(url, timeout):
+        asked.append(timeout)
+        return True
+    monkeypatch.setattr(load, 'probe', probe)
+    for timeout, expected in ((None, 0.5), (5.0, 5.0)):
+        tally, stop = load.Tally(['http://127.0.0.1:1/health']), threading.Event()
+        tally.health_sample = lambda at_s, healthy, stop=stop: stop.set()
+        load.watch_health(tally, tally.health_urls, 0.1, stop, 0.0, timeout)
+        assert asked.pop() == expected
+    assert load.parse_args(['--url', 'http://127.0.0.1:30080', '--stop-file', '/tmp/x',
+                            '--health-timeout', '5']).health_timeout == 5.0
