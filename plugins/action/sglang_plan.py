@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 from collections import ChainMap
 
 from ansible import constants as C
@@ -80,7 +81,8 @@ class ActionModule(ActionBase):
                       timing=_timing.step_bounds(settings, group, perf_levels))
         if result['left_alone_because']:
             return result
-        problems = _rules.variable_problems(settings, self._inventory(task_vars)) + group_problems
+        patch, patch_problem = self._patch(as_text(settings['sglang_patch_file']))
+        problems = _rules.variable_problems(settings, self._inventory(task_vars)) + group_problems + patch_problem
         if problems:
             result.update(failed=True, problems=problems, msg=' '.join(problems))
             return result
@@ -96,7 +98,7 @@ class ActionModule(ActionBase):
                      for entry in files],
             contents=dict((entry['label'], entry['content']) for entry in files),
             files=[dict((key, value) for key, value in entry.items() if key != 'content') for entry in files],
-            peers=peers, perf_levels=perf_levels,
+            peers=peers, perf_levels=perf_levels, patch=patch,
         )
         # The rendered files hold the keys or the secret environment: Ansible censors this result wherever it
         # would show it. A refused plan (above) carries no file, so its messages are always shown.
@@ -145,6 +147,21 @@ class ActionModule(ActionBase):
             'strategy': (play.strategy if play is not None else None) or C.DEFAULT_STRATEGY,
             'batch': len(task_vars.get('ansible_play_batch') or [task_vars.get('inventory_hostname')]),
         }
+
+    def _patch(self, name):
+        """The patch, read once on the controller where lookup('file') finds it (the role's and the play's files/
+        folders, or a path): the dry run, the stamp and the apply then use the same bytes, even if the file is
+        edited during the run. (None, []) without a patch; (None, [problem]) when it cannot be read."""
+        if not name:
+            return None, []
+        try:
+            path = self._find_needle('files', name)
+            with open(path, 'rb') as handle:
+                data = handle.read()
+            content = data.decode('utf-8')  # the module takes text: a patch that is not UTF-8 is refused here
+        except (AnsibleError, IOError, OSError, UnicodeError) as exc:
+            return None, ['sglang_patch_file %s cannot be read on the controller: %s' % (name, to_text(exc))]
+        return {'file': name, 'content': content, 'sha256': hashlib.sha256(data).hexdigest()}, []
 
     def _templates(self):
         texts = {}

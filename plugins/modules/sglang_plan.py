@@ -132,6 +132,23 @@ peers:
   description: The URL of each server of the fleet, by host.
   returned: when the host takes part and no rule is broken
   type: dict
+patch:
+  description:
+    - The patch (C(sglang_patch_file)), read once on the controller as C(lookup('file')) finds it, so that the dry run,
+      the stamp and the apply use the same bytes even if the file is edited during the run; null without a patch.
+    - A patch file that cannot be read is a broken rule (RV(problems)).
+  returned: when the host takes part and no rule is broken
+  type: dict
+  contains:
+    file:
+      description: C(sglang_patch_file) as given.
+      type: str
+    content:
+      description: The unified diff.
+      type: str
+    sha256:
+      description: The SHA-256 of the file's bytes.
+      type: str
 group:
   description: The server group this host is a node of; null for a single-node server (and for a refused group).
   returned: unless O(gate_only)

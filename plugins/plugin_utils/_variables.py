@@ -19,7 +19,7 @@ ROLE_SETTINGS = (
     'sglang_guard_dir', 'sglang_health_poll_interval', 'sglang_health_timeout', 'sglang_host',
     'sglang_kill_patterns', 'sglang_launch_module', 'sglang_log_file', 'sglang_max_fail_percentage',
     'sglang_max_running_requests', 'sglang_max_unavailable', 'sglang_model_path', 'sglang_node_rank',
-    'sglang_perf_baseline', 'sglang_perf_gate', 'sglang_perf_itl_tolerance', 'sglang_perf_levels',
+    'sglang_patch_file', 'sglang_perf_baseline', 'sglang_perf_gate', 'sglang_perf_itl_tolerance', 'sglang_perf_levels',
     'sglang_perf_max_new_tokens', 'sglang_perf_requests', 'sglang_perf_throughput_tolerance', 'sglang_perf_timeout',
     'sglang_port', 'sglang_python', 'sglang_ready_checks', 'sglang_redeploy_skip', 'sglang_report_dir',
     'sglang_rollback_deadline', 'sglang_rollback_idle', 'sglang_router_timeout', 'sglang_router_url',

@@ -233,7 +233,10 @@ def test_a_rank_1_that_fails_to_start_rolls_both_nodes_back(group, redeploy_grou
     pids_before = dict((name, node.server_pids()) for name, node in nodes.items())
     run = redeploy_group({'sglang_extra_args': ['--no-such-flag']}, name='rank1-start')
     assert run.rc != 0
-    assert 'did not become healthy' in ' '.join(run.failure_messages('mn2'))
+    # Where rank 1 is caught depends on how fast it exits: within its start's settle time (the start fails), or
+    # after it (the check once rank 0 was verified); either way the message names what happened to mn2.
+    said = ' '.join(run.failure_messages('mn2'))
+    assert 'did not become healthy' in said or ('rank 1 of server group' in said and 'no longer runs on mn2' in said)
     assert 'mn2' in ' '.join(run.failure_messages('mn1'))
     for name, node in nodes.items():
         written = report(name)

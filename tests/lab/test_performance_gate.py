@@ -4,8 +4,11 @@ LAB_STANDIN_SLOWDOWN (from the server's environment) makes a deliberately slower
 Two runs: a redeploy with nothing slower passes and reports both tables; a slower new launch configuration on
 the canary is rolled back (the previous server serves, read from outside), its report names the regressed
 level, and the rollout stops with the other host untouched. The lab's servers run without --enable-metrics
-(measured from outside alone: metrics null); the slower candidate runs with it. Outcomes only, never timings:
-a factor of 3 on every decode step is far beyond the tolerances.
+(measured from outside alone: metrics null); the slower candidate runs with it. Outcomes only, never timings.
+The lab shares two cores with the rest of the suite, and a benchmark of about a second per level there moved
+p95 inter-token latency by +40% between two equal servers (a CI run of 2026-12-03): these tests run the gate
+with wide tolerances (50% throughput, 100% latency) and a factor of 5 on every decode step (-80% throughput,
++400% latency), far beyond them either way. The tolerances' arithmetic is unit-tested (test_performance.py).
 """
 import json
 import os
@@ -18,7 +21,8 @@ GPU_HOSTS = ('gpu1', 'gpu2')
 # Small and bounded: levels 1 and 16 (twice the lab's threshold of 8), 16 requests each. The lab's window budget
 # (80 s) plus two benchmarks of two levels.
 GATE = {'sglang_perf_gate': True, 'sglang_perf_requests': 16, 'sglang_perf_max_new_tokens': 16,
-        'sglang_perf_timeout': 30, 'sglang_rollback_deadline': 80 + 2 * 2 * 30}
+        'sglang_perf_timeout': 30, 'sglang_rollback_deadline': 80 + 2 * 2 * 30,
+        'sglang_perf_throughput_tolerance': 0.5, 'sglang_perf_itl_tolerance': 1.0}
 FIGURES = {'output_tok_s', 'ttft_p95_s', 'itl_p95_s', 'errors'}
 
 
@@ -64,13 +68,13 @@ def test_a_redeploy_that_serves_as_fast_passes_the_gate_and_reports_both_tables(
 def test_a_slower_canary_is_rolled_back_and_stops_the_rollout(lab, redeploy):
     untouched, untouched_report = lab['gpu2'].server_pid(), last_report('gpu2')
     run = redeploy(dict(GATE, redeploy_canary=1, redeploy_serial=1, sglang_extra_args=['--enable-metrics'],
-                        sglang_environment={'LAB_STANDIN_SLOWDOWN': '3'}), name='gate-slower')
+                        sglang_environment={'LAB_STANDIN_SLOWDOWN': '5'}), name='gate-slower')
     assert run.rc != 0
     canary = last_report('gpu1')
     assert canary['status'] == 'rolled_back' and canary['healthy'] is True
     performance = canary['performance']
     assert performance['verdict'] == 'fail'
-    assert re.search(r'concurrency 16: output tok/s [0-9.]+ -> [0-9.]+ \(-[0-9.]+%, tolerance 15%\)',
+    assert re.search(r'concurrency 16: output tok/s [0-9.]+ -> [0-9.]+ \(-[0-9.]+%, tolerance 50%\)',
                      performance['reason']), performance['reason']
     assert 'the new server serves slower than the old one: concurrency ' in canary['reason']
     assert 'the previous server serves again' in canary['reason']

@@ -8,7 +8,6 @@ from ansible.playbook.play_context import PlayContext
 from ansible.template import Templar
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
-TEMPLATES = os.path.join(REPO, 'roles', 'sglang', 'templates')
 
 
 @pytest.fixture
@@ -18,6 +17,8 @@ def run_action():
         loader = DataLoader()
         action = action_class(task, mock.MagicMock(), PlayContext(), loader, Templar(loader=loader, variables=task_vars),
                               None)
-        action._find_needle = lambda folder, name: os.path.join(TEMPLATES, name)
+        # As Ansible's search: a path as given, a name in the role's folder of that kind.
+        action._find_needle = lambda folder, name: (name if os.path.isabs(name)
+                                                    else os.path.join(REPO, 'roles', 'sglang', folder, name))
         return action.run(task_vars=task_vars)
     return run

@@ -1,4 +1,5 @@
 """sglang_plan reads the role's variables and the fleet's hostvars: the gate, the rules, the files, the peers."""
+import hashlib
 import json
 import os
 import sys
@@ -182,3 +183,24 @@ def test_a_rank_on_a_host_without_a_group_is_refused_before_anything_stops(run_a
         'gpu2 has sglang_node_rank %s but no sglang_server_group: it would be redeployed as a single-node server,'
         ' replacing that rank of a running group. Set sglang_server_group (the same on every node of the group)'
         ' or remove sglang_node_rank.' % (0 if rank == 0 else 1)]
+
+
+def test_the_patch_is_read_once_and_carried_with_its_digest(run_action, tmp_path):
+    diff = tmp_path / 'fix.diff'
+    diff.write_bytes(b'--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n\n')
+    plan = run_action(ActionModule, host_vars(sglang_patch_file=str(diff)))
+    # Byte for byte, trailing blank line included (lookup('file') would strip it without rstrip=false).
+    assert plan['patch'] == {'file': str(diff), 'content': diff.read_text(),
+                             'sha256': hashlib.sha256(diff.read_bytes()).hexdigest()}
+    assert run_action(ActionModule, host_vars())['patch'] is None
+
+
+@pytest.mark.parametrize('content', [None, b'\xff\xfe not text'], ids=['missing', 'not-utf-8'])
+def test_a_patch_that_cannot_be_read_fails_the_plan_before_anything_stops(run_action, tmp_path, content):
+    diff = tmp_path / 'fix.diff'
+    if content is not None:
+        diff.write_bytes(content)
+    plan = run_action(ActionModule, host_vars(sglang_patch_file=str(diff)))
+    assert plan['failed'] is True and 'patch' not in plan
+    assert plan['problems'] == [plan['msg']]
+    assert plan['msg'].startswith('sglang_patch_file %s cannot be read on the controller: ' % diff)
