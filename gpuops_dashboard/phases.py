@@ -37,6 +37,7 @@ PHASE_LABELS = (
     ('start', 'start to healthy'),
     ('perf_after', 'benchmark new server'),
     ('router_in', 'back in the router'),
+    ('bake', 'canary bake on live traffic'),
     ('confirm', 'confirmed'),
     ('rollback', 'rollback'),
     ('report', 'report'),

@@ -68,7 +68,7 @@ LAB_START_LOCK = os.path.join(REPO, '.cache', 'lab-start.lock')
 def stages():
     return [
         Stage('lab-fleet', PYTEST + lab_files('test_fleet.py', 'test_multinode.py'), lab=4),
-        Stage('lab-lease', PYTEST + lab_files('test_lease.py'), lab=1),
+        Stage('lab-lease', PYTEST + lab_files('test_lease.py', 'test_canary_bake.py'), lab=1),
         Stage('unit-integration', PYTEST + ['-n', '2', 'tests/unit', 'tests/integration'], weight=2,
               resources=['ansible-home']),
         Stage('lab-redeploy', PYTEST + lab_files('test_redeploy_scenarios.py', 'test_performance_gate.py',

@@ -24,7 +24,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _groups, _performance, _rollout, _rules, _timing
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, inventory_vars, rendered
 
 TEMPLATES = ('sglang.service.j2', 'server_keys.yaml.j2')
@@ -47,6 +47,9 @@ def flag_settings(settings, where, group=None):
         'adaptive': _rules.adaptive(settings), 'adaptive_config_path': where['adaptive_file'],
         'config_file': where['keys_file'] if _configs.keyed(settings) else None,
         'extra_args': settings['sglang_extra_args'],
+        # Only when on: a server started with --enable-metrics in sglang_extra_args is not expected without it.
+        'enable_metrics': True if (as_bool(settings['sglang_enable_metrics'])
+                                   or as_float(settings['sglang_canary_bake']) > 0) else None,
     }
 
 
@@ -60,7 +63,8 @@ class ActionModule(ActionBase):
             gate_only=dict(type='bool', default=False),
         ))
         settings = rendered(self._templar, task_vars, ROLE_SETTINGS)
-        result.update(changed=False, left_alone_because=self._gate(settings, task_vars))
+        canary = self._canary(settings, task_vars)
+        result.update(changed=False, left_alone_because=self._gate(settings, task_vars, canary))
         if args['gate_only']:
             return result
         where = _configs.paths(settings)
@@ -78,7 +82,8 @@ class ActionModule(ActionBase):
         # The group is known even on a node left alone, so the play still sees which server it belongs to.
         result.update(paths=where, adaptive=_rules.adaptive(settings), problems=[], group=group,
                       slot_key=group['key'] if group else task_vars['inventory_hostname'],
-                      timing=_timing.step_bounds(settings, group, perf_levels))
+                      timing=_timing.step_bounds(settings, group, perf_levels),
+                      bake=self._bake(settings, task_vars, canary, peers))
         if result['left_alone_because']:
             return result
         patch, patch_problem = self._patch(as_text(settings['sglang_patch_file']))
@@ -113,17 +118,29 @@ class ActionModule(ActionBase):
         mine = {'sglang_server_group': settings['sglang_server_group'], 'sglang_node_rank': settings['sglang_node_rank']}
         return lambda name: ChainMap(mine, peer(name)) if name == me else peer(name)
 
-    def _gate(self, settings, task_vars):
+    def _canary(self, settings, task_vars):
+        """The canary's hosts: the rollout's first servers, across the single-node and the group play (the plays
+        name the whole rollout, sglang_server_batches' rollout_hosts; one play alone is its own rollout)."""
+        rollout = rendered(self._templar, task_vars, ['sglang_rollout_hosts'], {'sglang_rollout_hosts': None})
+        return _rollout.canary_hosts(rollout['sglang_rollout_hosts'] or task_vars.get('ansible_play_hosts_all', []),
+                                     settings['sglang_canary'], inventory_vars(task_vars))
+
+    def _gate(self, settings, task_vars, canary):
         """Why this host is left alone (its skip flag, a failed canary, the failure budget); "" to go on."""
         peer = inventory_vars(task_vars)
         reports = _rollout.peer_reports(settings['sglang_fleet_hosts'], task_vars['inventory_hostname'],
                                         lambda name: peer(name).get('sglang_redeploy_report'), peer)
-        # The canary is the rollout's first servers, across the single-node and the group play: the plays
-        # name the whole rollout (sglang_server_batches' rollout_hosts); one play alone is its own rollout.
-        rollout = rendered(self._templar, task_vars, ['sglang_rollout_hosts'], {'sglang_rollout_hosts': None})
-        canary = _rollout.canary_hosts(rollout['sglang_rollout_hosts'] or task_vars.get('ansible_play_hosts_all', []),
-                                       settings['sglang_canary'], peer)
         return _rollout.gate(settings['sglang_redeploy_skip'], reports, canary, settings['sglang_max_fail_percentage'])
+
+    @staticmethod
+    def _bake(settings, task_vars, canary, peers):
+        """{seconds, baselines}: a canary server bakes against the fleet's other servers; any other host does not
+        (seconds 0), nor any host without sglang_canary_bake."""
+        seconds = as_float(settings['sglang_canary_bake'])
+        if seconds <= 0 or task_vars['inventory_hostname'] not in canary:
+            return {'seconds': 0, 'baselines': {}}
+        return {'seconds': seconds, 'baselines': _rollout.bake_baselines(
+            settings['sglang_fleet_hosts'], canary, peers, inventory_vars(task_vars))}
 
     def _inventory(self, task_vars):
         inventory = dict((name, self._templar.template(task_vars[name]))

@@ -66,6 +66,8 @@ FLAGS = (
     ('speculative_num_draft_tokens', '--speculative-num-draft-tokens', 'speculative_num_draft_tokens', 'int',
      SPECULATIVE),
     ('disable_overlap_schedule', '--disable-overlap-schedule', 'disable_overlap_schedule', 'bool', None),
+    # Prometheus /metrics (the canary bake reads them); None leaves the flag and its check out.
+    ('enable_metrics', '--enable-metrics', 'enable_metrics', 'bool', None),
     ('adaptive', '--speculative-adaptive', 'speculative_adaptive', 'bool', 'adaptive'),
     ('adaptive_config_path', '--speculative-adaptive-config', None, 'str', 'adaptive'),
     # The API keys, in a file: as arguments they would be readable by every local user in /proc/PID/cmdline.

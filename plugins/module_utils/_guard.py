@@ -476,6 +476,11 @@ class Guard(object):
             # must not keep the restore (and the lock) past the router's own timeout.
             taking_out = BoundedStep(lambda: self._take_out(router), _router_bound(router))
             steps.run('take the server out of the router', taking_out.wait)
+            drain = float(router.get('drain_timeout') or 0)
+            if drain > 0 and server.serves_http:
+                # A server that was readmitted (a canary baking under live traffic) holds requests the router
+                # sent before the removal: they finish before the stop, as the run's own stop lets them.
+                steps.run('wait for the requests in flight', lambda: server.wait_idle(drain))
         steps.run('stop the server that runs now', server.stop)
         steps.run('stop what is left of SGLang',
                   lambda: self._kill_leftovers(settings, state.get('server_uid'), outcome['killed']))

@@ -34,6 +34,7 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import (
     HttpError, JsonError, bearer, http_request, open_response, parse_json)
+from ansible_collections.gpuops.sglang.plugins.module_utils._live_metrics import MAX_METRICS_BODY, prometheus_sample
 
 # SGLang's Prometheus names (--enable-metrics) and the keys run_benchmark reports them under.
 METRICS = (('sglang:gen_throughput', 'gen_throughput'), ('sglang:spec_accept_length', 'spec_accept_length'))
@@ -43,8 +44,6 @@ MIN_READ_S = 0.05
 # One event line: SGLang's events carry the text so far, a few KB for thousands of tokens; a line past this is
 # a broken or hostile server, and reading it on would only grow memory.
 MAX_EVENT_LINE = 1024 * 1024
-# Prometheus text of a server with histograms per rank: a few hundred KB.
-MAX_METRICS_BODY = 8 * 1024 * 1024
 
 
 def percentile(samples, fraction):
@@ -138,16 +137,9 @@ def parse_metrics(text):
     found = dict((key, []) for dummy, key in METRICS)
     names = dict(METRICS)
     for line in text.splitlines():
-        if not line or line.startswith('#'):
-            continue
-        name = line.split('{', 1)[0].split(' ', 1)[0]
-        if name not in names:
-            continue
-        fields = line.rsplit('}', 1)[-1].split() if '{' in line else line.split()[1:]
-        try:
-            found[names[name]].append(float(fields[0]))
-        except (IndexError, ValueError):
-            continue
+        sample = prometheus_sample(line)
+        if sample is not None and sample[0] in names:
+            found[names[sample[0]]].append(sample[2])
     throughput, accept = found['gen_throughput'], found['spec_accept_length']
     return {'gen_throughput': sum(throughput) if throughput else None,
             'spec_accept_length': sum(accept) / len(accept) if accept else None}

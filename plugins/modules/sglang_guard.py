@@ -189,6 +189,12 @@ options:
         description: Seconds the router may take to list the server as healthy.
         type: float
         default: 30
+      drain_timeout:
+        description:
+          - Seconds a restore waits, once the server is out of the router, for the requests the router had sent it
+            to finish before it stops the server (a canary readmitted for its bake serves live traffic).
+        type: float
+        default: 0
   reason:
     description: Why a restore is done now (O(state=restored)); lands in the report.
     type: str
@@ -454,6 +460,7 @@ ARGUMENT_SPEC = dict(
         worker_url=dict(type='str', required=True),
         api_key=dict(type='str', no_log=True),
         timeout=dict(type='float', default=30),
+        drain_timeout=dict(type='float', default=0),
     )),
     reason=dict(type='str', default='restore requested'),
     lock_timeout=dict(type='float', default=60),

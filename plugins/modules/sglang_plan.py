@@ -202,4 +202,7 @@ timing:
     window_budget:
       description: How long the outage window may last (what C(sglang_rollback_deadline) must cover).
       type: float
+    deadline:
+      description: The guard's deadline in seconds, C(sglang_rollback_deadline), or with V(auto) RV(timing.window_budget).
+      type: float
 '''

@@ -26,7 +26,7 @@ SPLIT = 'split'
 # The report's names for the run's step results and notes (`run`; a step that never ran gives none).
 RESULTS = ('stop', 'killed', 'released', 'started', 'patched', 'router_before', 'router_removed', 'router_readmitted',
            'rollback', 'slot', 'takeover', 'gpu_probe', 'after_failure', 'state', 'failure', 'run_id', 'window_opened',
-           'skip_reason', 'decision', 'group', 'performance', 'group_decision')
+           'skip_reason', 'decision', 'group', 'performance', 'group_decision', 'bake')
 
 
 def report_files(host, status):
@@ -177,6 +177,8 @@ def base(run, settings):
         'rollback': None, 'router': router_block(run, settings['router_url']),
         'fleet_slot': dict((key, value) for key, value in _get(run, 'slot').items() if key in SLOT_KEYS),
         'takeover': _get(run, 'takeover').get('fired'), 'performance': performance(run, settings),
+        # The canary bake's verdict (sglang_canary_verdict's `bake`); null where no bake ran.
+        'bake': _get(run, 'bake').get('bake'),
         'group': group_block(run.get('group')),
     }
 

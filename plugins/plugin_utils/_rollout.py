@@ -97,7 +97,10 @@ def server_report(key, nodes, reports):
     if not key.startswith(GROUP_KEY):
         return finished[0]
     failed = [report for report in finished if report.get('status') in FAILED]
-    return {'host': key, 'nodes': list(nodes), 'status': (failed or finished)[0].get('status')}
+    # Rank 0 (the first node) bakes for the group.
+    whole = {'host': key, 'nodes': list(nodes), 'status': (failed or finished)[0].get('status')}
+    whole.update(('bake', report['bake']) for report in finished[:1] if report.get('bake'))
+    return whole
 
 
 def peer_reports(fleet_hosts, me, report_of, inventory_vars=None):
@@ -125,6 +128,11 @@ def gate(skip, reports, canary_hosts, max_fail_percentage):
         return 'sglang_redeploy_skip is set for this host'
     if canary_failed:
         return 'rollout stopped: the canary %s failed' % ', '.join(canary_failed)
+    held = [report['host'] for report in reports if (report.get('bake') or {}).get('action') == 'held'
+            and set(report.get('nodes') or [report.get('host')]) & set(canary_hosts)]
+    if held:
+        return ('rollout held: the bake of the canary %s was inconclusive (sglang_canary_inconclusive is hold); the'
+                ' canary keeps the new version' % ', '.join(held))
     if reports and len(failures) * 100.0 / len(reports) > as_float(max_fail_percentage):
         return ('rollout stopped: %d of %d finished host(s) failed (%s), above sglang_max_fail_percentage %s'
                 % (len(failures), len(reports), ', '.join(report['host'] for report in failures),
@@ -137,6 +145,14 @@ def canary_hosts(rollout_hosts, canary, inventory_vars=None):
     the single-node servers first, then the groups (server_batches)."""
     chosen = servers(rollout_hosts, _node(inventory_vars or (lambda name: {})))[:max(0, as_int(canary))]
     return [name for dummy, nodes in chosen for name in nodes]
+
+
+def bake_baselines(fleet_hosts, canary, peers, inventory_vars=None):
+    """{server key: URL} of the servers a canary's bake compares with: every server of the fleet outside the
+    canary (a group is one server, at rank 0's URL); during the canary batch they still run the previous version."""
+    canary = set(canary)
+    return dict((key, peers[key]) for key, nodes in servers(fleet_hosts, _node(inventory_vars or (lambda name: {})))
+                if not canary & set(nodes) and key in peers)
 
 
 def _serial_entries(serial):

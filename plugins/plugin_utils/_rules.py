@@ -195,15 +195,42 @@ def _perf_problems(settings):
     ]
 
 
+def _bake_problems(settings):
+    """The canary bake's rules (only when it is on)."""
+    bake = as_float(settings['sglang_canary_bake'])
+    return [
+        ('sglang_canary_bake (%s) must not be negative (0 turns the bake off).' % as_text(settings['sglang_canary_bake']),
+         bake < 0),
+        ('sglang_canary_bake needs sglang_router_url: the bake judges the canary on the live traffic a router sends'
+         ' it, against the servers still on the previous version behind the same router.',
+         bake > 0 and not as_text(settings['sglang_router_url'])),
+        ('sglang_canary_bake needs a canary (redeploy_canary or sglang_canary of at least 1): the bake holds the'
+         ' rollout after the canary batch.', bake > 0 and as_int(settings['sglang_canary']) < 1),
+        ('sglang_canary_min_requests must be at least 1, sglang_canary_latency_tolerance at least 0, and'
+         ' sglang_canary_error_tolerance from 0 to 1.',
+         bake > 0 and (as_int(settings['sglang_canary_min_requests']) < 1
+                       or as_float(settings['sglang_canary_latency_tolerance']) < 0
+                       or not 0 <= as_float(settings['sglang_canary_error_tolerance']) <= 1)),
+    ]
+
+
 def _deadline_problems(settings):
     budget = _timing.window_budget(settings)
+    if _timing.is_auto(settings['sglang_rollback_deadline']):
+        return []
+    given = as_float(settings['sglang_rollback_deadline'])  # 0.0 when not a number
+    if given <= 0:
+        return [('sglang_rollback_deadline (%s) must be a number of seconds above 0, or auto (what the window may'
+                 ' last with these settings).' % as_text(settings['sglang_rollback_deadline']), True)]
     return [
         ('sglang_rollback_deadline (%s s) is shorter than the outage window may last (%s s: 2 x sglang_term_timeout'
          ' + sglang_gpu_release_timeout + sglang_health_timeout%s); the guard would roll back a server that is still'
          ' loading.' % (as_text(settings['sglang_rollback_deadline']), as_text(budget),
                         (' + sglang_drain_timeout + 2 x sglang_router_timeout' if settings['sglang_router_url'] else '')
-                        + (' + 2 x levels x sglang_perf_timeout' if as_bool(settings['sglang_perf_gate']) else '')),
-         as_float(settings['sglang_rollback_deadline']) < budget),
+                        + (' + 2 x levels x sglang_perf_timeout' if as_bool(settings['sglang_perf_gate']) else '')
+                        + (' + sglang_canary_bake and its /metrics readings'
+                           if as_float(settings['sglang_canary_bake']) > 0 else '')),
+         given < budget),
     ]
 
 
@@ -230,7 +257,8 @@ def variable_problems(settings, inventory):
     rules += _speculation_problems(settings)
     rules += _inventory_problems(settings, inventory)
     rules += _timing_problems(settings) + _size_problems(settings) + _fleet_problems(settings)
-    rules += _key_problems(settings) + _folder_problems(settings) + _deadline_problems(settings)
+    rules += _key_problems(settings) + _folder_problems(settings) + _bake_problems(settings)
+    rules += _deadline_problems(settings)
     rules += _lease_problems(settings, inventory.get('controller'))
     if as_bool(settings['sglang_perf_gate']):
         rules += _perf_problems(settings)

@@ -28,6 +28,8 @@ LOCKSTEP_SLACK_S = 30
 ADMISSION_SLACK_S = 30
 # The guard's lock may be held by a restore that waits for the previous server's health.
 LOCK_SLACK_S = 60
+# Each /metrics reading of the canary's bake (sglang_canary_bake's timeout).
+BAKE_READ_TIMEOUT_S = 10
 
 
 def _router(settings):
@@ -36,7 +38,7 @@ def _router(settings):
 
 def window_budget(settings):
     """How long the outage window may last: 2 x term + GPU release + health (+ drain + 2 x router with a router,
-    + two benchmarks with the performance gate)."""
+    + two benchmarks with the performance gate, + the canary's bake)."""
     budget = (2 * as_float(settings['sglang_term_timeout']) + as_float(settings['sglang_gpu_release_timeout'])
               + as_float(settings['sglang_health_timeout']))
     if _router(settings):
@@ -45,7 +47,17 @@ def window_budget(settings):
         # The baseline and the candidate are benchmarked inside the window, each level within the timeout.
         levels = levels_to_measure(settings['sglang_perf_levels'], settings['sglang_dynamic_spec_batch_size_threshold'])
         budget += 2 * len(levels) * as_float(settings['sglang_perf_timeout'])
+    budget += bake_bound(settings, len(settings['sglang_fleet_hosts'] or []) - 1)
     return budget
+
+
+def bake_bound(settings, baselines=0):
+    """How long the canary's bake may take (0 without one): the hold and two /metrics readings of the canary and
+    of each baseline server (at least one counted)."""
+    seconds = as_float(settings['sglang_canary_bake'])
+    if seconds <= 0:
+        return 0
+    return seconds + 2 * (1 + max(1, as_int(baselines))) * BAKE_READ_TIMEOUT_S
 
 
 def renewal_gap(controller):
@@ -60,7 +72,7 @@ def peer_wait(group, settings, perf_levels):
     does in lockstep meanwhile (the group play runs each step on every node before the next), which its lease
     must cover (`after`): after the arm, rank 0's removal from the router, its baseline benchmark and its drain
     and stop (the other ranks stop once rank 0 stopped); after the ranks' start, rank 0's start, health wait,
-    verification, benchmark and admission. Zeros on rank 0 and on a single-node server, whose own steps renew
+    verification, benchmark, admission and canary bake. Zeros on rank 0 and on a single-node server, whose own steps renew
     their own leases."""
     if group is None or group['rank'] == 0:
         return {'armed': 0, 'started': 0}
@@ -71,9 +83,11 @@ def peer_wait(group, settings, perf_levels):
                    if as_bool(settings['sglang_perf_gate']) else 0)
     # Rank 0's stop: its drain, the command, SIGTERM's wait (the stop does not wait for SIGKILL's).
     stop_s = drain_s + COMMAND_TIMEOUT + as_float(settings['sglang_term_timeout'])
+    # The group as a canary: rank 0 bakes after its admission, before the guards are confirmed.
+    bake_s = bake_bound(settings, len(settings['sglang_fleet_hosts'] or []) - 1)
     return {
         'armed': router_s + benchmark_s + stop_s + LOCKSTEP_SLACK_S,
-        'started': as_float(settings['sglang_health_timeout']) + benchmark_s + router_s + LOCKSTEP_SLACK_S,
+        'started': as_float(settings['sglang_health_timeout']) + benchmark_s + router_s + bake_s + LOCKSTEP_SLACK_S,
     }
 
 
@@ -98,6 +112,21 @@ def step_bounds(settings, group, perf_levels):
         'stop_after': 2 * as_float(settings['sglang_term_timeout']) + COMMAND_TIMEOUT,
         'ranks_started_after': peers['started'],
         'readmit_after': {'in_router': router_s + ADMISSION_SLACK_S, 'out_of_router': 0},
-        'lock_timeout': as_float(settings['sglang_health_timeout']) + LOCK_SLACK_S,
+        # A restore with a router waits for the requests in flight of a readmitted server before its stop.
+        'lock_timeout': (as_float(settings['sglang_health_timeout']) + LOCK_SLACK_S
+                         + (as_float(settings['sglang_drain_timeout']) if _router(settings) else 0)),
         'window_budget': window_budget(settings),
+        'deadline': deadline(settings),
     }
+
+
+def deadline(settings):
+    """The guard's deadline in seconds: sglang_rollback_deadline, or with `auto` the window's budget."""
+    if is_auto(settings['sglang_rollback_deadline']):
+        return window_budget(settings)
+    # Not a number: 0, which the rules refuse (_rules._deadline_problems) before anything is armed.
+    return as_float(settings['sglang_rollback_deadline'])
+
+
+def is_auto(value):
+    return as_text(value).strip().lower() == 'auto'

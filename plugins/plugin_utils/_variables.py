@@ -11,9 +11,10 @@ from ansible.errors import AnsibleActionFail
 
 # Every role variable the plan reads (roles/sglang/defaults/main.yml, meta/argument_specs.yml).
 ROLE_SETTINGS = (
-    'sglang_admin_api_key', 'sglang_api_key', 'sglang_canary', 'sglang_config_dir',
+    'sglang_admin_api_key', 'sglang_api_key', 'sglang_canary', 'sglang_canary_bake',
+    'sglang_canary_error_tolerance', 'sglang_canary_latency_tolerance', 'sglang_canary_min_requests', 'sglang_config_dir',
     'sglang_disable_overlap_schedule', 'sglang_dist_init_addr', 'sglang_dist_init_port', 'sglang_draft_model_path',
-    'sglang_drain_timeout', 'sglang_dynamic_spec_adaptive_config', 'sglang_dynamic_spec_batch_size_threshold',
+    'sglang_drain_timeout', 'sglang_dynamic_spec_adaptive_config', 'sglang_enable_metrics', 'sglang_dynamic_spec_batch_size_threshold',
     'sglang_dynamic_spec_enabled', 'sglang_dynamic_spec_env_name', 'sglang_dynamic_spec_mode', 'sglang_environment',
     'sglang_extra_args', 'sglang_fleet_hosts', 'sglang_fleet_wait_timeout', 'sglang_gpu_release_timeout',
     'sglang_guard_dir', 'sglang_health_poll_interval', 'sglang_health_timeout', 'sglang_host',

@@ -40,6 +40,9 @@ DEFAULT_DRAFT_STEPS = 3
 # SGLang's gen_throughput is logged every decode_log_interval (40) steps; the stand-in's window.
 THROUGHPUT_WINDOW_STEPS = 40
 SLOWDOWN_ENV = 'LAB_STANDIN_SLOWDOWN'
+# Seconds after the server turned healthy before LAB_STANDIN_SLOWDOWN applies (unset: from the start): a server
+# that degrades only once it has served live traffic for a while.
+DEGRADE_AFTER_ENV = 'LAB_STANDIN_DEGRADE_AFTER'
 UNBOUNDED_BATCH = 1024
 
 
@@ -100,11 +103,13 @@ class Request(object):
 class Scheduler(object):
     """The batch: requests wait in a queue and run max_running at a time, one step for all of them."""
 
-    def __init__(self, steps_by_batch_size, max_running, speculative, slowdown=1.0, sleep=time.sleep):
+    def __init__(self, steps_by_batch_size, max_running, speculative, slowdown=1.0, sleep=time.sleep, degrade_at=None):
         self.steps_by_batch_size = steps_by_batch_size
         self.speculative = speculative
         self.max_running = max_running
         self.slowdown = slowdown
+        # Monotonic seconds from which the slowdown applies; None: always.
+        self.degrade_at = degrade_at
         self.sleep = sleep
         self.waiting = collections.deque()
         self.running = []
@@ -114,6 +119,11 @@ class Scheduler(object):
         self.spec_accept_length = 0.0
         self.last_draft_steps = 0
         self.stopped = False
+
+    def slowdown_now(self):
+        if self.degrade_at is not None and time.monotonic() < self.degrade_at:
+            return 1.0
+        return self.slowdown
 
     def steps_for(self, batch_size):
         return self.steps_by_batch_size.get(batch_size, self.steps_by_batch_size[max(self.steps_by_batch_size)])
@@ -141,7 +151,7 @@ class Scheduler(object):
         if not batch:
             return False
         draft_steps = self.steps_for(len(batch))
-        took = step_time(len(batch), draft_steps, admitted, self.slowdown)
+        took = step_time(len(batch), draft_steps, admitted, self.slowdown_now())
         self.sleep(took)
         before = sum(request.produced for request in batch)
         for request in batch:
@@ -182,13 +192,16 @@ class Scheduler(object):
             self.lock.notify_all()
 
 
-def scheduler_for(resolved, adaptive, environ):
-    """The server's scheduler, started: its batch bound, its draft steps, LAB_STANDIN_SLOWDOWN."""
+def scheduler_for(resolved, adaptive, environ, healthy_at=None):
+    """The server's scheduler, started: its batch bound, its draft steps, LAB_STANDIN_SLOWDOWN (from
+    LAB_STANDIN_DEGRADE_AFTER seconds after healthy_at, monotonic, when that is set)."""
     # Without --max-running-requests SGLang sizes the batch from the KV cache: no bound the lab reaches.
     max_running = resolved.get('max_running_requests') or UNBOUNDED_BATCH
     steps = draft_steps_by_batch_size(resolved, adaptive, min(max_running, 256))
+    degrade_after = environ.get(DEGRADE_AFTER_ENV)
+    degrade_at = healthy_at + float(degrade_after) if degrade_after and healthy_at is not None else None
     scheduler = Scheduler(steps, max_running, bool(resolved.get('speculative_algorithm')),
-                          float(environ.get(SLOWDOWN_ENV) or 1.0))
+                          float(environ.get(SLOWDOWN_ENV) or 1.0), degrade_at=degrade_at)
     scheduler.start()
     return scheduler
 
@@ -228,8 +241,9 @@ def decode_report(scheduler, up_to=64):
                                               for b in sizes)}
 
 
-def metrics_text(scheduler, model_name):
-    """/metrics as SGLang's --enable-metrics exports these gauges (Prometheus text, labelled by model_name)."""
+def metrics_text(scheduler, model_name, live=()):
+    """/metrics as SGLang's --enable-metrics exports these gauges (Prometheus text, labelled by model_name),
+    then the live lines (live_metrics.LiveMetrics.lines) given."""
     running, waiting = scheduler.counts()
     label = '{model_name="%s"}' % model_name.replace('\\', '\\\\').replace('"', '\\"')
     gauges = [('sglang:num_running_reqs', 'The number of running requests.', running),
@@ -242,4 +256,4 @@ def metrics_text(scheduler, model_name):
     lines = []
     for name, text, value in gauges:
         lines.extend(['# HELP %s %s' % (name, text), '# TYPE %s gauge' % name, '%s%s %s' % (name, label, float(value))])
-    return '\n'.join(lines) + '\n'
+    return '\n'.join(lines + list(live)) + '\n'

@@ -33,7 +33,11 @@ It behaves like SGLang where the redeploy playbook can observe it:
   does (to whoever holds the API key). The stand-in has no admin endpoint.
 Lab knobs (environment): LAB_STANDIN_WARMUP seconds before healthy (default 1.5),
 LAB_STANDIN_GPU_MIB memory per scheduler (default 20610), LAB_STANDIN_DRAIN seconds (default 0.3),
-LAB_STANDIN_SLOWDOWN a factor on every decode step (default 1: a deliberately slower server above it).
+LAB_STANDIN_SLOWDOWN a factor on every decode step (default 1: a deliberately slower server above it),
+from LAB_STANDIN_DEGRADE_AFTER seconds after the server turned healthy when that is set (a server that degrades
+only under live traffic), LAB_STANDIN_ERROR_RATE the share of /generate requests answered 500 (every n-th,
+deterministically; counted as aborted). /metrics also exports SGLang's request histograms and counters
+(live_metrics.py).
 Drain gate (for fault tests): while the file /run/lab-standin-drain-gate exists, the drain after
 SIGTERM lasts (as if requests were still in flight; at most 120 s), so a test can act at a known
 point of the outage window: after the stop began, before anything else ran.
@@ -55,7 +59,7 @@ import uuid
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from sglang_standin import decode, ranks
+from sglang_standin import decode, live_metrics, ranks
 from sglang_standin.adaptive import resolve_adaptive
 
 HOLDER = '/opt/lab/simulators/gpu_holder.py'
@@ -64,6 +68,7 @@ CONTROL_DEVICES = ['/dev/nvidiactl', '/dev/nvidia-uvm']
 PATCH_ENV = 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'
 DRAIN_GATE = '/run/lab-standin-drain-gate'
 GENERATE_GATE = '/run/lab-standin-generate-gate'
+ERROR_RATE_ENV = 'LAB_STANDIN_ERROR_RATE'
 
 
 def gate_holds(path):
@@ -275,7 +280,9 @@ class Server(object):
         self.draining = threading.Event()
         self.in_flight = 0
         self.in_flight_changed = threading.Condition()
-        self.scheduler = decode.scheduler_for(resolved, adaptive, os.environ)
+        self.scheduler = decode.scheduler_for(resolved, adaptive, os.environ, healthy_at=self.started + self.warmup)
+        self.live = live_metrics.LiveMetrics()
+        self.errors = live_metrics.ErrorRate(os.environ.get(ERROR_RATE_ENV))
 
     def ready(self):
         return time.monotonic() - self.started >= self.warmup
@@ -392,14 +399,30 @@ class Server(object):
             time.sleep(0.02)
         return [(self.scheduler.submit(max_new), uuid.uuid4().hex, len(str(prompt).split())) for prompt in prompts]
 
+    def recorded(self, outputs, received, streaming):
+        """The outputs as they come, each step's time recorded for /metrics once the last one is out."""
+        first = last = None
+        gaps, tokens = [], 0
+        for output in outputs:
+            now = time.monotonic()
+            if first is None:
+                first = now
+            else:
+                gaps.append(now - last)
+            last, tokens = now, output['meta_info']['completion_tokens']
+            yield output
+        self.live.finished(streaming, first - received if first is not None else None, gaps,
+                           time.monotonic() - received, tokens)
+
     def generate(self, request):
         """One /generate answer in SGLang's non-streaming shape (a list for a batch of prompts)."""
+        received = time.monotonic()
         prompts, is_list, max_new = self.generate_input(request)
         answers = []
         for scheduled, request_id, prompt_tokens in self.admit(prompts, max_new, self.generate_delay):
             last = None
-            for last in decode.outputs(scheduled, request_id, prompt_tokens, self.scheduler.speculative,
-                                       time.monotonic() + 600):
+            for last in self.recorded(decode.outputs(scheduled, request_id, prompt_tokens, self.scheduler.speculative,
+                                                     time.monotonic() + 600), received, False):
                 pass
             answers.append(last)
         return answers if is_list else answers[0]
@@ -410,8 +433,10 @@ class Server(object):
         prompts, is_list, max_new = self.generate_input(request)
         if is_list:
             raise ValueError('the stand-in streams one prompt a request')
+        received = time.monotonic()
         (scheduled, request_id, prompt_tokens), = self.admit(prompts, max_new, 0)
-        return decode.outputs(scheduled, request_id, prompt_tokens, self.scheduler.speculative, time.monotonic() + 600)
+        return self.recorded(decode.outputs(scheduled, request_id, prompt_tokens, self.scheduler.speculative,
+                                            time.monotonic() + 600), received, True)
 
     def info(self):
         info = dict(self.resolved)
@@ -510,7 +535,8 @@ def make_handler(server):
             elif path == '/get_load':
                 self._send(200, server.legacy_load())
             elif path == '/metrics' and server.resolved['enable_metrics']:
-                self.send_text(200, decode.metrics_text(server.scheduler, server.resolved['served_model_name']))
+                self.send_text(200, decode.metrics_text(server.scheduler, server.resolved['served_model_name'],
+                                                        server.live.lines(server.resolved['served_model_name'])))
             elif path in ('/v1/models',):
                 self._send(200, {'data': [{'id': server.resolved['served_model_name']}]})
             else:
@@ -535,6 +561,11 @@ def make_handler(server):
                 self._send(refusal[0], {'error': {'message': refusal[1]}})
                 return
             try:
+                if server.errors.next_fails():
+                    # Counted as upstream counts an aborted request; the client sees a failed one.
+                    server.live.failed()
+                    self._send(500, {'error': {'message': 'stand-in error (%s)' % ERROR_RATE_ENV}})
+                    return
                 try:
                     answer = server.stream(request) if request.get('stream') else server.generate(request)
                 except ValueError as exc:

@@ -204,3 +204,19 @@ def test_a_patch_that_cannot_be_read_fails_the_plan_before_anything_stops(run_ac
     assert plan['failed'] is True and 'patch' not in plan
     assert plan['problems'] == [plan['msg']]
     assert plan['msg'].startswith('sglang_patch_file %s cannot be read on the controller: ' % diff)
+
+
+def test_a_canary_bakes_against_the_fleets_other_servers_and_every_server_exports_metrics(run_action):
+    bake = dict(sglang_canary_bake=60, sglang_canary=1, sglang_router_url='http://127.0.0.1:30080',
+                sglang_fleet_hosts=['gpu2', 'gpu1'], ansible_play_hosts_all=['gpu2', 'gpu1'])
+    plan = run_action(ActionModule, host_vars(**bake))
+    assert not plan.get('failed'), plan.get('msg')
+    assert plan['bake'] == {'seconds': 60.0, 'baselines': {'gpu1': 'http://127.0.0.11:30000'}}
+    assert '--enable-metrics' in plan['args'] and plan['expected_server_info']['enable_metrics'] is True
+    # gpu1 is not the canary: it does not bake, and it exports its figures as the baseline.
+    later = run_action(ActionModule, host_vars(inventory_hostname='gpu1', **bake))
+    assert later['bake'] == {'seconds': 0, 'baselines': {}} and '--enable-metrics' in later['args']
+    # Without a bake nothing changes in the server's flags.
+    plain = run_action(ActionModule, host_vars())
+    assert plain['bake'] == {'seconds': 0, 'baselines': {}} and '--enable-metrics' not in plain['args']
+    assert 'enable_metrics' not in plain['expected_server_info']

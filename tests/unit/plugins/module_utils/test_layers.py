@@ -22,7 +22,7 @@ LAYERS = {
     'base': ('_command.py', '_http.py', '_files.py', '_polling.py'),
     'readers': ('_procfs.py', '_pct.py', '_processes.py', '_nvidia.py'),
     'domain': ('_patching.py', '_server.py', '_router.py', '_fleet.py', '_guard.py', '_release.py', '_lease.py',
-               '_serving_benchmark.py'),
+               '_serving_benchmark.py', '_live_metrics.py'),
     'module': ('_module.py',),
 }
 ORDER = ('base', 'readers', 'domain', 'module')

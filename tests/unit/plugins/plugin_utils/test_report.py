@@ -82,6 +82,18 @@ def test_every_report_says_the_gates_verdict_or_why_there_is_none(run, gate, ver
     assert set(found) == set(JUDGED)
 
 
+BAKED = {'verdict': 'fail', 'reason': 'p95 inter-token latency 0.1200 s against 0.0250 s (+380%, tolerance 25%)',
+         'action': 'rolled_back', 'seconds': 25.0, 'baseline_servers': 1,
+         'canary': {'requests': 90, 'errors': 0}, 'baseline': {'requests': 95, 'errors': 0}}
+
+
+def test_the_bake_reaches_the_report_from_the_step_result_by_its_name():
+    # From the registered verdict (failed, as a worse canary's is), through run_of as the action plugin reads it.
+    run = _report.run_of({'bake': {'failed': True, 'bake': BAKED}, 'failure': 'x', 'window_opened': True}, False)
+    assert _report.report(run, SETTINGS)['bake'] == BAKED
+    assert _report.report(_report.run_of({}, False), SETTINGS)['bake'] is None
+
+
 def node(status):
     return {'status': status}
 

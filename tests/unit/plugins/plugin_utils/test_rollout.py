@@ -47,8 +47,12 @@ def test_peer_reports_leave_out_this_host_the_skipped_and_the_unfinished():
     (False, [report('gpu1', 'redeployed'), report('gpu2', 'failed')], ['gpu1'], 50, ''),
     (False, [report('gpu1', 'unchanged'), report('gpu2', 'rolled_back'), report('gpu3', 'failed')], [], 60,
      'rollout stopped: 2 of 3 finished host(s) failed (gpu2, gpu3), above sglang_max_fail_percentage 60'),
+    (False, [dict(report('gpu1', 'redeployed'), bake={'verdict': 'inconclusive', 'action': 'held'})], ['gpu1'], 100,
+     'rollout held: the bake of the canary gpu1 was inconclusive (sglang_canary_inconclusive is hold); the canary keeps'
+     ' the new version'),
+    (False, [dict(report('gpu1', 'redeployed'), bake={'verdict': 'pass', 'action': 'kept'})], ['gpu1'], 100, ''),
 ], ids=['takes-part', 'skip-flag', 'skip-flag-first', 'skip-flag-false', 'canary-failed', 'budget-spent',
-        'budget-at-the-limit', 'budget-of-three'])
+        'budget-at-the-limit', 'budget-of-three', 'canary-held', 'canary-baked'])
 def test_gate_says_why_a_host_is_left_alone(skip, reports, canary, percentage, reason):
     assert _rollout.gate(skip, reports, canary, percentage) == reason
 
@@ -182,3 +186,18 @@ def test_server_batches_count_servers_and_never_split_a_group(serial, canary, si
 def test_server_batches_of_a_fleet_of_groups_only_put_the_canary_in_the_group_play():
     batches = _rollout.server_batches(GROUP_NODES, fleet_vars, '100%', 1)
     assert (batches['single_hosts'], batches['single_serial'], batches['group_serial']) == ([], [], [2, 3])
+
+
+def test_a_group_canary_held_by_its_bake_holds_the_rollout():
+    reports = _rollout.peer_reports(ORDER, 'gpu2', {
+        'big0': dict(report('big0', 'redeployed'), bake={'verdict': 'inconclusive', 'action': 'held'}),
+        'big1': report('big1', 'redeployed')}.get, fleet_vars)
+    assert _rollout.gate(False, reports, ['big0', 'big1'], 100).startswith(
+        'rollout held: the bake of the canary group:big was inconclusive')
+
+
+def test_the_bake_compares_with_every_server_outside_the_canary():
+    peers = {'gpu1': 'http://a:1', 'group:big': 'http://b:1', 'gpu2': 'http://c:1'}
+    assert _rollout.bake_baselines(ORDER, ['gpu1'], peers, fleet_vars) == {'group:big': 'http://b:1',
+                                                                          'gpu2': 'http://c:1'}
+    assert _rollout.bake_baselines(ORDER, ['gpu1', 'big0', 'big1'], peers, fleet_vars) == {'gpu2': 'http://c:1'}

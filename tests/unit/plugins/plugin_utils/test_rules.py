@@ -125,6 +125,49 @@ def test_each_broken_rule_says_its_message(settings, overrides, inventory, messa
     assert _rules.variable_problems(settings, inventory) == [message]
 
 
+BAKE = {'sglang_canary_bake': 300, 'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_canary': 1,
+        'sglang_fleet_hosts': ['gpu1', 'gpu2'], 'sglang_rollback_deadline': 1800}
+BAKE_TOLERANCES = ('sglang_canary_min_requests must be at least 1, sglang_canary_latency_tolerance at least 0, and'
+                   ' sglang_canary_error_tolerance from 0 to 1.')
+
+
+@pytest.mark.parametrize('overrides, messages', [
+    (BAKE, []),
+    # Off: none of its settings is checked.
+    ({'sglang_canary_bake': '0', 'sglang_canary_min_requests': 0}, []),
+    (dict(BAKE, sglang_router_url=''), ['sglang_canary_bake needs sglang_router_url: the bake judges the canary on'
+                                        ' the live traffic a router sends it, against the servers still on the'
+                                        ' previous version behind the same router.']),
+    (dict(BAKE, sglang_canary='0'), ['sglang_canary_bake needs a canary (redeploy_canary or sglang_canary of at least'
+                                     ' 1): the bake holds the rollout after the canary batch.']),
+    (dict(BAKE, sglang_canary_bake=-5), ['sglang_canary_bake (-5) must not be negative (0 turns the bake off).']),
+    (dict(BAKE, sglang_canary_min_requests=0), [BAKE_TOLERANCES]),
+    (dict(BAKE, sglang_canary_error_tolerance=1.5), [BAKE_TOLERANCES]),
+    (dict(BAKE, sglang_canary_latency_tolerance=-0.1), [BAKE_TOLERANCES]),
+    # The bake lies inside the guard's deadline: 1380 s of window behind a router, the hold and four readings.
+    (dict(BAKE, sglang_rollback_deadline=1700),
+     ['sglang_rollback_deadline (1700 s) is shorter than the outage window may last (1720.0 s: 2 x sglang_term_timeout'
+      ' + sglang_gpu_release_timeout + sglang_health_timeout + sglang_drain_timeout + 2 x sglang_router_timeout +'
+      ' sglang_canary_bake and its /metrics readings); the guard would roll back a server that is still loading.']),
+], ids=['consistent', 'off', 'no-router', 'no-canary', 'negative', 'min-requests', 'error-tolerance',
+        'latency-tolerance', 'deadline'])
+def test_the_canary_bake_needs_a_router_a_canary_and_room_in_the_deadline(settings, overrides, messages):
+    settings.update(overrides)
+    assert _rules.variable_problems(settings, PVE) == messages
+
+
+@pytest.mark.parametrize('given, messages', [
+    ('auto', []),
+    ('0', ['sglang_rollback_deadline (0) must be a number of seconds above 0, or auto (what the window may last with'
+           ' these settings).']),
+    ('soon', ['sglang_rollback_deadline (soon) must be a number of seconds above 0, or auto (what the window may last'
+              ' with these settings).']),
+])
+def test_the_deadline_is_seconds_or_auto(settings, given, messages):
+    settings.update(GATE, sglang_rollback_deadline=given)
+    assert _rules.variable_problems(settings, PVE) == messages
+
+
 def test_extra_args_that_only_look_like_secrets_pass(settings):
     settings['sglang_extra_args'] = ['--api-key-file-is-not-a-flag', '--configure', '--log-level=info', '--', '-a']
     assert _rules.variable_problems(settings, PVE) == []

@@ -12,7 +12,11 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils import _timing
     ({'sglang_perf_gate': 'true', 'sglang_perf_timeout': 60}, 1260.0),
     ({'sglang_perf_gate': True, 'sglang_perf_levels': [1, 2, 4], 'sglang_perf_timeout': '10'}, 1080.0),
     ({'sglang_term_timeout': '10', 'sglang_gpu_release_timeout': 5, 'sglang_health_timeout': 60.5}, 85.5),
-], ids=['defaults', 'with-router', 'with-perf-gate', 'with-perf-gate-3-levels', 'strings'])
+    # The canary's bake: the hold, and two readings (10 s each at most) of the canary and the fleet's other server.
+    ({'sglang_canary_bake': 120, 'sglang_fleet_hosts': ['gpu1', 'gpu2']}, 1020.0 + 120 + 2 * 2 * 10),
+    ({'sglang_canary_bake': '60', 'sglang_fleet_hosts': ['gpu%d' % n for n in range(8)]}, 1020.0 + 60 + 2 * 8 * 10),
+], ids=['defaults', 'with-router', 'with-perf-gate', 'with-perf-gate-3-levels', 'strings', 'with-bake',
+        'with-bake-8-servers'])
 def test_window_budget_adds_every_wait_of_the_outage(settings, overrides, budget):
     settings.update(overrides)
     assert _timing.window_budget(settings) == budget
@@ -20,7 +24,7 @@ def test_window_budget_adds_every_wait_of_the_outage(settings, overrides, budget
 
 PEER_SETTINGS = {'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_router_timeout': 10, 'sglang_drain_timeout': 5,
                  'sglang_perf_gate': False, 'sglang_perf_timeout': 60, 'sglang_term_timeout': 2,
-                 'sglang_health_timeout': 900}
+                 'sglang_health_timeout': 900, 'sglang_canary_bake': 0, 'sglang_fleet_hosts': ['mn1', 'mn2', 'gpu1']}
 
 
 @pytest.mark.parametrize('rank, overrides, levels, wait', [
@@ -30,7 +34,9 @@ PEER_SETTINGS = {'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_router_t
     (1, {'sglang_router_url': ''}, [], {'armed': 92.0, 'started': 930.0}),
     # With the performance gate: two benchmarks of two levels, 60 s each, plus the drain before the baseline.
     (1, {'sglang_perf_gate': True}, [1, 16], {'armed': 232.0, 'started': 1065.0}),
-], ids=['rank-0', 'behind-a-router', 'no-router', 'performance-gate'])
+    # The group as a canary: rank 0's bake (60 s and two readings of itself and the fleet's other two servers).
+    (1, {'sglang_canary_bake': 60}, [], {'armed': 107.0, 'started': 940.0 + 60 + 2 * 3 * 10}),
+], ids=['rank-0', 'behind-a-router', 'no-router', 'performance-gate', 'canary-bake'])
 def test_a_rank_above_0_hands_its_lease_over_for_what_rank_0_does_meanwhile(rank, overrides, levels, wait):
     settings = dict(PEER_SETTINGS, **overrides)
     assert _timing.peer_wait({'rank': rank}, settings, levels) == wait
@@ -55,20 +61,22 @@ RANK_1 = {'rank': 1}
      None,
      {'arm_after': {'in_router': 10.0, 'out_of_router': 0}, 'stop_after': 10.0 + COMMAND_TIMEOUT,
       'ranks_started_after': 0, 'readmit_after': {'in_router': 40.0, 'out_of_router': 0}, 'lock_timeout': 120.0}),
-    # A rank 1 behind a router: the arm covers rank 0's removal and stop, longer than the router's timeout alone.
+    # A rank 1 behind a router: the arm covers rank 0's removal and stop, longer than the router's timeout alone;
+    # a restore waits for the lock through another restore's drain (5 s) and health wait.
     (dict(PEER_SETTINGS), RANK_1,
      {'arm_after': {'in_router': 107.0, 'out_of_router': 107.0}, 'stop_after': 4.0 + COMMAND_TIMEOUT,
-      'ranks_started_after': 940.0, 'readmit_after': {'in_router': 40.0, 'out_of_router': 0}, 'lock_timeout': 960.0}),
+      'ranks_started_after': 940.0, 'readmit_after': {'in_router': 40.0, 'out_of_router': 0}, 'lock_timeout': 965.0}),
     # A router whose timeout outlasts what rank 0 does meanwhile: the longer of the two.
     (dict(PEER_SETTINGS, sglang_router_timeout=200), RANK_1,
      {'arm_after': {'in_router': 297.0, 'out_of_router': 297.0}, 'stop_after': 4.0 + COMMAND_TIMEOUT,
       'ranks_started_after': 1130.0, 'readmit_after': {'in_router': 230.0, 'out_of_router': 0},
-      'lock_timeout': 960.0}),
+      'lock_timeout': 965.0}),
 ], ids=['single-node', 'rank-1-behind-a-router', 'slow-router'])
 def test_every_step_bound_derives_from_the_settings(settings, overrides, group, bounds):
     settings.update(overrides)
     found = _timing.step_bounds(settings, group, [])
     assert found.pop('window_budget') == _timing.window_budget(settings)
+    assert found.pop('deadline') == 1800.0
     assert found == bounds
 
 
@@ -80,3 +88,22 @@ def test_the_whole_window_is_the_sum_of_its_steps_bounds(settings):
                     sglang_perf_gate=True, sglang_perf_levels=[1, 16], sglang_perf_timeout=120)
     steps = [2 * 30, 60, 900, 120, 2 * 30, 2 * 2 * 120]
     assert _timing.window_budget(settings) == sum(steps) == 1680
+
+
+@pytest.mark.parametrize('given, expected', [
+    (1800, 1800.0), ('600', 600.0),
+    # auto: what the window may last with these settings, the gate's and the bake's bounds included.
+    ('auto', 1020.0), ('AUTO', 1020.0),
+    # Not a number: 0, which the rules refuse before anything is armed (test_rules).
+    ('nonsense', 0.0),
+])
+def test_the_deadline_is_given_or_derived(settings, given, expected):
+    settings['sglang_rollback_deadline'] = given
+    assert _timing.deadline(settings) == expected
+    assert _timing.step_bounds(settings, None, [])['deadline'] == expected
+
+
+def test_an_auto_deadline_grows_with_the_gate_and_the_bake(settings):
+    settings.update(sglang_rollback_deadline='auto', sglang_perf_gate=True, sglang_canary_bake=30,
+                    sglang_fleet_hosts=['gpu1', 'gpu2'])
+    assert _timing.deadline(settings) == _timing.window_budget(settings) == 1020.0 + 2 * 2 * 60 + 30 + 2 * 2 * 10

@@ -1,0 +1,55 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The canary bake's verdict on the controller: the canary's live figures against the baseline's
+(plugin_utils/_bake.py, unit-tested there), and what the verdict does: a failed bake, or an inconclusive one under
+`inconclusive: rollback`, fails the task so that the window's rescue rolls the canary back; `hold` keeps the
+canary and stops the rollout (the rollout gate reads the report's `bake`). The `bake` block is returned either way."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _bake
+
+ACTIONS = ('rollback', 'hold', 'pass')
+
+
+def decided(judged, inconclusive):
+    """What the role does with the verdict: kept, rolled_back or held."""
+    if judged['verdict'] == 'fail':
+        return 'rolled_back'
+    if judged['verdict'] == 'inconclusive':
+        return {'rollback': 'rolled_back', 'hold': 'held', 'pass': 'kept'}[inconclusive]
+    return 'kept'
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        validation, args = self.validate_argument_spec(argument_spec=dict(
+            bake=dict(type='dict', required=True),
+            min_requests=dict(type='int', default=_bake.DEFAULTS['min_requests']),
+            latency_tolerance=dict(type='float', default=_bake.DEFAULTS['latency_tolerance']),
+            error_tolerance=dict(type='float', default=_bake.DEFAULTS['error_tolerance']),
+            alpha=dict(type='float', default=_bake.DEFAULTS['alpha']),
+            inconclusive=dict(type='str', default='rollback', choices=list(ACTIONS)),
+        ))
+        bake = args['bake']
+        judged = _bake.verdict(bake.get('canary'), list((bake.get('baselines') or {}).values()),
+                               dict((key, args[key]) for key in _bake.DEFAULTS))
+        problems = bake.get('baseline_problems') or {}
+        if problems:
+            judged['reason'] += '; left out of the baseline: ' + '; '.join(
+                '%s (%s)' % (host, why) for host, why in sorted(problems.items()))
+        judged.update(seconds=bake.get('seconds'), action=decided(judged, args['inconclusive']))
+        result.update(changed=False, bake=judged, verdict=judged['verdict'])
+        if judged['action'] == 'rolled_back':
+            result.update(failed=True, msg='the canary %s its bake: %s' % (
+                'failed' if judged['verdict'] == 'fail' else 'was inconclusive in', judged['reason']))
+        return result

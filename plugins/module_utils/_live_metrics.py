@@ -1,0 +1,181 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a server saw of its live traffic, from two scrapes of its Prometheus /metrics (``--enable-metrics``).
+
+Domain layer, standard library only. SGLang 0.5.23's tokenizer manager exports, since the server's start
+(sglang/srt/observability/metrics_collector.py): histograms ``sglang:time_to_first_token_seconds``,
+``sglang:inter_token_latency_seconds`` and ``sglang:e2e_request_latency_seconds``, counters
+``sglang:num_requests_total``, ``sglang:num_aborted_requests_total`` and ``sglang:generation_tokens_total``.
+A snapshot sums each over its label sets (``model_name``, ``is_streaming``, a rank); the difference of two
+snapshots is what the server served between them (a series absent from the first scrape counts from 0:
+prometheus_client exports a labelled series from its first sample on). Counters only grow: one that went down
+means the server restarted between the scrapes, and the difference is refused rather than guessed.
+
+A histogram is ``{'bounds': [upper bounds, +Inf last], 'counts': [samples per bucket, not cumulative]}``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, http_request
+
+HISTOGRAMS = (('ttft', 'sglang:time_to_first_token_seconds'), ('itl', 'sglang:inter_token_latency_seconds'),
+              ('e2e', 'sglang:e2e_request_latency_seconds'))
+COUNTERS = (('requests', 'sglang:num_requests_total'), ('aborted', 'sglang:num_aborted_requests_total'),
+            ('tokens', 'sglang:generation_tokens_total'))
+# Prometheus text of a server with histograms per rank: a few hundred KB.
+MAX_METRICS_BODY = 8 * 1024 * 1024
+
+
+class LiveMetricsError(Exception):
+    pass
+
+
+def prometheus_sample(line):
+    """(name, labels, value) of one sample line; None for a comment, a blank or a line that is not one."""
+    line = line.strip()
+    if not line or line.startswith('#'):
+        return None
+    brace = line.find('{')
+    space = line.find(' ')
+    if brace != -1 and (space == -1 or brace < space):
+        name, rest = line[:brace], line[brace + 1:]
+        labels, rest = _labels(rest)
+        if labels is None:
+            return None
+    else:
+        name, dummy, rest = line.partition(' ')
+        labels = {}
+    fields = rest.split()
+    try:
+        return name, labels, float(fields[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def _labels(text):
+    """({label: value}, the text after the closing brace) of `a="x",b="y"} 1`; (None, '') when malformed."""
+    labels, i = {}, 0
+    while True:
+        while i < len(text) and text[i] in ' ,':
+            i += 1
+        if i < len(text) and text[i] == '}':
+            return labels, text[i + 1:]
+        equals = text.find('=', i)
+        if equals == -1 or equals + 1 >= len(text) or text[equals + 1] != '"':
+            return None, ''
+        key, i, value = text[i:equals].strip(), equals + 2, []
+        while i < len(text) and text[i] != '"':
+            if text[i] == '\\' and i + 1 < len(text):
+                value.append({'n': '\n'}.get(text[i + 1], text[i + 1]))
+                i += 2
+            else:
+                value.append(text[i])
+                i += 1
+        if i >= len(text):
+            return None, ''
+        labels[key] = ''.join(value)
+        i += 1
+
+
+def _bound(text):
+    return math.inf if text in ('+Inf', 'Inf', '+inf', 'inf') else float(text)
+
+
+def snapshot(text):
+    """The live figures of one scrape: counters and histograms summed over their label sets; a figure the
+    server does not export is None (a server without --enable-metrics exports none of them)."""
+    counters = dict((key, None) for key, dummy in COUNTERS)
+    cumulative = dict((key, {}) for key, dummy in HISTOGRAMS)
+    counter_of = dict((name, key) for key, name in COUNTERS)
+    bucket_of = dict((name + '_bucket', key) for key, name in HISTOGRAMS)
+    for line in text.splitlines():
+        sample = prometheus_sample(line)
+        if sample is None:
+            continue
+        name, labels, value = sample
+        if name in counter_of:
+            key = counter_of[name]
+            counters[key] = (counters[key] or 0.0) + value
+        elif name in bucket_of and 'le' in labels:
+            try:
+                bound = _bound(labels['le'])
+            except ValueError:
+                continue
+            buckets = cumulative[bucket_of[name]]
+            buckets[bound] = buckets.get(bound, 0.0) + value
+    figures = dict(counters)
+    for key, buckets in cumulative.items():
+        figures[key] = _histogram(buckets) if buckets else None
+    return figures
+
+
+def _histogram(cumulative):
+    bounds = sorted(cumulative)
+    if bounds[-1] != math.inf:
+        raise LiveMetricsError('a histogram without its +Inf bucket')
+    counts, below = [], 0.0
+    for bound in bounds:
+        counts.append(max(0.0, cumulative[bound] - below))
+        below = max(below, cumulative[bound])
+    return {'bounds': bounds, 'counts': counts}
+
+
+def difference(before, after):
+    """What the server served between two snapshots; raises LiveMetricsError when it restarted in between
+    (a counter went down) or a histogram changed its buckets."""
+    served = {}
+    for key, dummy in COUNTERS:
+        if after[key] is None:
+            served[key] = None
+        elif before[key] is None:
+            # A labelled series is exported from its first sample on (prometheus_client): none before is 0.
+            served[key] = after[key]
+        elif after[key] < before[key]:
+            raise LiveMetricsError('%s went down between the scrapes: the server restarted' % dict(COUNTERS)[key])
+        else:
+            served[key] = after[key] - before[key]
+    for key, name in HISTOGRAMS:
+        old, new = before[key], after[key]
+        if new is None:
+            served[key] = None
+            continue
+        if old is None:
+            old = {'bounds': new['bounds'], 'counts': [0.0] * len(new['counts'])}
+        if old['bounds'] != new['bounds']:
+            raise LiveMetricsError('%s changed its buckets between the scrapes' % name)
+        counts = [b - a for a, b in zip(old['counts'], new['counts'])]
+        if any(count < 0 for count in counts):
+            raise LiveMetricsError('%s went down between the scrapes: the server restarted' % name)
+        served[key] = {'bounds': new['bounds'], 'counts': counts}
+    return served
+
+
+def jsonable(figures):
+    """The figures with +Inf written as the string "+Inf" (JSON has no infinity)."""
+    out = dict(figures)
+    for key, dummy in HISTOGRAMS:
+        if out.get(key) is not None:
+            out[key] = {'bounds': ['+Inf' if bound == math.inf else bound for bound in out[key]['bounds']],
+                        'counts': list(out[key]['counts'])}
+    return out
+
+
+def scrape(base_url, timeout):
+    """The server's snapshot now; None when it exports no /metrics (404: started without --enable-metrics).
+    Raises LiveMetricsError when it does not answer or answers what is not Prometheus text."""
+    status, body = http_request('GET', base_url + '/metrics', timeout, max_body=MAX_METRICS_BODY)
+    if status == 404:
+        return None
+    if status == NO_ANSWER:
+        raise LiveMetricsError('%s/metrics did not answer: %s' % (base_url, body.decode('utf-8', 'replace')))
+    if status != 200:
+        raise LiveMetricsError('%s/metrics answered %s' % (base_url, status))
+    try:
+        return snapshot(body.decode('utf-8'))
+    except UnicodeDecodeError:
+        raise LiveMetricsError('%s/metrics is not UTF-8 text' % base_url)

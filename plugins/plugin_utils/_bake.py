@@ -1,0 +1,190 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The canary's bake: its live figures against the baseline's (the servers still on the previous version, in the
+same router, over the same window), as automated canary analysis does it (Kayenta: the canary against a baseline
+of the same window, a rank test per metric with an effect-size tolerance, a minimum of samples).
+
+Inputs are what module_utils/_live_metrics.difference gives for each side: counters ``requests``, ``aborted``,
+``tokens`` and histograms ``ttft``, ``itl``, ``e2e`` (``{'bounds', 'counts'}``, +Inf last, as a number or the
+string "+Inf"). Several baseline servers are merged (their counts summed) before the comparison.
+
+Per check:
+- errors: the canary's error rate (aborted / (answered + aborted)) may exceed the baseline's by at most
+  ``error_tolerance`` (an absolute share);
+- time to first token, inter-token latency, end-to-end latency: the canary's p95 (Prometheus' histogram_quantile:
+  linear within the bucket) may exceed the baseline's by at most ``latency_tolerance`` (a fraction). Beyond it,
+  where both sides have at least RANK_TEST_MIN samples, a one-sided Mann-Whitney U test over the buckets (ties
+  within a bucket) must also find the canary slower at ``alpha``: a p95 that moved by chance is not a regression.
+  Where the samples do not allow the test, the ratio alone decides.
+
+Verdict: ``fail`` when a check fails; else ``inconclusive`` when either side served fewer than ``min_requests``
+(or the canary exports no figures, or there is no baseline); else ``pass``. Pure functions; test_bake.py.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import math
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_float, as_int
+
+LATENCIES = (('ttft', 'time to first token'), ('itl', 'inter-token latency'), ('e2e', 'end-to-end latency'))
+# Below this many samples on a side, the rank test's normal approximation is not worth its p-value.
+RANK_TEST_MIN = 8
+DEFAULTS = {'min_requests': 20, 'latency_tolerance': 0.25, 'error_tolerance': 0.02, 'alpha': 0.01}
+
+
+def _bound(value):
+    return math.inf if value in ('+Inf', 'Inf', math.inf) else float(value)
+
+
+def _counts(histogram):
+    return [float(count) for count in histogram['counts']] if histogram else []
+
+
+def merged(sides):
+    """One side's figures from several servers': counters and bucket counts summed. Histograms of other
+    buckets than the first server's are left out (each release exports the same buckets)."""
+    sides = [side for side in sides if side]
+    if not sides:
+        return None
+    total = {}
+    for key in ('requests', 'aborted', 'tokens'):
+        values = [side.get(key) for side in sides if side.get(key) is not None]
+        total[key] = sum(values) if values else None
+    for key, dummy in LATENCIES:
+        histograms = [side.get(key) for side in sides if side.get(key)]
+        if not histograms:
+            total[key] = None
+            continue
+        bounds = [_bound(bound) for bound in histograms[0]['bounds']]
+        counts = [0.0] * len(bounds)
+        for histogram in histograms:
+            if [_bound(bound) for bound in histogram['bounds']] == bounds:
+                counts = [a + b for a, b in zip(counts, _counts(histogram))]
+        total[key] = {'bounds': bounds, 'counts': counts}
+    return total
+
+
+def quantile(histogram, fraction):
+    """The fraction quantile as Prometheus' histogram_quantile computes it (linear within the bucket, the
+    highest finite bound for the +Inf bucket); None without samples."""
+    if not histogram:
+        return None
+    bounds, counts = [_bound(bound) for bound in histogram['bounds']], _counts(histogram)
+    total = sum(counts)
+    if total <= 0:
+        return None
+    rank, below, lower = fraction * total, 0.0, 0.0
+    for bound, count in zip(bounds, counts):
+        if count > 0 and below + count >= rank:
+            if bound == math.inf:
+                return lower
+            return lower + (bound - lower) * (rank - below) / count
+        below += count
+        if bound != math.inf:
+            lower = bound
+    return lower
+
+
+def rank_test(canary, baseline):
+    """One-sided Mann-Whitney U over bucket counts (every sample of a bucket tied): the p-value of "the
+    canary's samples are larger", by the normal approximation with the tie correction. None when a side has
+    fewer than RANK_TEST_MIN samples or every sample falls in one bucket."""
+    a, b = _counts(canary), _counts(baseline)
+    n1, n2 = sum(a), sum(b)
+    if n1 < RANK_TEST_MIN or n2 < RANK_TEST_MIN or len(a) != len(b):
+        return None
+    u, below = 0.0, 0.0
+    for mine, theirs in zip(a, b):
+        # Each canary sample beats every baseline sample of a lower bucket, and ties half of its own.
+        u += mine * (below + theirs / 2.0)
+        below += theirs
+    total = n1 + n2
+    ties = sum((x + y) ** 3 - (x + y) for x, y in zip(a, b))
+    variance = n1 * n2 / 12.0 * ((total + 1) - ties / (total * (total - 1)))
+    if variance <= 0:
+        return None
+    z = (u - n1 * n2 / 2.0) / math.sqrt(variance)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def summary(side):
+    """A side's figures for the report: requests, errors, error rate and p95s (seconds)."""
+    if not side:
+        return None
+    answered, errors = side.get('requests') or 0, side.get('aborted') or 0
+    seen = answered + errors
+    figures = {'requests': int(seen), 'errors': int(errors),
+               'error_rate': round(errors / seen, 4) if seen else None}
+    for key, dummy in LATENCIES:
+        value = quantile(side.get(key), 0.95)
+        figures[key + '_p95_s'] = round(value, 6) if value is not None else None
+    return figures
+
+
+def _error_problem(canary, baseline, tolerance):
+    if not canary['requests'] or baseline is None or not baseline['requests']:
+        return None
+    rise = canary['error_rate'] - baseline['error_rate']
+    if rise <= tolerance:
+        return None
+    return 'errors %.1f%% of %d requests against %.1f%% of %d (tolerance +%g points)' % (
+        canary['error_rate'] * 100, canary['requests'], baseline['error_rate'] * 100, baseline['requests'],
+        tolerance * 100)
+
+
+def _latency_problem(key, title, canary, baseline, tolerance, alpha):
+    mine, theirs = quantile(canary.get(key), 0.95), quantile(baseline.get(key), 0.95)
+    if mine is None or theirs is None or theirs <= 0:
+        return None
+    change = mine / theirs - 1
+    if change <= tolerance:
+        return None
+    p_value = rank_test(canary.get(key), baseline.get(key))
+    if p_value is not None and p_value >= alpha:
+        return None
+    return 'p95 %s %.4f s against %.4f s (%+.0f%%, tolerance %g%%%s)' % (
+        title, mine, theirs, change * 100, tolerance * 100,
+        '' if p_value is None else '; rank test p=%.2g' % p_value)
+
+
+def verdict(canary, baselines, settings=None):
+    """{verdict, reason, canary, baseline, baseline_servers}: the bake's outcome, the figures of each side.
+
+    canary: the canary's figures over the bake (None: it exports none); baselines: a list of the baseline
+    servers' figures over the same window (empty: none in the router)."""
+    settings = dict(DEFAULTS, **(settings or {}))
+    min_requests = as_int(settings['min_requests'])
+    tolerance, errors, alpha = (as_float(settings['latency_tolerance']), as_float(settings['error_tolerance']),
+                                as_float(settings['alpha']))
+    baseline = merged(baselines or [])
+    mine, theirs = summary(canary), summary(baseline)
+    result = {'canary': mine, 'baseline': theirs, 'baseline_servers': len([b for b in baselines or [] if b])}
+    if canary is None:
+        return dict(result, verdict='inconclusive',
+                    reason='the canary exports no live figures (/metrics without --enable-metrics?)')
+    lacking = []
+    if mine['requests'] < min_requests:
+        lacking.append('the canary served %d requests, fewer than %d' % (mine['requests'], min_requests))
+    if theirs is None:
+        lacking.append('no server on the previous version exports live figures in the router')
+    elif theirs['requests'] < min_requests:
+        lacking.append('the baseline served %d requests, fewer than %d' % (theirs['requests'], min_requests))
+    problems = []
+    if not lacking:
+        problems.append(_error_problem(mine, theirs, errors))
+        problems.extend(_latency_problem(key, title, canary, baseline, tolerance, alpha) for key, title in LATENCIES)
+    elif mine['requests'] >= min_requests and mine['error_rate'] > errors:
+        # Errors need no baseline to be wrong: a canary that fails its requests fails the bake on its own.
+        problems.append('errors %.1f%% of %d requests (tolerance %g%%, no baseline to compare with)' % (
+            mine['error_rate'] * 100, mine['requests'], errors * 100))
+    problems = [problem for problem in problems if problem]
+    if problems:
+        return dict(result, verdict='fail', reason='; '.join(problems))
+    if lacking:
+        return dict(result, verdict='inconclusive', reason='; '.join(lacking))
+    return dict(result, verdict='pass', reason='within the tolerances over %d canary and %d baseline requests' % (
+        mine['requests'], theirs['requests']))

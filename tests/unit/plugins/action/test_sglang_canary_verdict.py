@@ -1,0 +1,42 @@
+"""sglang_canary_verdict: the bake's verdict on the controller, and what it does with an inconclusive one."""
+import pytest
+
+from ansible_collections.gpuops.sglang.plugins.action.sglang_canary_verdict import ActionModule
+
+ITL = [0.01, 0.02, 0.04, 0.08, 0.16, '+Inf']
+
+
+def side(requests, slow=False, aborted=0):
+    counts = [0, 0, 0, 0, requests * 16, 0] if slow else [0, requests * 16, 0, 0, 0, 0]
+    return {'requests': requests, 'aborted': aborted, 'tokens': requests * 16, 'ttft': None, 'e2e': None,
+            'itl': {'bounds': ITL, 'counts': counts}}
+
+
+def bake(canary, baselines, problems=None):
+    return {'measured': True, 'canary': canary, 'baselines': baselines, 'baseline_problems': problems or {},
+            'seconds': 30.0}
+
+
+@pytest.mark.parametrize('read, inconclusive, verdict, action, failed', [
+    (bake(side(50), {'gpu2': side(50)}), 'rollback', 'pass', 'kept', False),
+    (bake(side(50, slow=True), {'gpu2': side(50)}), 'pass', 'fail', 'rolled_back', True),
+    (bake(side(5), {'gpu2': side(50)}), 'rollback', 'inconclusive', 'rolled_back', True),
+    (bake(side(5), {'gpu2': side(50)}), 'hold', 'inconclusive', 'held', False),
+    (bake(side(5), {'gpu2': side(50)}), 'pass', 'inconclusive', 'kept', False),
+], ids=['pass', 'fail-whatever-the-policy', 'inconclusive-rollback', 'inconclusive-hold', 'inconclusive-pass'])
+def test_the_verdict_and_what_it_does(run_action, read, inconclusive, verdict, action, failed):
+    result = run_action(ActionModule, {}, args={'bake': read, 'inconclusive': inconclusive})
+    assert result['verdict'] == verdict and result['bake']['action'] == action
+    assert bool(result.get('failed')) is failed
+    assert result['bake']['seconds'] == 30.0
+    if failed:
+        assert result['msg'].startswith('the canary failed its bake: ' if verdict == 'fail'
+                                        else 'the canary was inconclusive in its bake: ')
+
+
+def test_a_baseline_left_out_is_named_in_the_reason(run_action):
+    read = bake(side(50), {'gpu2': side(50)}, {'gpu3': 'http://127.0.0.13:30000/metrics did not answer: refused'})
+    result = run_action(ActionModule, {}, args={'bake': read})
+    assert result['bake']['reason'].endswith(
+        '; left out of the baseline: gpu3 (http://127.0.0.13:30000/metrics did not answer: refused)')
+    assert result['bake']['baseline_servers'] == 1

@@ -1,0 +1,111 @@
+"""The reader of a server's live /metrics: Prometheus text in SGLang's names, summed over labels, differenced."""
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from ansible_collections.gpuops.sglang.plugins.module_utils import _live_metrics
+
+SCRAPE = '''# HELP sglang:num_requests_total Number of requests processed.
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{model_name="m, {odd} \\"name\\"",is_streaming="true"} 10.0
+sglang:num_requests_total{model_name="m",is_streaming="false"} 5.0
+sglang:num_aborted_requests_total{model_name="m"} 1.0
+sglang:generation_tokens_total{model_name="m",is_streaming="true"} 160.0 1700000000000
+sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="0",le="0.01"} 3.0
+sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="0",le="0.02"} 7.0
+sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="0",le="+Inf"} 8.0
+sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="1",le="0.01"} 1.0
+sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="1",le="0.02"} 1.0
+sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="1",le="+Inf"} 2.0
+sglang:inter_token_latency_seconds_sum{model_name="m",tp_rank="0"} 0.1
+sglang:gen_throughput{model_name="m"} 412.0
+a broken line {
+sglang:num_requests_total{model_name="unterminated} 99
+'''
+
+
+def test_a_scrape_sums_every_label_set():
+    figures = _live_metrics.snapshot(SCRAPE)
+    assert (figures['requests'], figures['aborted'], figures['tokens']) == (15.0, 1.0, 160.0)
+    assert figures['itl'] == {'bounds': [0.01, 0.02, math.inf], 'counts': [4.0, 4.0, 2.0]}
+    assert figures['ttft'] is None and figures['e2e'] is None
+
+
+def test_a_server_without_live_figures_has_none():
+    figures = _live_metrics.snapshot('sglang:gen_throughput{model_name="m"} 1.0\n')
+    assert all(value is None for value in figures.values())
+
+
+def test_the_difference_is_what_was_served_between_the_scrapes():
+    before = _live_metrics.snapshot(SCRAPE)
+    after = _live_metrics.snapshot(SCRAPE.replace('} 10.0', '} 30.0').replace('le="+Inf"} 8.0', 'le="+Inf"} 18.0'))
+    served = _live_metrics.difference(before, after)
+    assert served['requests'] == 20.0 and served['aborted'] == 0.0
+    assert served['itl']['counts'] == [0.0, 0.0, 10.0]
+
+
+@pytest.mark.parametrize('change, message', [
+    (('} 10.0', '} 2.0'), 'sglang:num_requests_total went down between the scrapes: the server restarted'),
+    (('le="+Inf"} 8.0', 'le="+Inf"} 1.0'), 'sglang:inter_token_latency_seconds went down'),
+    (('le="0.02"} 7.0', 'le="0.03"} 7.0'), 'sglang:inter_token_latency_seconds changed its buckets'),
+])
+def test_a_restart_between_the_scrapes_is_refused_not_guessed(change, message):
+    before = _live_metrics.snapshot(SCRAPE)
+    with pytest.raises(_live_metrics.LiveMetricsError, match=message.replace('(', r'\(')):
+        _live_metrics.difference(before, _live_metrics.snapshot(SCRAPE.replace(*change)))
+
+
+def test_a_histogram_without_its_inf_bucket_is_refused():
+    with pytest.raises(_live_metrics.LiveMetricsError, match=r'\+Inf'):
+        _live_metrics.snapshot('sglang:e2e_request_latency_seconds_bucket{le="1"} 3\n')
+
+
+def test_jsonable_writes_inf_as_a_string():
+    figures = _live_metrics.jsonable(_live_metrics.snapshot(SCRAPE))
+    assert figures['itl']['bounds'][-1] == '+Inf'
+
+
+@pytest.fixture
+def metrics_server():
+    answers = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            status, body = answers['now']
+            self.send_response(status)
+            self.send_header('Content-Length', str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+    server = HTTPServer(('127.0.0.1', 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield answers, 'http://127.0.0.1:%d' % server.server_port
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_scrape_over_http(metrics_server):
+    answers, url = metrics_server
+    answers['now'] = (200, SCRAPE.encode())
+    assert _live_metrics.scrape(url, 5)['requests'] == 15.0
+    answers['now'] = (404, b'not found')
+    assert _live_metrics.scrape(url, 5) is None
+    answers['now'] = (500, b'oops')
+    with pytest.raises(_live_metrics.LiveMetricsError, match='answered 500'):
+        _live_metrics.scrape(url, 5)
+    answers['now'] = (200, b'\xff\xfe')
+    with pytest.raises(_live_metrics.LiveMetricsError, match='not UTF-8'):
+        _live_metrics.scrape(url, 5)
+    with pytest.raises(_live_metrics.LiveMetricsError, match='did not answer'):
+        _live_metrics.scrape('http://127.0.0.1:9', 2)
+
+
+def test_a_series_that_appears_between_the_scrapes_counts_from_zero():
+    served = _live_metrics.difference(_live_metrics.snapshot(''), _live_metrics.snapshot(SCRAPE))
+    assert served['requests'] == 15.0 and served['itl']['counts'] == [4.0, 4.0, 2.0]
+    assert _live_metrics.difference(_live_metrics.snapshot(SCRAPE), _live_metrics.snapshot(''))['requests'] is None

@@ -1,0 +1,104 @@
+"""sglang_canary_bake through its main(), against servers on loopback that export SGLang's live figures: what each
+served between the two readings, a baseline that exports none left out with its reason, a canary that restarted
+or does not answer failing the bake's reading."""
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from helpers.module_runner import run_module  # noqa: F401  (the fixture)
+from ansible_collections.gpuops.sglang.plugins.modules import sglang_canary_bake
+
+FIGURES = '''sglang:num_requests_total{model_name="m",is_streaming="true"} %d
+sglang:num_aborted_requests_total{model_name="m"} 0
+sglang:inter_token_latency_seconds_bucket{model_name="m",le="0.01"} %d
+sglang:inter_token_latency_seconds_bucket{model_name="m",le="+Inf"} %d
+'''
+
+
+def no_commands(argv):
+    raise AssertionError('the module ran a command: %r' % argv)
+
+
+class Exporter(object):
+    """A server whose /metrics grows by `step` requests (and 16 inter-token samples each) on every reading;
+    `status` other than 200 answers that; `restart` sets the counters back to zero after the first reading."""
+
+    def __init__(self, step=5, status=200, restart=False):
+        self.step, self.status, self.restart, self.readings = step, status, restart, 0
+        exporter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                exporter.readings += 1
+                served = 0 if exporter.restart and exporter.readings > 1 else exporter.readings * exporter.step
+                body = (FIGURES % (served, served * 15, served * 16)).encode()
+                self.send_response(exporter.status)
+                self.send_header('Content-Length', str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        self.server = ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+        self.url = 'http://127.0.0.1:%d' % self.server.server_port
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def exporters():
+    started = []
+
+    def start(**kwargs):
+        started.append(Exporter(**kwargs))
+        return started[-1]
+    yield start
+    for exporter in started:
+        exporter.stop()
+
+
+def test_what_each_server_served_between_the_two_readings(run_module, exporters):
+    canary, old, bare = exporters(step=5), exporters(step=7), exporters(status=404)
+    result, dummy = run_module(sglang_canary_bake.main, {
+        'url': canary.url, 'baselines': {'gpu2': old.url, 'gpu3': bare.url}, 'seconds': 0.3}, no_commands)
+    assert result['failed'] is False and result['measured'] is True, result
+    assert result['canary']['requests'] == 5 and result['canary']['aborted'] == 0
+    assert result['canary']['itl'] == {'bounds': [0.01, '+Inf'], 'counts': [75, 5]}
+    assert list(result['baselines']) == ['gpu2'] and result['baselines']['gpu2']['requests'] == 7
+    assert result['baseline_problems'] == {'gpu3': '%s exports no /metrics (started without --enable-metrics)' % bare.url}
+    assert result['seconds'] >= 0.3 and result['changed'] is False
+    assert 'the canary served 5 request(s), 1 baseline server(s) 7 request(s)' in result['msg']
+
+
+def test_check_mode_reads_and_holds_nothing(run_module, exporters):
+    canary = exporters()
+    result, dummy = run_module(sglang_canary_bake.main, {'url': canary.url, 'seconds': 60}, no_commands,
+                               check_mode=True)
+    assert result['failed'] is False and result['measured'] is False and canary.readings == 0
+    assert result['canary'] is None and result['baselines'] == {} and result['seconds'] == 0.0
+
+
+@pytest.mark.parametrize('canary_kwargs, message', [
+    ({'restart': True}, 'restarted during the bake: sglang:num_requests_total went down between the scrapes'),
+    ({'status': 500}, 'did not give its live figures: '),
+], ids=['restarted', 'broken'])
+def test_a_canary_whose_figures_cannot_be_trusted_fails_the_reading(run_module, exporters, canary_kwargs, message):
+    canary = exporters(**canary_kwargs)
+    result, dummy = run_module(sglang_canary_bake.main, {'url': canary.url, 'seconds': 0.1}, no_commands)
+    assert result['failed'] is True and message in result['msg'], result['msg']
+    # The same keys on every run.
+    assert set(result) >= {'measured', 'canary', 'baselines', 'baseline_problems', 'seconds', 'msg'}
+
+
+@pytest.mark.parametrize('args, message', [
+    ({'seconds': 0}, 'seconds must be greater than 0'),
+    ({'seconds': 5, 'timeout': -1}, 'timeout must be greater than 0'),
+], ids=['no-hold', 'bad-timeout'])
+def test_bad_input_is_refused_before_anything_is_read(run_module, exporters, args, message):
+    canary = exporters()
+    result, dummy = run_module(sglang_canary_bake.main, dict(args, url=canary.url), no_commands)
+    assert result['failed'] is True and message in result['msg'] and canary.readings == 0

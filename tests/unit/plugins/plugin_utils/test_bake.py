@@ -1,0 +1,107 @@
+"""The bake's verdict on recorded live figures: pass, fail (which figure, by how much), inconclusive (why)."""
+import math
+import random
+
+import pytest
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _bake
+
+ITL = [0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100, 0.200,
+       0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0, '+Inf']
+SECONDS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, '+Inf']
+
+
+def histogram(bounds, samples):
+    counts = [0] * len(bounds)
+    for value in samples:
+        counts[next(i for i, bound in enumerate(bounds) if bound == '+Inf' or value <= bound)] += 1
+    return {'bounds': bounds, 'counts': counts}
+
+
+def side(requests, itl, ttft=0.15, e2e=0.9, aborted=0, seed=1):
+    """A server's figures over a bake: `requests` answered, 16 inter-token samples each around `itl` s."""
+    rng = random.Random(seed)
+    return {'requests': requests, 'aborted': aborted, 'tokens': requests * 16,
+            'itl': histogram(ITL, [rng.gauss(itl, itl / 8) for dummy in range(requests * 16)]),
+            'ttft': histogram(SECONDS, [rng.gauss(ttft, ttft / 8) for dummy in range(requests)]),
+            'e2e': histogram(SECONDS, [rng.gauss(e2e, e2e / 8) for dummy in range(requests)])}
+
+
+@pytest.mark.parametrize('canary, baselines, outcome, reason', [
+    (side(60, 0.03), [side(60, 0.03, seed=2)], 'pass', 'within the tolerances over 60 canary and 60 baseline requests'),
+    # Two baseline servers are one baseline.
+    (side(60, 0.03), [side(30, 0.03, seed=2), side(30, 0.03, seed=3)], 'pass', 'within the tolerances over 60 canary and 60 baseline'),
+    (side(60, 0.15), [side(60, 0.03, seed=2)], 'fail', 'p95 inter-token latency'),
+    (side(60, 0.03, e2e=4.5), [side(60, 0.03, seed=2)], 'fail', 'p95 end-to-end latency'),
+    (side(60, 0.03, ttft=0.9), [side(60, 0.03, seed=2)], 'fail', 'p95 time to first token'),
+    (side(54, 0.03, aborted=6), [side(60, 0.03, seed=2)], 'fail', 'errors 10.0% of 60 requests against 0.0% of 60'),
+    (side(10, 0.03), [side(60, 0.03, seed=2)], 'inconclusive', 'the canary served 10 requests, fewer than 20'),
+    (side(60, 0.03), [side(5, 0.03, seed=2)], 'inconclusive', 'the baseline served 5 requests, fewer than 20'),
+    (side(60, 0.03), [], 'inconclusive', 'no server on the previous version exports live figures in the router'),
+    (side(60, 0.03), [None], 'inconclusive', 'no server on the previous version'),
+    (None, [side(60, 0.03)], 'inconclusive', 'the canary exports no live figures'),
+    # Errors fail a canary on their own, with no baseline.
+    (side(40, 0.03, aborted=10), [], 'fail', 'errors 20.0% of 50 requests (tolerance 2%, no baseline'),
+    # Slower, but too few requests to say so: inconclusive, never a pass.
+    (side(12, 0.15), [side(60, 0.03, seed=2)], 'inconclusive', 'the canary served 12 requests'),
+], ids=['same', 'two-baselines', 'itl-5x', 'e2e-5x', 'ttft-6x', 'errors-10pc', 'few-canary', 'few-baseline',
+        'no-baseline', 'baseline-without-metrics', 'canary-without-metrics', 'errors-without-baseline',
+        'slower-but-few'])
+def test_the_verdict(canary, baselines, outcome, reason):
+    found = _bake.verdict(canary, baselines)
+    assert found['verdict'] == outcome, found['reason']
+    assert reason in found['reason']
+
+
+def test_the_report_carries_both_sides_figures():
+    found = _bake.verdict(side(60, 0.15), [side(60, 0.03, seed=2)])
+    assert set(found['canary']) == {'requests', 'errors', 'error_rate', 'ttft_p95_s', 'itl_p95_s', 'e2e_p95_s'}
+    assert found['canary']['requests'] == 60 and found['baseline']['requests'] == 60
+    assert found['canary']['itl_p95_s'] > 4 * found['baseline']['itl_p95_s']
+    assert found['baseline_servers'] == 1
+
+
+def test_a_p95_beyond_the_tolerance_that_the_rank_test_calls_chance_passes():
+    # Both sides from one distribution whose p95 sits right at a bucket edge: the canary's few slow samples move
+    # its interpolated p95 past 25%, but its samples as a whole are not larger.
+    base = {'requests': 100, 'aborted': 0, 'itl': {'bounds': ITL, 'counts': [0] * 10 + [95, 5] + [0] * 12}}
+    canary = {'requests': 100, 'aborted': 0, 'itl': {'bounds': ITL, 'counts': [0] * 9 + [5, 85, 0, 10] + [0] * 11}}
+    assert _bake.quantile(canary['itl'], 0.95) > 1.25 * _bake.quantile(base['itl'], 0.95)
+    assert _bake.rank_test(canary['itl'], base['itl']) >= 0.01
+    assert _bake.verdict(canary, [base])['verdict'] == 'pass'
+
+
+@pytest.mark.parametrize('counts, fraction, expected', [
+    ([0, 10, 0], 0.5, 0.15),          # halfway through the (0.1, 0.2] bucket
+    ([10, 0, 0], 0.95, 0.095),        # the first bucket starts at 0
+    ([0, 0, 10], 0.95, 0.2),          # the +Inf bucket: the highest finite bound
+    ([0, 0, 0], 0.95, None),
+])
+def test_quantile_as_prometheus(counts, fraction, expected):
+    value = _bake.quantile({'bounds': [0.1, 0.2, '+Inf'], 'counts': counts}, fraction)
+    assert value == expected if expected is None else math.isclose(value, expected)
+
+
+@pytest.mark.parametrize('canary, baseline, low', [
+    ([0, 0, 50, 50], [50, 50, 0, 0], False),   # every canary sample above every baseline one: p near 0
+    ([50, 50, 0, 0], [0, 0, 50, 50], True),    # every canary sample below: p near 1
+    ([25, 25, 25, 25], [25, 25, 25, 25], True),  # the same: p = 0.5
+])
+def test_the_rank_test_is_one_sided(canary, baseline, low):
+    bounds = [0.1, 0.2, 0.4, '+Inf']
+    p_value = _bake.rank_test({'bounds': bounds, 'counts': canary}, {'bounds': bounds, 'counts': baseline})
+    assert (p_value >= 0.5) is low
+    assert p_value < 1e-6 or p_value >= 0.5
+
+
+def test_the_rank_test_needs_samples_on_both_sides():
+    bounds = [0.1, '+Inf']
+    assert _bake.rank_test({'bounds': bounds, 'counts': [7, 0]}, {'bounds': bounds, 'counts': [50, 50]}) is None
+    assert _bake.rank_test({'bounds': bounds, 'counts': [0, 50]}, {'bounds': bounds, 'counts': [0, 50]}) is None
+
+
+def test_settings_move_the_bounds():
+    canary, baseline = side(60, 0.045), [side(60, 0.03, seed=2)]
+    assert _bake.verdict(canary, baseline)['verdict'] == 'fail'
+    assert _bake.verdict(canary, baseline, {'latency_tolerance': 1.0})['verdict'] == 'pass'
+    assert _bake.verdict(side(15, 0.03), baseline, {'min_requests': 10})['verdict'] == 'pass'
