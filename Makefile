@@ -30,7 +30,7 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-quick test-unit test-integration test-lab test-dashboard sanity integration-targets galaxy-check lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-gpu matrix matrix-2.21 matrix-sanity
+.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-quick test-unit test-integration test-lab test-dashboard sanity integration-targets galaxy-check lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-bake bench-gpu matrix matrix-2.21 matrix-sanity
 
 setup: host-packages demo-setup $(VENV)/.installed $(VENV)/.dashboard-installed $(CACHE)/wheels/.done \
 	$(IMPORTER_VENV)/.installed
@@ -197,6 +197,11 @@ bench-outage: setup $(VENV)/.bench-installed
 # started directly on loopback (no lab lock), docs/measurements/DATE-serving.json and docs/benchmarks-serving.png.
 bench-serving: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/serving.py --noise-runs $${ROUNDS:-5}
+
+# The canary bake's analysis on two stand-ins on loopback: its noise on an unchanged canary and the smallest
+# slowdown it catches (docs/canary-bake.md), docs/measurements/DATE-bake.json.
+bench-bake: setup $(VENV)/.bench-installed
+	$(BIN)/python bench/bake.py --repeats $${ROUNDS:-5}
 
 $(VENV)/.bench-installed: requirements/bench.txt $(VENV)/.installed
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements/bench.txt

@@ -1,9 +1,11 @@
-"""The performance gate's verdict as a picture: per host, output tok/s before and after at each level.
+"""The performance gate's and the canary bake's verdicts as a picture.
 
-From the run's per-host reports (their `performance` block, the role's sglang_performance verdict): one
-panel per host with a pair of bars per concurrency level (before: the baseline, after: the new server),
-the p95 inter-token latencies written under each pair and the verdict's reason above. Pure: the
-summary in, SVG text out (every text escaped), as the timeline is.
+From the run's per-host reports: for the gate (their `performance` block, the role's sglang_performance verdict)
+one panel per host with a pair of bars per concurrency level (before: the baseline, after: the new server), the
+p95 inter-token latencies written under each pair and the verdict's reason above; for the bake (their `bake`
+block, sglang_canary_verdict's) one panel per canary with a pair of bars per latency (the servers still on the
+previous version, the canary), p95 over the same window, and the requests each side served. Pure: the summary in,
+SVG text out (every text escaped), as the timeline is.
 """
 from gpuops_dashboard.timeline import escape
 
@@ -25,6 +27,44 @@ def judged_hosts(hosts_summary):
         if block.get('levels'):
             found[host] = block
     return found
+
+
+def baked_hosts(hosts_summary):
+    """{host: bake} of the canaries whose bake read figures on both sides."""
+    found = {}
+    for host, report in sorted((hosts_summary or {}).items()):
+        block = (report or {}).get('bake') or {}
+        if block.get('canary') and block.get('baseline'):
+            found[host] = block
+    return found
+
+
+BAKE_FIGURES = (('ttft_p95_s', 'TTFT'), ('itl_p95_s', 'ITL'), ('e2e_p95_s', 'E2E'))
+
+
+def _bake_panel(parts, left, host, block):
+    verdict = block.get('verdict', 'inconclusive')
+    canary, baseline = block['canary'], block['baseline']
+    parts.append('<g class="host-bake" data-host="%s" data-verdict="%s">' % (escape(host), escape(verdict)))
+    parts.append('<text x="%d" y="16" font-size="12" font-weight="bold">%s bake: <tspan fill="%s">%s</tspan></text>'
+                 % (left, escape(host), VERDICT_COLOURS.get(verdict, '#52606d'), escape(verdict)))
+    reason = block.get('reason') or ''
+    parts.append('<text x="%d" y="30" font-size="9" fill="#52606d">%s<title>%s</title></text>'
+                 % (left, escape(reason[:60] + ('...' if len(reason) > 60 else '')), escape(reason)))
+    slot = (PANEL_W - 20) / len(BAKE_FIGURES)
+    for index, (name, label) in enumerate(BAKE_FIGURES):
+        # Each latency on its own scale: TTFT and end-to-end latency are tenths of seconds, ITL milliseconds.
+        theirs, mine = _figure(baseline, name), _figure(canary, name)
+        top_value = max(theirs or 0, mine or 0) or 1.0
+        x = left + 10 + index * slot + (slot - 2 * BAR_W - 4) / 2
+        _bar(parts, x, theirs and theirs * 1000, top_value * 1000, BEFORE, 'p95 %s, previous version: %s s' % (label, theirs))
+        _bar(parts, x + BAR_W + 4, mine and mine * 1000, top_value * 1000, AFTER, 'p95 %s, canary: %s s' % (label, mine))
+        parts.append('<text x="%.1f" y="%d" text-anchor="middle">%s p95 ms</text>'
+                     % (x + BAR_W + 2, PLOT_TOP + PLOT_H + 14, label))
+    parts.append('<text x="%d" y="%d" font-size="9" fill="#52606d">requests: %s previous version, %s canary; errors %s / %s'
+                 '</text>' % (left + 10, PLOT_TOP + PLOT_H + 26, baseline.get('requests'), canary.get('requests'),
+                              baseline.get('errors'), canary.get('errors')))
+    parts.append('</g>')
 
 
 def _figure(side, name):
@@ -73,23 +113,25 @@ def _panel(parts, left, host, block):
 
 
 def render(hosts_summary, title=''):
-    """SVG text: one panel per judged host; an empty string when no host's gate measured anything."""
-    judged = judged_hosts(hosts_summary)
-    if not judged:
+    """SVG text: one panel per judged host, then one per baked canary; an empty string when there is neither."""
+    panels = ([(_panel, host, block) for host, block in judged_hosts(hosts_summary).items()]
+              + [(_bake_panel, host, block) for host, block in baked_hosts(hosts_summary).items()])
+    if not panels:
         return ''
-    width = PANEL_W * len(judged) + 20
+    width = PANEL_W * len(panels) + 20
     height = PANEL_H + 30
     parts = ['<svg xmlns="http://www.w3.org/2000/svg" class="performance" width="%d" height="%d" '
              'viewBox="0 0 %d %d" font-family="sans-serif" font-size="10">' % (width, height, width, height),
              '<rect width="100%" height="100%" fill="#ffffff"/>']
-    for index, (host, block) in enumerate(judged.items()):
+    for index, (draw, host, block) in enumerate(panels):
         parts.append('<g transform="translate(0, 14)">')
-        _panel(parts, 10 + index * PANEL_W, host, block)
+        draw(parts, 10 + index * PANEL_W, host, block)
         parts.append('</g>')
     legend_y = height - 10
     parts.append('<rect x="10" y="%d" width="10" height="10" fill="%s"/><text x="24" y="%d">before (baseline)</text>'
                  % (legend_y - 9, BEFORE, legend_y))
-    parts.append('<rect x="130" y="%d" width="10" height="10" fill="%s"/><text x="144" y="%d">after (new server),'
-                 ' output tok/s per level; %s</text>' % (legend_y - 9, AFTER, legend_y, escape(title)))
+    parts.append('<rect x="130" y="%d" width="10" height="10" fill="%s"/><text x="144" y="%d">after (new server,'
+                 ' the canary): output tok/s per level, p95 latencies of a bake; %s</text>'
+                 % (legend_y - 9, AFTER, legend_y, escape(title)))
     parts.append('</svg>')
     return '\n'.join(parts)

@@ -61,6 +61,9 @@ async function loadHosts() {
     if (last && last.performance && last.performance.verdict !== 'skipped') {
       card.appendChild(text('div', 'performance gate: ' + last.performance.verdict, 'small'));
     }
+    if (last && last.bake) {
+      card.appendChild(text('div', 'canary bake: ' + last.bake.verdict + ' (' + last.bake.action + ')', 'small'));
+    }
     box.appendChild(card);
     // A group is redeployed whole: its option limits the run to every node.
     if (!known.has(host.limit)) select.appendChild(new Option(host.name, host.limit));
@@ -152,7 +155,8 @@ async function addTimeline(id, first) {
   const picture = document.createElement('div');
   picture.appendChild(svgNode(svg));
   box.appendChild(picture);
-  // The performance gate's before/after per host, when it measured anything (204 otherwise).
+  // The performance gate's before/after per host and the canary bake's canary against baseline, when either
+  // measured anything (204 otherwise).
   const chart = await fetch('/api/redeploys/' + id + '/performance.svg');
   if (chart.status === 200) {
     const gate = document.createElement('div');

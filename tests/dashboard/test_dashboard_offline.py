@@ -316,8 +316,31 @@ def test_the_performance_chart_shows_before_and_after_per_measured_host():
     assert '&lt;&amp;&gt;' in svg and 'redeploy &lt;2&gt;' in svg and '<&>' not in svg
 
 
+BAKED_RUN = {
+    'gpu5': {'status': 'rolled_back', 'bake': {
+        'verdict': 'fail', 'action': 'rolled_back', 'reason': 'p95 inter-token latency 0.1200 s against 0.0250 s <&>',
+        'canary': {'requests': 90, 'errors': 0, 'error_rate': 0.0, 'ttft_p95_s': 0.39, 'itl_p95_s': 0.12,
+                   'e2e_p95_s': 1.9},
+        'baseline': {'requests': 95, 'errors': 1, 'error_rate': 0.0105, 'ttft_p95_s': 0.38, 'itl_p95_s': 0.025,
+                     'e2e_p95_s': 0.41}}},
+    # An inconclusive bake without a baseline has nothing to draw against.
+    'gpu6': {'status': 'redeployed', 'bake': {'verdict': 'inconclusive', 'canary': {'requests': 3}, 'baseline': None}},
+}
+
+
+def test_the_chart_draws_a_canary_against_its_baseline_beside_the_gate():
+    svg = performance.render(dict(GATED_RUN, **BAKED_RUN), title='redeploy 3')
+    assert re.findall(r'class="host-bake" data-host="(\w+)" data-verdict="(\w+)"', svg) == [('gpu5', 'fail')]
+    assert len(re.findall(r'class="host-performance"', svg)) == 2
+    # Three pairs of bars (TTFT, ITL, E2E), the figures in their tooltips, the requests of each side.
+    assert 'p95 ITL, previous version: 0.025 s' in svg and 'p95 ITL, canary: 0.12 s' in svg
+    assert 'requests: 95 previous version, 90 canary; errors 1 / 0' in svg
+    assert '&lt;&amp;&gt;' in svg and '<&>' not in svg
+    assert performance.render(BAKED_RUN).count('class="bar"') == 6
+
+
 def test_no_chart_when_no_host_was_measured():
-    assert performance.render({'gpu3': GATED_RUN['gpu3'], 'gpu4': {'status': 'failed'}}) == ''
+    assert performance.render({'gpu3': GATED_RUN['gpu3'], 'gpu4': {'status': 'failed'}, 'gpu6': BAKED_RUN['gpu6']}) == ''
     assert performance.render({}) == ''
 
 
