@@ -43,14 +43,8 @@ BAKE_FIGURES = (('ttft_p95_s', 'TTFT'), ('itl_p95_s', 'ITL'), ('e2e_p95_s', 'E2E
 
 
 def _bake_panel(parts, left, host, block):
-    verdict = block.get('verdict', 'inconclusive')
     canary, baseline = block['canary'], block['baseline']
-    parts.append('<g class="host-bake" data-host="%s" data-verdict="%s">' % (escape(host), escape(verdict)))
-    parts.append('<text x="%d" y="16" font-size="12" font-weight="bold">%s bake: <tspan fill="%s">%s</tspan></text>'
-                 % (left, escape(host), VERDICT_COLOURS.get(verdict, '#52606d'), escape(verdict)))
-    reason = block.get('reason') or ''
-    parts.append('<text x="%d" y="30" font-size="9" fill="#52606d">%s<title>%s</title></text>'
-                 % (left, escape(reason[:60] + ('...' if len(reason) > 60 else '')), escape(reason)))
+    _open_panel(parts, left, 'host-bake', host, host + ' bake', block.get('verdict', 'inconclusive'), block)
     slot = (PANEL_W - 20) / len(BAKE_FIGURES)
     for index, (name, label) in enumerate(BAKE_FIGURES):
         # Each latency on its own scale: TTFT and end-to-end latency are tenths of seconds, ITL milliseconds.
@@ -65,6 +59,16 @@ def _bake_panel(parts, left, host, block):
                  '</text>' % (left + 10, PLOT_TOP + PLOT_H + 26, baseline.get('requests'), canary.get('requests'),
                               baseline.get('errors'), canary.get('errors')))
     parts.append('</g>')
+
+
+def _open_panel(parts, left, kind, host, heading, verdict, block):
+    """A panel's group (class `kind`, its host and verdict as data), its heading and the verdict's reason."""
+    parts.append('<g class="%s" data-host="%s" data-verdict="%s">' % (kind, escape(host), escape(verdict)))
+    parts.append('<text x="%d" y="16" font-size="12" font-weight="bold">%s: <tspan fill="%s">%s</tspan></text>'
+                 % (left, escape(heading), VERDICT_COLOURS.get(verdict, '#52606d'), escape(verdict)))
+    reason = block.get('reason') or ''
+    parts.append('<text x="%d" y="30" font-size="9" fill="#52606d">%s<title>%s</title></text>'
+                 % (left, escape(reason[:60] + ('...' if len(reason) > 60 else '')), escape(reason)))
 
 
 def _figure(side, name):
@@ -89,12 +93,7 @@ def _panel(parts, left, host, block):
     verdict = block.get('verdict', 'skipped')
     values = [_figure(row.get(side), 'output_tok_s') or 0 for row in levels for side in ('before', 'after')]
     top_value = max(values) or 1.0
-    parts.append('<g class="host-performance" data-host="%s" data-verdict="%s">' % (escape(host), escape(verdict)))
-    parts.append('<text x="%d" y="16" font-size="12" font-weight="bold">%s: <tspan fill="%s">%s</tspan></text>'
-                 % (left, escape(host), VERDICT_COLOURS.get(verdict, '#52606d'), escape(verdict)))
-    reason = block.get('reason') or ''
-    parts.append('<text x="%d" y="30" font-size="9" fill="#52606d">%s<title>%s</title></text>'
-                 % (left, escape(reason[:60] + ('...' if len(reason) > 60 else '')), escape(reason)))
+    _open_panel(parts, left, 'host-performance', host, host, verdict, block)
     slot = (PANEL_W - 20) / max(len(levels), 1)
     for index, row in enumerate(levels):
         x = left + 10 + index * slot + (slot - 2 * BAR_W - 4) / 2
