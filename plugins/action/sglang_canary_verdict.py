@@ -26,6 +26,17 @@ def decided(judged, inconclusive):
     return 'kept'
 
 
+def baseline_of(bake, before):
+    """(the baseline servers' figures, where they come from): the servers on the previous version read over the
+    same window (`peers`); without one, the canary's old server read before the window (`before`); else none."""
+    peers = [figures for figures in (bake.get('baselines') or {}).values() if figures]
+    if peers:
+        return peers, 'peers'
+    if before and not before.get('failed') and before.get('canary'):
+        return [before['canary']], 'before'
+    return [], None
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -39,10 +50,12 @@ class ActionModule(ActionBase):
             error_tolerance=dict(type='float', default=_bake.DEFAULTS['error_tolerance']),
             alpha=dict(type='float', default=_bake.DEFAULTS['alpha']),
             inconclusive=dict(type='str', default='rollback', choices=list(ACTIONS)),
+            before=dict(type='dict'),
         ))
         bake = args['bake']
-        judged = _bake.verdict(bake.get('canary'), list((bake.get('baselines') or {}).values()),
-                               dict((key, args[key]) for key in _bake.DEFAULTS))
+        baselines, source = baseline_of(bake, args['before'])
+        judged = _bake.verdict(bake.get('canary'), baselines, dict((key, args[key]) for key in _bake.DEFAULTS))
+        judged['baseline_source'] = source
         problems = bake.get('baseline_problems') or {}
         if problems:
             judged['reason'] += '; left out of the baseline: ' + '; '.join(

@@ -49,6 +49,11 @@ options:
     description: Significance level of the rank test that must confirm a latency beyond the tolerance.
     type: float
     default: 0.01
+  before:
+    description:
+      - The M(gpuops.sglang.sglang_canary_bake) result of the canary's own old server, read under its live traffic
+        before the redeploy; the baseline when O(bake) has no baseline server with figures (a fleet of one).
+    type: dict
   inconclusive:
     description:
       - What an inconclusive bake does. V(rollback) fails the task (the canary is rolled back); V(hold) keeps the
@@ -95,6 +100,11 @@ bake:
     baseline_servers:
       description: How many servers made the baseline.
       type: int
+    baseline_source:
+      description:
+        - V(peers) (the servers on the previous version, over the same window), V(before) (the canary's own old
+          server, before the redeploy), or null (no baseline).
+      type: str
     seconds:
       description: How long the bake held.
       type: float

@@ -75,9 +75,9 @@ def load(tmp_path):
             process.communicate(timeout=120)
 
 
-def redeploy(tmp_path, extravars, name):
+def redeploy(tmp_path, extravars, name, limit=None):
     return run_playbook(tmp_path, 'playbooks/redeploy.yml', lab_instance.inventory(), dict(BAKE, **extravars),
-                        name=name)
+                        name=name, limit=limit)
 
 
 def test_a_healthy_canary_passes_its_bake_and_the_rollout_completes(baked_lab, load, tmp_path):
@@ -121,3 +121,15 @@ def test_a_worse_canary_is_rolled_back_by_its_bake_with_the_other_host_untouched
     if 'LAB_STANDIN_ERROR_RATE' not in environment:
         # A canary that only got slower lost no client request: out of the router and drained before its stop.
         assert measured['requests_total'] > 0 and measured['requests_failed'] == 0, measured
+
+
+def test_a_canary_with_no_other_server_is_compared_with_its_own_old_server(baked_lab, load, tmp_path):
+    # A fleet of one: gpu1 alone (gpu2 is no server of this fleet), so its old server is held and read first.
+    run = redeploy(tmp_path, {'sglang_force_restart': True, 'sglang_fleet_hosts': ['gpu1']}, 'bake-alone',
+                   limit='gpu1')
+    measured = load()
+    assert run.rc == 0, run.stdout[-3000:]
+    bake = report('gpu1')['bake']
+    assert bake['verdict'] == 'pass' and bake['baseline_source'] == 'before', bake
+    assert bake['baseline']['requests'] >= 20 and bake['canary']['requests'] >= 20
+    assert measured['requests_failed'] == 0, measured

@@ -40,3 +40,15 @@ def test_a_baseline_left_out_is_named_in_the_reason(run_action):
     assert result['bake']['reason'].endswith(
         '; left out of the baseline: gpu3 (http://127.0.0.13:30000/metrics did not answer: refused)')
     assert result['bake']['baseline_servers'] == 1
+
+
+def test_without_a_peer_the_canary_is_compared_with_its_own_old_server(run_action):
+    before = {'measured': True, 'canary': side(50), 'baselines': {}, 'baseline_problems': {}, 'seconds': 30.0}
+    result = run_action(ActionModule, {}, args={'bake': bake(side(50, slow=True), {}), 'before': before})
+    assert result['verdict'] == 'fail' and result['bake']['baseline_source'] == 'before'
+    # Peers win over the old server; a failed reading of the old server is no baseline.
+    assert run_action(ActionModule, {}, args={'bake': bake(side(50), {'gpu2': side(50)}), 'before': before}
+                      )['bake']['baseline_source'] == 'peers'
+    alone = run_action(ActionModule, {}, args={'bake': bake(side(50), {}), 'before': {'failed': True, 'msg': 'x'},
+                                               'inconclusive': 'pass'})
+    assert alone['verdict'] == 'inconclusive' and alone['bake']['baseline_source'] is None
