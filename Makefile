@@ -214,5 +214,6 @@ bench-gpu: setup
 
 # Eight lab hosts behind the lab's SGLang gateway (smg); a rolling redeploy (batches of 2, at most 2 servers out)
 # under a steady load through the router. Last line: {hosts, requests_total, requests_failed, min_healthy, wall_s, ...}.
+# BAKE=SECONDS: gpu1 a canary that bakes that long under the load first (docs/canary-bake.md).
 fleet: setup
-	$(BIN)/python bench/fleet.py --hosts $${FLEET_HOSTS:-8}
+	$(BIN)/python bench/fleet.py --hosts $${FLEET_HOSTS:-8} --bake $${BAKE:-0}
