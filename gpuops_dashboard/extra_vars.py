@@ -36,6 +36,11 @@ PLAYBOOK_VARIABLES = {
     'redeploy_max_unavailable': {'type': 'int', 'minimum': 0},
 }
 
+# The role's variables of type raw, checked as what they hold (their argument spec says it in words).
+RAW_VARIABLES = {
+    'sglang_rollback_deadline': {'type': 'seconds_or_auto'},
+}
+
 # The folders a request's sglang_patch_file may name a file in, unless the dashboard is given others (--patch-dir).
 DEFAULT_PATCH_DIRS = (os.path.join(REPO, 'files'),)
 
@@ -104,13 +109,14 @@ def role_variables(path=ARGUMENT_SPECS):
 def allowed_variables(path=ARGUMENT_SPECS):
     """{name: spec} a request may set: the role's documented variables but PINNED, and the playbook's."""
     allowed = dict((name, spec) for name, spec in role_variables(path).items() if name not in PINNED)
+    allowed.update((name, dict(allowed[name], **spec)) for name, spec in RAW_VARIABLES.items() if name in allowed)
     allowed.update(PLAYBOOK_VARIABLES)
     return allowed
 
 
 _KINDS = {'str': 'a string', 'path': 'a string', 'int': 'a whole number', 'float': 'a number',
           'bool': 'true or false', 'list': 'a list', 'dict': 'an object with string keys',
-          'serial': 'a positive count or a percentage "N%"'}
+          'serial': 'a positive count or a percentage "N%"', 'seconds_or_auto': 'a number of seconds above 0 or "auto"'}
 
 
 def _is_int(value):
@@ -156,6 +162,8 @@ def _check(key, value, spec):
         ok = isinstance(value, list)
     elif kind == 'dict':
         ok = isinstance(value, dict) and all(isinstance(name, str) for name in value)
+    elif kind == 'seconds_or_auto':
+        ok = value == 'auto' or ((_is_int(value) or (isinstance(value, float) and math.isfinite(value))) and value > 0)
     elif kind == 'serial':
         # Ansible's serial: a count, or a share of the hosts as "N%".
         ok = (_is_int(value) and value > 0) or (isinstance(value, str) and re.match(r'^[1-9][0-9]{0,2}%?$', value))

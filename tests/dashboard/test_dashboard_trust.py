@@ -194,11 +194,23 @@ def test_the_extra_vars_file_tags_every_string_unsafe_and_ansible_keeps_it_liter
     ({'sglang_router_url': 'http://elsewhere:1'}, 'sglang_router_url'),
     ({'redeploy_serial': '0'}, 'redeploy_serial'),
     ({'redeploy_max_fail_percentage': 101}, 'redeploy_max_fail_percentage'),
+    # Seconds or auto, nothing else (its argument spec's type is raw).
+    ({'sglang_rollback_deadline': 'soon'}, 'sglang_rollback_deadline'),
+    ({'sglang_rollback_deadline': 0}, 'sglang_rollback_deadline'),
+    ({'sglang_rollback_deadline': float('nan')}, 'sglang_rollback_deadline'),
+    ({'sglang_rollback_deadline': [1]}, 'sglang_rollback_deadline'),
 ])
 def test_an_extra_variable_that_is_not_documented_or_of_the_wrong_type_is_refused_by_name(extra, key):
     with pytest.raises(extra_vars.InvalidExtraVars) as refused:
         extra_vars.validate(extra)
     assert refused.value.key == key and str(refused.value).startswith('extra_vars.%s: ' % key)
+
+
+def test_every_variable_a_request_may_set_has_a_type_the_dashboard_checks():
+    # A new variable of the role of type raw (or any type the dashboard does not know) needs its kind in
+    # extra_vars.RAW_VARIABLES: otherwise every request naming it is refused.
+    kinds = dict((name, spec.get('type', 'str')) for name, spec in extra_vars.allowed_variables().items())
+    assert dict((name, kind) for name, kind in kinds.items() if kind not in extra_vars._KINDS) == {}
 
 
 def test_documented_variables_of_the_role_and_the_playbook_are_taken():
@@ -207,6 +219,7 @@ def test_documented_variables_of_the_role_and_the_playbook_are_taken():
              'sglang_dynamic_spec_adaptive_config': {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0]}}, 'redeploy_serial': '50%', 'redeploy_canary': 1,
              'redeploy_max_fail_percentage': 0, 'redeploy_max_unavailable': 2, 'sglang_dynamic_spec_mode': 'env'}
     assert extra_vars.validate(given) == given
+    assert extra_vars.validate({'sglang_rollback_deadline': 'auto'}) == {'sglang_rollback_deadline': 'auto'}
     # The allow-list is the role's argument_specs.yml: a variable documented there is known here.
     assert set(extra_vars.role_variables()) - set(extra_vars.PINNED) <= set(extra_vars.allowed_variables())
 
