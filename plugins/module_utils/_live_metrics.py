@@ -12,7 +12,9 @@ snapshots is what the server served between them (a series absent from the first
 prometheus_client exports a labelled series from its first sample on). Counters only grow: one that went down
 means the server restarted between the scrapes, and the difference is refused rather than guessed.
 
-A histogram is ``{'bounds': [upper bounds, +Inf last], 'counts': [samples per bucket, not cumulative]}``.
+A histogram is ``{'bounds': [upper bounds, +Inf last], 'counts': [samples per bucket, not cumulative], 'sum':
+the samples' exact total (its ``_sum`` series; None where not exported)}``: the buckets give the quantiles and the
+rank test, the sum the exact mean that the buckets' coarseness cannot distort.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -93,6 +95,9 @@ def snapshot(text):
     cumulative = dict((key, {}) for key, dummy in HISTOGRAMS)
     counter_of = dict((name, key) for key, name in COUNTERS)
     bucket_of = dict((name + '_bucket', key) for key, name in HISTOGRAMS)
+    sum_of = dict((name + '_sum', key) for key, name in HISTOGRAMS)
+    count_of = dict((name + '_count', key) for key, name in HISTOGRAMS)
+    sums, samples = dict((key, None) for key, dummy in HISTOGRAMS), dict((key, 0.0) for key, dummy in HISTOGRAMS)
     for line in text.splitlines():
         sample = prometheus_sample(line)
         if sample is None:
@@ -108,9 +113,21 @@ def snapshot(text):
                 continue
             buckets = cumulative[bucket_of[name]]
             buckets[bound] = buckets.get(bound, 0.0) + value
+        elif name in sum_of:
+            key = sum_of[name]
+            sums[key] = (sums[key] or 0.0) + value
+        elif name in count_of:
+            samples[count_of[name]] += value
     figures = dict(counters)
     for key, buckets in cumulative.items():
-        figures[key] = _histogram(buckets) if buckets else None
+        if not buckets:
+            figures[key] = None
+            continue
+        histogram = _histogram(buckets)
+        # A sum believed only when the series that gave it hold every sample the buckets count (a _count per
+        # label set, as prometheus_client exports them): a sum of some label sets over all samples would lie.
+        whole = sums[key] is not None and samples[key] == buckets[math.inf]
+        figures[key] = dict(histogram, sum=sums[key] if whole else None)
     return figures
 
 
@@ -145,13 +162,17 @@ def difference(before, after):
             served[key] = None
             continue
         if old is None:
-            old = {'bounds': new['bounds'], 'counts': [0.0] * len(new['counts'])}
+            old = {'bounds': new['bounds'], 'counts': [0.0] * len(new['counts']), 'sum': 0.0}
         if old['bounds'] != new['bounds']:
             raise LiveMetricsError('%s changed its buckets between the scrapes' % name)
         counts = [b - a for a, b in zip(old['counts'], new['counts'])]
         if any(count < 0 for count in counts):
             raise LiveMetricsError('%s went down between the scrapes: the server restarted' % name)
-        served[key] = {'bounds': new['bounds'], 'counts': counts}
+        total = None
+        if new.get('sum') is not None and old.get('sum') is not None:
+            # Latencies are never negative, so their sum only grows; a float's rounding may still take a hair off.
+            total = max(0.0, new['sum'] - old['sum'])
+        served[key] = {'bounds': new['bounds'], 'counts': counts, 'sum': total}
     return served
 
 
@@ -161,7 +182,7 @@ def jsonable(figures):
     for key, dummy in HISTOGRAMS:
         if out.get(key) is not None:
             out[key] = {'bounds': ['+Inf' if bound == math.inf else bound for bound in out[key]['bounds']],
-                        'counts': list(out[key]['counts'])}
+                        'counts': list(out[key]['counts']), 'sum': out[key].get('sum')}
     return out
 
 

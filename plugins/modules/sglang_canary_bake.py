@@ -80,8 +80,8 @@ measured:
 canary:
   description:
     - What the canary served during the bake (null when it exports no C(/metrics)) - C(requests), C(aborted),
-      C(tokens) and the histograms C(ttft), C(itl), C(e2e), each C(bounds) (upper bounds, C(+Inf) last) and
-      C(counts) (samples per bucket).
+      C(tokens) and the histograms C(ttft), C(itl), C(e2e), each C(bounds) (upper bounds, C(+Inf) last),
+      C(counts) (samples per bucket) and C(sum) (the samples' exact total, null where not exported).
   returned: always
   type: dict
 baselines:

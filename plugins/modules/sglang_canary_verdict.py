@@ -92,7 +92,9 @@ bake:
       description: V(kept), V(rolled_back) or V(held).
       type: str
     canary:
-      description: The canary's C(requests), C(errors), C(error_rate), C(ttft_p95_s), C(itl_p95_s) and C(e2e_p95_s).
+      description:
+        - The canary's C(requests), C(errors), C(error_rate), C(ttft_p95_s), C(itl_p95_s), C(e2e_p95_s), and
+          C(ttft_mean_s), C(itl_mean_s), C(e2e_mean_s) (exact, from the histograms' sums; null where not exported).
       type: dict
     baseline:
       description: The baseline servers' same figures, merged (null without a baseline).

@@ -6,8 +6,9 @@ same router, over the same window), as automated canary analysis does it (Kayent
 of the same window, a rank test per metric with an effect-size tolerance, a minimum of samples).
 
 Inputs are what module_utils/_live_metrics.difference gives for each side: counters ``requests``, ``aborted``,
-``tokens`` and histograms ``ttft``, ``itl``, ``e2e`` (``{'bounds', 'counts'}``, +Inf last, as a number or the
-string "+Inf"). Several baseline servers are merged (their counts summed) before the comparison.
+``tokens`` and histograms ``ttft``, ``itl``, ``e2e`` (``{'bounds', 'counts', 'sum'}``, +Inf last, as a number or
+the string "+Inf"; ``sum`` may be None). Several baseline servers are merged (their counts and sums added) before
+the comparison.
 
 Per check:
 - errors: the canary's error rate (aborted / (answered + aborted)) may exceed the baseline's by at most
@@ -16,7 +17,10 @@ Per check:
   linear within the bucket) may exceed the baseline's by at most ``latency_tolerance`` (a fraction). Beyond it,
   where both sides have at least RANK_TEST_MIN samples, a one-sided Mann-Whitney U test over the buckets (ties
   within a bucket) must also find the canary slower at ``alpha``: a p95 that moved by chance is not a regression.
-  Where the samples do not allow the test, the ratio alone decides.
+  Where the samples do not allow the test, the ratio alone decides. The exact means (``_sum`` / samples) are
+  reported beside the p95s and in a failure's reason: a p95 interpolated within coarse buckets can overstate a
+  small shift near a bucket's edge (docs/canary-bake.md, measured), the mean says how large the shift really is.
+  They do not decide: a slower tail (a few requests much slower) moves the p95, hardly the mean.
 
 Verdict: ``fail`` when a check fails; else ``inconclusive`` when either side served fewer than ``min_requests``
 (or the canary exports no figures, or there is no baseline); else ``pass``. Pure functions; test_bake.py.
@@ -61,11 +65,21 @@ def merged(sides):
             continue
         bounds = [_bound(bound) for bound in histograms[0]['bounds']]
         counts = [0.0] * len(bounds)
-        for histogram in histograms:
-            if [_bound(bound) for bound in histogram['bounds']] == bounds:
-                counts = [a + b for a, b in zip(counts, _counts(histogram))]
-        total[key] = {'bounds': bounds, 'counts': counts}
+        same = [histogram for histogram in histograms if [_bound(bound) for bound in histogram['bounds']] == bounds]
+        for histogram in same:
+            counts = [a + b for a, b in zip(counts, _counts(histogram))]
+        sums = [histogram.get('sum') for histogram in same]
+        total[key] = {'bounds': bounds, 'counts': counts,
+                      'sum': None if None in sums else sum(float(value) for value in sums)}
     return total
+
+
+def mean(histogram):
+    """The exact mean of a histogram's samples (its sum over its count); None without samples or a sum."""
+    if not histogram or histogram.get('sum') is None:
+        return None
+    samples = sum(_counts(histogram))
+    return float(histogram['sum']) / samples if samples > 0 else None
 
 
 def quantile(histogram, fraction):
@@ -112,7 +126,7 @@ def rank_test(canary, baseline):
 
 
 def summary(side):
-    """A side's figures for the report: requests, errors, error rate and p95s (seconds)."""
+    """A side's figures for the report: requests, errors, error rate, p95s and exact means (seconds)."""
     if not side:
         return None
     answered, errors = side.get('requests') or 0, side.get('aborted') or 0
@@ -122,6 +136,8 @@ def summary(side):
     for key, dummy in LATENCIES:
         value = quantile(side.get(key), 0.95)
         figures[key + '_p95_s'] = round(value, 6) if value is not None else None
+        average = mean(side.get(key))
+        figures[key + '_mean_s'] = round(average, 6) if average is not None else None
     return figures
 
 
@@ -146,8 +162,11 @@ def _latency_problem(key, title, canary, baseline, tolerance, alpha):
     p_value = rank_test(canary.get(key), baseline.get(key))
     if p_value is not None and p_value >= alpha:
         return None
-    return 'p95 %s %.4f s against %.4f s (%+.0f%%, tolerance %g%%%s)' % (
+    means = mean(canary.get(key)), mean(baseline.get(key))
+    return 'p95 %s %.4f s against %.4f s (%+.0f%%, tolerance %g%%%s%s)' % (
         title, mine, theirs, change * 100, tolerance * 100,
+        '' if None in means or not means[1] else '; mean %.4f s against %.4f s, %+.0f%%' % (
+            means[0], means[1], (means[0] / means[1] - 1) * 100),
         '' if p_value is None else '; rank test p=%.2g' % p_value)
 
 

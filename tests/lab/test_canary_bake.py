@@ -3,8 +3,8 @@ router (smg), under a steady request stream the test sends through the router it
 
 Every server exports SGLang's live histograms and counters (the stand-in's /metrics, lab/standin/sglang_standin/
 live_metrics.py) from the module fixture's redeploy on. A canary that passes its bake keeps the new version and
-the rollout completes; one that degrades only once it serves (LAB_STANDIN_DEGRADE_AFTER: 10 s after it turned
-healthy, so its start, verification and readmission see a healthy server) or that errors (LAB_STANDIN_ERROR_RATE)
+the rollout completes; one that degrades only once it serves (LAB_STANDIN_DEGRADE_AFTER: 20 s after it turned
+healthy, so its start, verification, performance gate and readmission see a healthy server, and the gate passes it) or that errors (LAB_STANDIN_ERROR_RATE)
 is rolled back by its guard: out of the router, its requests finished, the previous server started and readmitted,
 gpu2 untouched. Outcomes only: a factor of 5 on every decode step and a fifth of requests failing are far beyond
 the tolerances, and canary and baseline share the machine over the same window.
@@ -24,8 +24,13 @@ from helpers.simulated import wait_for
 ROUTER = lab_instance.router_url()
 LOAD = os.path.join(REPO, 'bench', 'load.py')
 HOSTS = ('gpu1', 'gpu2')
-# The lab's window (80 s, inventory/lab) with the bake: 25 s of hold and four /metrics readings of 10 s at most.
-BAKE = {'sglang_canary_bake': 25, 'redeploy_canary': 1, 'redeploy_serial': 1, 'sglang_rollback_deadline': 80 + 25 + 40}
+# The guard's deadline is the lab's `auto`: the plan's window budget, bake (and gate) included.
+BAKE = {'sglang_canary_bake': 25, 'redeploy_canary': 1, 'redeploy_serial': 1}
+# The performance gate beside the bake, with test_performance_gate.py's wide tolerances: it measures the new server
+# before its readmission, within the first seconds after it turned healthy, so it passes a server that degrades
+# only later (DEGRADE_AFTER below is past the gate's two levels of 16 short requests even on a busy machine).
+GATE = {'sglang_perf_gate': True, 'sglang_perf_requests': 16, 'sglang_perf_max_new_tokens': 16,
+        'sglang_perf_timeout': 30, 'sglang_perf_throughput_tolerance': 0.5, 'sglang_perf_itl_tolerance': 1.0}
 
 
 def report(name):
@@ -96,18 +101,21 @@ def test_a_healthy_canary_passes_its_bake_and_the_rollout_completes(baked_lab, l
     assert router_urls() == sorted(lab_instance.server_url(name) for name in HOSTS)
 
 
-@pytest.mark.parametrize('environment, problem', [
-    ({'LAB_STANDIN_SLOWDOWN': '5', 'LAB_STANDIN_DEGRADE_AFTER': '10'}, 'p95 inter-token latency'),
-    ({'LAB_STANDIN_ERROR_RATE': '0.2'}, ' requests against 0.0% of '),
+@pytest.mark.parametrize('environment, gate, problem', [
+    ({'LAB_STANDIN_SLOWDOWN': '5', 'LAB_STANDIN_DEGRADE_AFTER': '20'}, GATE, 'p95 inter-token latency'),
+    ({'LAB_STANDIN_ERROR_RATE': '0.2'}, {}, ' requests against 0.0% of '),
 ], ids=['degrades-under-traffic', 'errors'])
 def test_a_worse_canary_is_rolled_back_by_its_bake_with_the_other_host_untouched(baked_lab, load, tmp_path,
-                                                                                environment, problem):
+                                                                                environment, gate, problem):
     untouched, untouched_report = baked_lab['gpu2'].server_pid(), report('gpu2')
-    run = redeploy(tmp_path, {'sglang_environment': environment}, 'bake-worse')
+    run = redeploy(tmp_path, dict(gate, sglang_environment=environment), 'bake-worse')
     measured = load()
     assert run.rc != 0
     canary = report('gpu1')
-    assert canary['status'] == 'rolled_back' and canary['healthy'] is True, canary
+    assert canary['status'] == 'rolled_back' and canary['healthy'] is True, (canary['status'], canary['reason'])
+    if gate:
+        # The gate alone would have kept this canary: it was fast for its first seconds, then slowed under traffic.
+        assert canary['performance']['verdict'] == 'pass', canary['performance']['reason']
     assert canary['bake']['verdict'] == 'fail' and canary['bake']['action'] == 'rolled_back'
     assert problem in canary['bake']['reason'], canary['bake']['reason']
     assert 'the canary failed its bake' in canary['reason'] and 'back in the router' in canary['reason']

@@ -25,6 +25,9 @@ def test_what_the_stand_in_exports_the_reader_reads_and_differences():
     assert served['ttft']['bounds'][:3] == [0.1, 0.2, 0.4] and served['ttft']['bounds'][-1] == float('inf')
     assert served['ttft']['counts'][1] == 1 and served['ttft']['counts'][3] == 1 and sum(served['ttft']['counts']) == 2
     assert sum(served['itl']['counts']) == 3 and sum(served['e2e']['counts']) == 2
+    # The exact totals, for the bake's means: 0.15 + 0.5 s to the first token, 0.01 + 0.05 + 0.03 s between tokens.
+    assert abs(served['ttft']['sum'] - 0.65) < 1e-9 and abs(served['itl']['sum'] - 0.09) < 1e-9
+    assert abs(served['e2e']['sum'] - 1.0) < 1e-9
 
 
 def test_the_degrade_knob_slows_the_scheduler_only_after_its_time():

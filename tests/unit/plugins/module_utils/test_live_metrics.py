@@ -20,6 +20,9 @@ sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="1",le="0.01"} 
 sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="1",le="0.02"} 1.0
 sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="1",le="+Inf"} 2.0
 sglang:inter_token_latency_seconds_sum{model_name="m",tp_rank="0"} 0.1
+sglang:inter_token_latency_seconds_count{model_name="m",tp_rank="0"} 8.0
+sglang:inter_token_latency_seconds_sum{model_name="m",tp_rank="1"} 0.02
+sglang:inter_token_latency_seconds_count{model_name="m",tp_rank="1"} 2.0
 sglang:gen_throughput{model_name="m"} 412.0
 a broken line {
 sglang:num_requests_total{model_name="unterminated} 99
@@ -29,8 +32,15 @@ sglang:num_requests_total{model_name="unterminated} 99
 def test_a_scrape_sums_every_label_set():
     figures = _live_metrics.snapshot(SCRAPE)
     assert (figures['requests'], figures['aborted'], figures['tokens']) == (15.0, 1.0, 160.0)
-    assert figures['itl'] == {'bounds': [0.01, 0.02, math.inf], 'counts': [4.0, 4.0, 2.0]}
+    assert figures['itl'] == {'bounds': [0.01, 0.02, math.inf], 'counts': [4.0, 4.0, 2.0], 'sum': pytest.approx(0.12)}
     assert figures['ttft'] is None and figures['e2e'] is None
+
+
+def test_a_sum_that_misses_a_label_sets_samples_is_not_believed():
+    # tp_rank 1's _sum and _count are gone: 0.1 s is the total of 8 of the 10 samples, no mean of all 10.
+    partial = '\n'.join(line for line in SCRAPE.splitlines() if not ('tp_rank="1"' in line and '_bucket' not in line))
+    figures = _live_metrics.snapshot(partial)
+    assert figures['itl']['counts'] == [4.0, 4.0, 2.0] and figures['itl']['sum'] is None
 
 
 def test_a_server_without_live_figures_has_none():
@@ -40,10 +50,11 @@ def test_a_server_without_live_figures_has_none():
 
 def test_the_difference_is_what_was_served_between_the_scrapes():
     before = _live_metrics.snapshot(SCRAPE)
-    after = _live_metrics.snapshot(SCRAPE.replace('} 10.0', '} 30.0').replace('le="+Inf"} 8.0', 'le="+Inf"} 18.0'))
+    after = _live_metrics.snapshot(SCRAPE.replace('} 10.0', '} 30.0').replace('le="+Inf"} 8.0', 'le="+Inf"} 18.0')
+                                   .replace('tp_rank="0"} 0.1', 'tp_rank="0"} 1.1').replace('} 8.0\n', '} 18.0\n'))
     served = _live_metrics.difference(before, after)
     assert served['requests'] == 20.0 and served['aborted'] == 0.0
-    assert served['itl']['counts'] == [0.0, 0.0, 10.0]
+    assert served['itl']['counts'] == [0.0, 0.0, 10.0] and served['itl']['sum'] == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize('change, message', [

@@ -13,6 +13,8 @@ FIGURES = '''sglang:num_requests_total{model_name="m",is_streaming="true"} %d
 sglang:num_aborted_requests_total{model_name="m"} 0
 sglang:inter_token_latency_seconds_bucket{model_name="m",le="0.01"} %d
 sglang:inter_token_latency_seconds_bucket{model_name="m",le="+Inf"} %d
+sglang:inter_token_latency_seconds_sum{model_name="m"} %r
+sglang:inter_token_latency_seconds_count{model_name="m"} %d
 '''
 
 
@@ -32,7 +34,7 @@ class Exporter(object):
             def do_GET(self):
                 exporter.readings += 1
                 served = 0 if exporter.restart and exporter.readings > 1 else exporter.readings * exporter.step
-                body = (FIGURES % (served, served * 15, served * 16)).encode()
+                body = (FIGURES % (served, served * 15, served * 16, served * 0.08, served * 16)).encode()
                 self.send_response(exporter.status)
                 self.send_header('Content-Length', str(len(body)))
                 self.end_headers()
@@ -67,7 +69,7 @@ def test_what_each_server_served_between_the_two_readings(run_module, exporters)
         'url': canary.url, 'baselines': {'gpu2': old.url, 'gpu3': bare.url}, 'seconds': 0.3}, no_commands)
     assert result['failed'] is False and result['measured'] is True, result
     assert result['canary']['requests'] == 5 and result['canary']['aborted'] == 0
-    assert result['canary']['itl'] == {'bounds': [0.01, '+Inf'], 'counts': [75, 5]}
+    assert result['canary']['itl'] == {'bounds': [0.01, '+Inf'], 'counts': [75, 5], 'sum': pytest.approx(0.4)}
     assert list(result['baselines']) == ['gpu2'] and result['baselines']['gpu2']['requests'] == 7
     assert result['baseline_problems'] == {'gpu3': '%s exports no /metrics (started without --enable-metrics)' % bare.url}
     assert result['seconds'] >= 0.3 and result['changed'] is False

@@ -1,6 +1,7 @@
 """The bake's verdict on recorded live figures: pass, fail (which figure, by how much), inconclusive (why)."""
 import math
 import random
+import re
 
 import pytest
 
@@ -15,7 +16,7 @@ def histogram(bounds, samples):
     counts = [0] * len(bounds)
     for value in samples:
         counts[next(i for i, bound in enumerate(bounds) if bound == '+Inf' or value <= bound)] += 1
-    return {'bounds': bounds, 'counts': counts}
+    return {'bounds': bounds, 'counts': counts, 'sum': sum(samples)}
 
 
 def side(requests, itl, ttft=0.15, e2e=0.9, aborted=0, seed=1):
@@ -55,10 +56,38 @@ def test_the_verdict(canary, baselines, outcome, reason):
 
 def test_the_report_carries_both_sides_figures():
     found = _bake.verdict(side(60, 0.15), [side(60, 0.03, seed=2)])
-    assert set(found['canary']) == {'requests', 'errors', 'error_rate', 'ttft_p95_s', 'itl_p95_s', 'e2e_p95_s'}
+    assert set(found['canary']) == {'requests', 'errors', 'error_rate', 'ttft_p95_s', 'itl_p95_s', 'e2e_p95_s',
+                                    'ttft_mean_s', 'itl_mean_s', 'e2e_mean_s'}
     assert found['canary']['requests'] == 60 and found['baseline']['requests'] == 60
     assert found['canary']['itl_p95_s'] > 4 * found['baseline']['itl_p95_s']
+    # The exact means: the samples' own averages, whatever the buckets.
+    assert found['canary']['itl_mean_s'] == pytest.approx(0.15, rel=0.02)
+    assert found['baseline']['itl_mean_s'] == pytest.approx(0.03, rel=0.02)
     assert found['baseline_servers'] == 1
+
+
+def test_a_latency_failure_says_how_far_the_exact_means_moved():
+    found = _bake.verdict(side(60, 0.03, e2e=4.5), [side(60, 0.03, seed=2)])
+    assert found['verdict'] == 'fail'
+    # 4.5 s against 0.9 s on average: five times, +400% (the seeds' noise moves it by a few points).
+    assert re.search(r'mean 4\.[45]\d+ s against 0\.(89|90|91)\d* s, \+(39\d|40\d|41\d)%', found['reason']), found['reason']
+
+
+@pytest.mark.parametrize('sums, mean', [
+    ((1.0, 3.0), 0.2),  # 20 samples, 4.0 s in all
+    ((1.0, None), None),  # one server without its sum: no exact mean of both
+])
+def test_baseline_servers_merge_their_sums(sums, mean):
+    servers = [{'requests': 10, 'itl': {'bounds': ITL, 'counts': [0] * 14 + [10] + [0] * 9, 'sum': total}}
+               for total in sums]
+    merged = _bake.merged(servers)
+    assert merged['itl']['counts'][14] == 20
+    assert _bake.mean(merged['itl']) == (pytest.approx(mean) if mean is not None else None)
+
+
+def test_a_histogram_without_a_sum_has_no_mean_and_says_none():
+    figures = _bake.summary({'requests': 10, 'itl': {'bounds': ITL, 'counts': [0] * 14 + [10] + [0] * 9}})
+    assert figures['itl_mean_s'] is None and figures['itl_p95_s'] is not None
 
 
 def test_a_p95_beyond_the_tolerance_that_the_rank_test_calls_chance_passes():
