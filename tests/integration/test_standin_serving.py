@@ -8,6 +8,7 @@ timing ratios: CI runs on a loaded machine.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from helpers.standin import write_standin_module
 EAGLE3 = ['--speculative-algorithm', 'EAGLE3', '--speculative-draft-model-path', '/models/draft',
           '--speculative-num-steps', '3', '--speculative-eagle-topk', '1', '--speculative-num-draft-tokens', '4']
 PATCH = os.path.join(REPO, 'files', 'eagle_dynamic_spec_threshold.diff')
+# The demo patch plus DYNAMIC_SPEC_STOPS_DRAFTING = True: a test fixture that declares the stop to the stand-in.
+STOPS_PATCH = os.path.join(REPO, 'tests', 'fixtures', 'patches', 'eagle_dynamic_spec_stops_drafting.diff')
 # The tiers the role writes for threshold 8 with 3 draft steps (roles/sglang/vars/main.yml).
 ROLE_TIERS = {'1': {'candidate_steps': [1, 3]}, '8': {'candidate_steps': [0]}}
 
@@ -182,3 +185,48 @@ def test_env_mode_with_the_demo_patch_drafts_at_every_batch_size(standins, sglan
                                             env={'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE': '8'})
     assert set(env_mode['draft_steps_by_batch_size'].values()) == {3}
     assert env_mode['accept_length_by_batch_size']['16'] > 2
+
+
+def patched_copy(pristine_sglang, tmp_path, name, patch):
+    """A private copy of the pristine release with patch applied by gpuops.sglang.sglang_patch: its python."""
+    venv, site = pristine_sglang
+    copy = tmp_path / name
+    shutil.copytree(str(venv), str(copy), symlinks=True)
+    python = str(copy / 'bin' / 'python')
+    applied = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': patch, 'python': python}, name='apply-' + name)
+    assert not applied.failed, applied['msg']
+    assert applied['changed'] is True and applied['files'] == ['sglang/srt/speculative/eagle_worker.py']
+    return python
+
+
+def test_env_mode_stops_drafting_only_under_a_patch_that_declares_it(standins, pristine_sglang, tmp_path):
+    """The fixture patch declares the stop: no draft steps from the threshold on; the demo patch keeps drafting."""
+    env = {'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE': '8', 'LAB_STANDIN_ACCEPT_RATE': '0.9'}
+    servers = {}
+    for name, patch in (('demo', PATCH), ('declares', STOPS_PATCH)):
+        python = patched_copy(pristine_sglang, tmp_path, name, patch)
+        base, dummy, model = standins.start(*EAGLE3, python=python, env=env)
+        servers[name] = json.loads(get(base + '/server_info')[1]), model
+    demo_info, demo = servers['demo']
+    info, declares = servers['declares']
+    assert (demo_info['dynamic_spec_patch_present'], demo_info['dynamic_spec_patch_stops_drafting']) == (True, False)
+    assert (info['dynamic_spec_patch_present'], info['dynamic_spec_patch_stops_drafting']) == (True, True)
+    assert set(demo['draft_steps_by_batch_size'].values()) == {3}
+    steps = declares['draft_steps_by_batch_size']
+    assert [steps[size] for size in ('1', '7', '8', '16', '48')] == [3, 3, 0, 0, 0]
+    # The knob reached both models: 1 + 0.9 + 0.81 + 0.729 tokens a step while drafting, 1 once it stopped.
+    assert demo['accept_rate'] == declares['accept_rate'] == 0.9
+    assert demo['accept_length_by_batch_size']['16'] == declares['accept_length_by_batch_size']['7'] == 3.439
+    assert declares['accept_length_by_batch_size']['8'] == 1.0
+    # Without draft passes a step costs less than the demo's drafting one.
+    assert declares['step_time_s_by_batch_size']['16'] < demo['step_time_s_by_batch_size']['16']
+    assert declares['step_time_s_by_batch_size']['7'] == demo['step_time_s_by_batch_size']['7']
+
+
+def test_a_bad_model_knob_stops_the_start(standins):
+    env = dict(os.environ, PYTHONPATH=standins.pythonpath, LAB_STANDIN_DRAFT_COST='-0.5')
+    run = subprocess.run([sys.executable, '-m', standins.module, '--model-path', '/models/m', '--port',
+                          str(free_port())], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         universal_newlines=True, timeout=60)
+    assert run.returncode == 1
+    assert run.stderr.strip() == "error: LAB_STANDIN_DRAFT_COST must be a number of seconds >= 0, got '-0.5'"

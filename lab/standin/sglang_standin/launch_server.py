@@ -24,7 +24,17 @@ It behaves like SGLang where the redeploy playbook can observe it:
   stopped visible to a load generator instead of silently stretching the drain), then the children stop
   and it exits 0.
 - With SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE set, it refuses to start (exit 1) unless the installed
-  sglang carries the dynamic-speculation patch that defines that variable.
+  sglang carries the dynamic-speculation patch that defines that variable. Set, it changes the decode
+  model only where the installed patch declares that it stops drafting: the module-level line
+  ``DYNAMIC_SPEC_STOPS_DRAFTING = True`` (STOPS_DRAFTING_DECLARATION) in sglang/srt/speculative/
+  eagle_worker.py, beside the patch's variable (sglang_patch_stops_drafting). Then batches of that size
+  and more decode with 0 draft steps (with a speculative algorithm, a value the patch's own parser
+  refuses, not an integer >= 0, stops the start; 0 stops nothing). The demo patch,
+  files/eagle_dynamic_spec_threshold.diff, only counts those batches and does not declare it, so under
+  it the stand-in keeps drafting at every batch size; the test fixture
+  tests/fixtures/patches/eagle_dynamic_spec_stops_drafting.diff (the demo patch plus the line) declares
+  it. /server_info reports both: ``dynamic_spec_patch_present`` (the installed file, read at each call)
+  and ``dynamic_spec_patch_stops_drafting`` (read at the start: what this server's scheduler does).
 - --config FILE (YAML, .yaml/.yml) merged into the arguments as SGLang 0.5.12.post1 does
   (sglang/srt/server_args_config_parser.py: the file's options first, the command line's win);
   --api-key and --admin-api-key enforced as its auth middleware does (sglang/srt/utils/auth.py):
@@ -36,7 +46,10 @@ LAB_STANDIN_GPU_MIB memory per scheduler (default 20610), LAB_STANDIN_DRAIN seco
 LAB_STANDIN_SLOWDOWN a factor on every decode step (default 1: a deliberately slower server above it),
 from LAB_STANDIN_DEGRADE_AFTER seconds after the server turned healthy when that is set (a server that degrades
 only under live traffic), LAB_STANDIN_ERROR_RATE the share of /generate requests answered 500 (every n-th,
-deterministically; counted as aborted). /metrics also exports SGLang's request histograms and counters
+deterministically; counted as aborted), LAB_STANDIN_ACCEPT_RATE the decode model's acceptance rate (in
+(0, 1), default 0.77) and LAB_STANDIN_DRAFT_COST its per-request cost of a draft pass (seconds >= 0,
+default 0.00103), which move the batch size where plain decoding catches EAGLE-3 (decode.py); a value out
+of range stops the start (exit 1). /metrics also exports SGLang's request histograms and counters
 (live_metrics.py).
 Drain gate (for fault tests): while the file /run/lab-standin-drain-gate exists, the drain after
 SIGTERM lasts (as if requests were still in flight; at most 120 s), so a test can act at a known
@@ -50,6 +63,7 @@ import hmac
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -66,6 +80,9 @@ HOLDER = '/opt/lab/simulators/gpu_holder.py'
 # What every scheduler keeps open besides its GPU (a CUDA process's control devices).
 CONTROL_DEVICES = ['/dev/nvidiactl', '/dev/nvidia-uvm']
 PATCH_ENV = 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'
+# What an installed patch writes, at module level in eagle_worker.py, to declare that its code stops drafting
+# at batch sizes >= PATCH_ENV (the stand-in then models that); the demo patch only counts and does not.
+STOPS_DRAFTING_DECLARATION = 'DYNAMIC_SPEC_STOPS_DRAFTING = True'
 DRAIN_GATE = '/run/lab-standin-drain-gate'
 GENERATE_GATE = '/run/lab-standin-generate-gate'
 ERROR_RATE_ENV = 'LAB_STANDIN_ERROR_RATE'
@@ -217,16 +234,53 @@ def resolve(args):
     return resolved
 
 
-def sglang_carries_patch():
+def installed_eagle_worker():
+    """The text of the installed sglang's srt/speculative/eagle_worker.py, or None (no sglang, no such file)."""
     spec = importlib.util.find_spec('sglang')
     if spec is None or not spec.submodule_search_locations:
-        return False
+        return None
     worker = os.path.join(list(spec.submodule_search_locations)[0], 'srt', 'speculative', 'eagle_worker.py')
     try:
         with open(worker) as handle:
-            return 'DYNAMIC_SPEC_DISABLE_ENV = "%s"' % PATCH_ENV in handle.read()
+            return handle.read()
     except OSError:
-        return False
+        return None
+
+
+def sglang_carries_patch():
+    """Whether the installed eagle_worker.py defines the dynamic-speculation patch's variable."""
+    return 'DYNAMIC_SPEC_DISABLE_ENV = "%s"' % PATCH_ENV in (installed_eagle_worker() or '')
+
+
+def sglang_patch_stops_drafting():
+    """Whether the installed patch declares that it stops drafting from its threshold on: it carries the patch
+    (sglang_carries_patch) and STOPS_DRAFTING_DECLARATION is a line of its own at module level (no indent; a
+    trailing comment allowed). Read from the file, as sglang_carries_patch reads it: importing it needs torch."""
+    text = installed_eagle_worker() or ''
+    declared = re.search(r'^%s[ \t]*(#.*)?$' % re.escape(STOPS_DRAFTING_DECLARATION), text, re.MULTILINE)
+    return bool(declared) and 'DYNAMIC_SPEC_DISABLE_ENV = "%s"' % PATCH_ENV in text
+
+
+def dynamic_spec_threshold(environ):
+    """PATCH_ENV as the patch's own dynamic_spec_disable_batch_size() parses it: an integer >= 0, unset or
+    empty 0 (0: upstream behaviour, drafting never stops). Raises ValueError for anything else."""
+    raw = (environ.get(PATCH_ENV) or '0').strip() or '0'
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError('%s must be an integer >= 0, got %r' % (PATCH_ENV, raw))
+    return value
+
+
+def stop_drafting_from(resolved, environ, stops_drafting):
+    """The batch size from which env mode decodes without drafting: PATCH_ENV's (dynamic_spec_threshold: ValueError
+    for a bad value, as the patched EAGLE worker fails its start) where the installed patch declares the stop and
+    the server speculates (only then does SGLang build that worker); None otherwise. 0 stops nothing."""
+    if not (stops_drafting and resolved.get('speculative_algorithm')):
+        return None
+    return dynamic_spec_threshold(environ) or None
 
 
 class Schedulers(object):
@@ -267,7 +321,7 @@ class Schedulers(object):
 
 
 class Server(object):
-    def __init__(self, resolved, adaptive=None, group=None):
+    def __init__(self, resolved, adaptive=None, group=None, stops_drafting=False):
         self.resolved = resolved
         self.adaptive = adaptive
         # The other ranks (ranks.Leader) of a multi-node server; None for a single-node one.
@@ -280,7 +334,12 @@ class Server(object):
         self.draining = threading.Event()
         self.in_flight = 0
         self.in_flight_changed = threading.Condition()
-        self.scheduler = decode.scheduler_for(resolved, adaptive, os.environ, healthy_at=self.started + self.warmup)
+        # Whether the installed patch declared, at the start, that it stops drafting (sglang_patch_stops_drafting):
+        # only then does env mode stop drafting from PATCH_ENV's batch size on.
+        self.stops_drafting = stops_drafting
+        stop_from = stop_drafting_from(resolved, os.environ, stops_drafting)
+        self.scheduler = decode.scheduler_for(resolved, adaptive, os.environ, healthy_at=self.started + self.warmup,
+                                              stop_drafting_from=stop_from)
         self.live = live_metrics.LiveMetrics()
         self.errors = live_metrics.ErrorRate(os.environ.get(ERROR_RATE_ENV))
 
@@ -442,6 +501,8 @@ class Server(object):
         info = dict(self.resolved)
         info['environment'] = dict((k, v) for k, v in os.environ.items() if k.startswith('SGLANG_'))
         info['dynamic_spec_patch_present'] = sglang_carries_patch()
+        # Not an upstream field: whether the installed patch declared that it stops drafting (read at the start).
+        info['dynamic_spec_patch_stops_drafting'] = self.stops_drafting
         info['internal_states'] = [{'pid': os.getpid(), 'children': self.schedulers.pids()}]
         if self.group is not None:
             # Not an upstream field: which ranks joined this rank 0, and which are gone since.
@@ -592,13 +653,19 @@ def main(argv=None):
     resolved = resolve(args)
     if os.environ.get(PATCH_ENV) and not sglang_carries_patch():
         sys.exit('error: %s is set but the installed sglang lacks the dynamic-speculation patch' % PATCH_ENV)
+    stops_drafting = sglang_patch_stops_drafting()
+    try:
+        decode.model_knobs(os.environ)
+        stop_drafting_from(resolved, os.environ, stops_drafting)
+    except ValueError as error:
+        sys.exit('error: %s' % error)
     if resolved['node_rank'] > 0:
         # No HTTP, no tokenizer side: only its schedulers, in the group rank 0 leads.
         return ranks.run_follower(resolved, Schedulers(resolved))
     # As SGLang: only a server started with --speculative-adaptive reads its config file.
     adaptive = resolve_adaptive(resolved) if resolved['speculative_adaptive'] else None
     group = ranks.Leader(resolved['nnodes'], resolved['dist_init_addr']) if resolved['nnodes'] > 1 else None
-    server = Server(resolved, adaptive, group)
+    server = Server(resolved, adaptive, group, stops_drafting)
     httpd = HTTPServer((resolved['host'], resolved['port']), make_handler(server))
     if group is not None:
         try:
