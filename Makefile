@@ -30,7 +30,7 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-quick test-unit test-integration test-lab test-dashboard sanity integration-targets galaxy-check lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-bake bench-gpu matrix matrix-2.21 matrix-sanity
+.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-quick test-unit test-integration test-lab test-dashboard sanity integration-targets galaxy-check lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-bake bench-tune bench-gpu matrix matrix-2.21 matrix-sanity
 
 setup: host-packages demo-setup $(VENV)/.installed $(VENV)/.dashboard-installed $(CACHE)/wheels/.done \
 	$(IMPORTER_VENV)/.installed
@@ -202,6 +202,13 @@ bench-serving: setup $(VENV)/.bench-installed
 # slowdown it catches (docs/canary-bake.md), docs/measurements/DATE-bake.json.
 bench-bake: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/bake.py --repeats $${ROUNDS:-5}
+
+# The speculation tuner on the lab's gpu2 for three draft acceptance rates, timed (docs/speculation-tuning.md),
+# docs/measurements/DATE-tune.json.
+bench-tune: setup
+	lab/lab up
+	ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(BIN)/ansible-playbook -i inventory/lab playbooks/redeploy.yml
+	$(BIN)/python bench/tune.py
 
 $(VENV)/.bench-installed: requirements/bench.txt $(VENV)/.installed
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements/bench.txt

@@ -34,10 +34,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpuops_dashboard import extra_vars as _extra_vars
 from gpuops_dashboard import redeploy as _redeploy
-from gpuops_dashboard.inventory import HostDirectory
+from gpuops_dashboard.inventory import HostDirectory, last_speculation
 from gpuops_dashboard.phases import current_phase
 from gpuops_dashboard.store import Store
-from gpuops_dashboard import performance
+from gpuops_dashboard import performance, speculation
 from gpuops_dashboard.servers import fold_host_cards, fold_reports
 from gpuops_dashboard.timeline import render
 
@@ -248,6 +248,15 @@ def create_app(inventory, db_path, runs_dir, token, allowed_hosts=None, patch_di
             require_token(request)
         hosts = dashboard.directory.state(refresh)
         return {'inventory': inventory, 'hosts': hosts, 'servers': fold_host_cards(hosts)}
+
+    @app.get('/api/hosts/{name}/speculation.svg')
+    def speculation_chart(name: str):
+        # Only a host of the inventory: its name picks a file in its own report folder.
+        variables = dashboard.directory.hosts().get(name)
+        if variables is None:
+            raise HTTPException(404, 'no host %s in the inventory' % name)
+        svg = speculation.render(name, last_speculation(variables.get('report_dir'), name))
+        return Response(svg, media_type='image/svg+xml') if svg else Response(status_code=204)
 
     @app.get('/api/redeploys')
     def redeploys(limit: Optional[str] = None):

@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import ansible_runner
 
+from gpuops_dashboard import speculation
 from gpuops_dashboard.redeploy import ansible_environment, _inventory_path
 
 # What a dashboard shows of the running server's /server_info (the speculative settings and the cap).
@@ -154,6 +155,18 @@ def last_report(report_dir, host):
     return report
 
 
+def last_speculation(report_dir, host):
+    """The host's last speculation tuning table (playbooks/tune_speculation.yml), or None."""
+    if not report_dir:
+        return None
+    try:
+        with open(os.path.join(report_dir, '%s.speculation.json' % host)) as handle:
+            table = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return table if isinstance(table, dict) else None
+
+
 class HostDirectory(object):
     """Resolves the inventory once (a second or two), then answers host state from the live servers."""
 
@@ -186,7 +199,8 @@ class HostDirectory(object):
                     'rollback_deadline': variables.get('rollback_deadline'),
                     # A node of a server group (one server over several hosts; only rank 0 serves HTTP).
                     'server_group': variables.get('server_group') or '', 'node_rank': variables.get('node_rank'),
-                    'last_report': report}
+                    'last_report': report,
+                    'speculation': speculation.summary(last_speculation(variables.get('report_dir'), name))}
         with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
             return list(pool.map(one, hosts.items()))
 

@@ -64,6 +64,17 @@ async function loadHosts() {
     if (last && last.bake) {
       card.appendChild(text('div', 'canary bake: ' + last.bake.verdict + ' (' + last.bake.action + ')', 'small'));
     }
+    // The last speculation tuning (playbooks/tune_speculation.yml): its threshold, and its table drawn.
+    if (host.speculation) {
+      card.appendChild(text('div', 'speculation tuned ' + (host.speculation.measured_at || '') + ': ' +
+        (host.speculation.threshold === null ? 'EAGLE-3 ahead at every level' :
+          'plain decoding catches EAGLE-3 from batch ' + host.speculation.threshold), 'small speculation'));
+      const chart = document.createElement('img');
+      chart.className = 'speculation';
+      chart.alt = 'output tok/s by concurrency per speculation mode on ' + host.name;
+      chart.src = '/api/hosts/' + encodeURIComponent(host.name) + '/speculation.svg';
+      card.appendChild(chart);
+    }
     box.appendChild(card);
     // A group is redeployed whole: its option limits the run to every node.
     if (!known.has(host.limit)) select.appendChild(new Option(host.name, host.limit));

@@ -52,6 +52,8 @@ class ActionModule(ActionBase):
             changed_configs=changed, patch_state=patch, patch_due=_decision.patch_due(args['patch_file'], patch),
             # What the window writes and moves into place: only the changed files.
             writes=[pair for pair in pairs if pair['label'] in changed],
+            # Every file the server runs from (the speculation tuner writes each mode's whole configuration).
+            pairs=pairs,
             guard_files=_decision.guard_files(pairs, patch),
         )
         return result

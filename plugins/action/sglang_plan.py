@@ -23,7 +23,8 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _groups, _performance, _rollout, _rules, _timing
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _groups, _performance, _rollout, _rules
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _speculation, _timing
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, inventory_vars, rendered
 
@@ -83,7 +84,7 @@ class ActionModule(ActionBase):
         result.update(paths=where, adaptive=_rules.adaptive(settings), problems=[], group=group,
                       slot_key=group['key'] if group else task_vars['inventory_hostname'],
                       timing=_timing.step_bounds(settings, group, perf_levels),
-                      bake=self._bake(settings, task_vars, canary, peers))
+                      bake=self._bake(settings, task_vars, canary, peers), tune=self._tune(settings))
         if result['left_alone_because']:
             return result
         patch, patch_problem = self._patch(as_text(settings['sglang_patch_file']))
@@ -131,6 +132,14 @@ class ActionModule(ActionBase):
         reports = _rollout.peer_reports(settings['sglang_fleet_hosts'], task_vars['inventory_hostname'],
                                         lambda name: peer(name).get('sglang_redeploy_report'), peer)
         return _rollout.gate(settings['sglang_redeploy_skip'], reports, canary, settings['sglang_max_fail_percentage'])
+
+    @staticmethod
+    def _tune(settings):
+        """{modes, deadline, problems} of a speculation tuning run (playbooks/tune_speculation.yml) on this host."""
+        modes = [dict(mode, settings=_speculation.mode_settings(mode, settings)) for mode in
+                 _speculation.modes(settings['sglang_speculative_num_steps'], settings['sglang_tune_steps'] or [])]
+        return {'modes': modes, 'deadline': _timing.tune_budget(settings, modes),
+                'problems': _speculation.problems(settings)}
 
     @staticmethod
     def _bake(settings, task_vars, canary, peers):

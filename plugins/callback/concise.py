@@ -27,7 +27,9 @@ description:
     C(fatal: [HOST]: FAILED! => MESSAGE).
   - >-
     At the end, before the recap, one line per host of the redeploy reports the run published (the
-    C(sglang_redeploy) custom stats of C(gpuops.sglang.sglang_report)): status, health, downtime and why.
+    C(sglang_redeploy) custom stats of C(gpuops.sglang.sglang_report)): status, health, downtime and why; after a
+    speculation tuning run, each tuned host's table and the command that applies its recommendation (the
+    C(sglang_speculation) custom stats of C(gpuops.sglang.sglang_speculation)).
   - With C(-v) and more, the C(default) callback's full display comes back, and ok and skipped results are shown
     even where O(display_ok_hosts) or O(display_skipped_hosts) hide them, so hiding them in C(ansible.cfg) costs
     no detail when asked for.
@@ -45,6 +47,18 @@ from ansible.plugins.callback.default import CallbackModule as DefaultCallbackMo
 
 # The custom stats key gpuops.sglang.sglang_report publishes each host's redeploy report under.
 REPORTS_KEY = 'sglang_redeploy'
+# The one gpuops.sglang.sglang_speculation publishes each tuned host's table under (text lines).
+TUNING_KEY = 'sglang_speculation'
+
+
+def tuning_lines(tables):
+    """The SPECULATION TUNING block: each tuned host's name, then its table's lines indented ([] without one)."""
+    shown = []
+    for host in sorted(tables or {}) if isinstance(tables, dict) else []:
+        if isinstance(tables[host], list):
+            shown.append('%s:' % host)
+            shown.extend('  %s' % line for line in tables[host])
+    return shown
 
 
 def report_line(host, report):
@@ -145,12 +159,17 @@ class CallbackModule(DefaultCallbackModule):
             super(CallbackModule, self).v2_playbook_on_include(included_file)
 
     def v2_playbook_on_stats(self, stats):
-        reports = (getattr(stats, 'custom', None) or {}).get('_run', {}).get(REPORTS_KEY) or {}
+        custom = (getattr(stats, 'custom', None) or {}).get('_run', {})
+        reports = custom.get(REPORTS_KEY) or {}
         if reports and isinstance(reports, dict):
             self._display.banner('REDEPLOY SUMMARY')
             for host in sorted(reports):
                 if isinstance(reports[host], dict):
                     self._display.display(report_line(host, reports[host]))
+        shown = tuning_lines(custom.get(TUNING_KEY))
+        if shown:
+            self._display.banner('SPECULATION TUNING')
+            self._display.display('\n'.join(shown))
         super(CallbackModule, self).v2_playbook_on_stats(stats)
 
     def v2_runner_on_unreachable(self, result):

@@ -118,6 +118,24 @@ writes:
     live:
       description: Where it is moved once the server is stopped.
       type: str
+pairs:
+  description: Every file the server runs from (the speculation tuner writes each mode's whole configuration).
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    label:
+      description: The file's name in the report.
+      type: str
+    mode:
+      description: The file's mode.
+      type: str
+    candidate:
+      description: Where a new file is written first.
+      type: str
+    live:
+      description: Where the server reads it.
+      type: str
 guard_files:
   description: What the guard saves before the stop (every live configuration file and every patched file).
   returned: success

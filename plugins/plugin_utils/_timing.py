@@ -60,6 +60,21 @@ def bake_bound(settings, baselines=0):
     return seconds + 2 * (1 + max(1, as_int(baselines))) * BAKE_READ_TIMEOUT_S
 
 
+def tune_budget(settings, modes):
+    """How long a speculation tuning run (playbooks/tune_speculation.yml) may keep the host off its previous
+    server, the deadline of the guard armed before its first stop: for each mode a stop (2 x term), the GPU
+    release, the start (health) and a benchmark of every level (each within sglang_tune_timeout), with the
+    controller's slack between the steps; the router's removal and drain once."""
+    per_mode = (2 * as_float(settings['sglang_term_timeout']) + as_float(settings['sglang_gpu_release_timeout'])
+                + as_float(settings['sglang_health_timeout'])
+                + len(settings['sglang_tune_levels'] or []) * as_float(settings['sglang_tune_timeout'])
+                + CONTROLLER_SLACK_S)
+    budget = len(modes) * per_mode
+    if _router(settings):
+        budget += as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])
+    return budget
+
+
 def renewal_gap(controller):
     """The longest that may legitimately pass on the controller between two renewals of the guard's lease:
     an ssh connect with its retries (ControlPersist may have lapsed), then the next module built and sent."""

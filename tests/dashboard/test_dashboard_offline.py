@@ -6,12 +6,13 @@ import os
 import re
 import shutil
 import sys
+import urllib.error
 import urllib.request
 
 import ansible_runner
 import pytest
 
-from gpuops_dashboard import performance, phases, redeploy, store, timeline
+from gpuops_dashboard import performance, phases, redeploy, speculation, store, timeline
 from helpers import recorded_run as recorded
 from helpers.dashboard_http import post
 
@@ -376,3 +377,58 @@ def test_a_finished_runs_description_lists_a_server_group_once(serve):
         ('gpu1', None), ('mn1', 'mn')]
     assert [(node['name'], node['rank']) for node in described['servers'][1]['group']['nodes']] == [('mn1', 0),
                                                                                                     ('mn2', 1)]
+
+
+TUNED = {
+    'host': 'gpu2', 'measured_at': '2026-12-03T21:42:19Z',
+    'modes': [{'name': 'plain', 'steps': 0}, {'name': 'eagle3', 'steps': 3}, {'name': 'eagle3_steps_<1>', 'steps': 1}],
+    'levels': [{'concurrency': c, 'plain': {'output_tok_s': p}, 'eagle3': {'output_tok_s': e},
+                'eagle3_steps_<1>': {'output_tok_s': o} if o else None}
+               for c, p, e, o in ((1, 87.2, 129.1, 108.3), (2, 154.8, 181.7, None), (4, 260.7, 236.2, 259.8),
+                                  (8, 395.4, 278.4, 340.9))],
+    'recommended': {'threshold': 4},
+}
+
+
+def test_the_speculation_chart_draws_each_modes_throughput_and_the_threshold():
+    svg = speculation.render('gpu2', TUNED)
+    assert re.findall(r'class="mode" data-mode="([^"]+)"', svg) == ['plain', 'eagle3', 'eagle3_steps_&lt;1&gt;']
+    # A point per measured level and mode (the level a mode did not measure has none), the figure in its tooltip.
+    assert svg.count('<circle') == 11 and 'eagle3 at concurrency 8: 278.4 output tok/s' in svg
+    assert svg.count('<polyline') == 3 and 'class="threshold"' in svg and 'threshold 4' in svg
+    assert '<1>' not in svg
+    assert speculation.summary(TUNED) == {'measured_at': '2026-12-03T21:42:19Z', 'threshold': 4,
+                                          'modes': ['plain', 'eagle3', 'eagle3_steps_<1>']}
+
+
+@pytest.mark.parametrize('table', [None, {}, {'levels': [], 'modes': []}, {'levels': [{'concurrency': 'x'}]},
+                                   {'levels': [{'concurrency': 1, 'plain': None}], 'modes': [{'name': 'plain'}]}])
+def test_no_speculation_chart_without_figures(table):
+    assert speculation.render('gpu2', table) == ''
+
+
+def test_the_speculation_chart_is_served_for_a_host_of_the_inventory_only(serve, tmp_path):
+    served = serve()
+    reports = served.app.state.dashboard.directory.hosts()['gpu2']['report_dir']
+    path = os.path.join(reports, 'gpu2.speculation.json')
+    os.makedirs(reports, exist_ok=True)
+    kept = open(path).read() if os.path.exists(path) else None
+    try:
+        if kept is not None:
+            os.remove(path)
+        with urllib.request.urlopen(served.url + '/api/hosts/gpu2/speculation.svg', timeout=10) as response:
+            assert response.status == 204
+        with open(path, 'w') as handle:
+            json.dump(TUNED, handle)
+        with urllib.request.urlopen(served.url + '/api/hosts/gpu2/speculation.svg', timeout=10) as response:
+            assert response.status == 200 and response.headers['Content-Type'].startswith('image/svg+xml')
+            assert 'data-host="gpu2"' in response.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(served.url + '/api/hosts/..%2Fetc/speculation.svg', timeout=10)
+        assert refused.value.code == 404
+    finally:
+        if kept is None:
+            os.remove(path)
+        else:
+            with open(path, 'w') as handle:
+                handle.write(kept)

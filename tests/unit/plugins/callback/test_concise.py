@@ -1,7 +1,8 @@
-"""The REDEPLOY SUMMARY line of a host: status, health, downtime, the performance gate's verdict, the reason."""
+"""The REDEPLOY SUMMARY line of a host: status, health, downtime, the performance gate's verdict, the reason; the
+SPECULATION TUNING block of each tuned host."""
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.callback.concise import report_line
+from ansible_collections.gpuops.sglang.plugins.callback.concise import report_line, tuning_lines
 
 GATE_FAILED = ('Judge the new server against the baseline (a slower one is rolled back): the new server serves slower'
                ' than the old one: concurrency 16: output tok/s 412.0 -> 137.5 (-66.6%, tolerance 15%)')
@@ -23,3 +24,14 @@ GATE_FAILED = ('Judge the new server against the baseline (a slower one is rolle
 ])
 def test_the_summary_line_names_a_judged_performance_gate(report, line):
     assert report_line('gpu1', report) == line
+
+
+@pytest.mark.parametrize('tables, lines', [
+    ({'gpu2': ['concurrency plain eagle3', '1 90.0 140.0*', 'threshold: 4'], 'gpu1': ['threshold: none']},
+     ['gpu1:', '  threshold: none', 'gpu2:', '  concurrency plain eagle3', '  1 90.0 140.0*', '  threshold: 4']),
+    (None, []),
+    ({'gpu2': 'not a table'}, []),
+    (['not', 'by', 'host'], []),
+])
+def test_each_tuned_hosts_table_is_its_name_then_its_lines(tables, lines):
+    assert tuning_lines(tables) == lines

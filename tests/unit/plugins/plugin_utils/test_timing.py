@@ -107,3 +107,17 @@ def test_an_auto_deadline_grows_with_the_gate_and_the_bake(settings):
     settings.update(sglang_rollback_deadline='auto', sglang_perf_gate=True, sglang_canary_bake=30,
                     sglang_fleet_hosts=['gpu1', 'gpu2'])
     assert _timing.deadline(settings) == _timing.window_budget(settings) == 1020.0 + 2 * 2 * 60 + 30 + 2 * 2 * 10
+
+
+@pytest.mark.parametrize('overrides, modes, budget', [
+    # Each mode: a stop (2 x 30), the GPU release (60), a start (900), seven levels of 300 s, 30 s of slack.
+    ({}, 2, 2 * (1020.0 + 7 * 300 + 30)),
+    ({'sglang_tune_steps': [1, 5]}, 4, 4 * (1020.0 + 7 * 300 + 30)),
+    # The router's removal and drain once, not per mode.
+    ({'sglang_router_url': 'http://router:30080'}, 2, 2 * (1020.0 + 7 * 300 + 30) + 300 + 2 * 30),
+    ({'sglang_tune_levels': [1, 2], 'sglang_tune_timeout': '20', 'sglang_health_timeout': 60}, 2,
+     2 * (60 + 60 + 60 + 2 * 20 + 30.0)),
+], ids=['defaults', 'four-modes', 'with-router', 'short'])
+def test_a_tuning_run_has_room_for_every_mode(settings, overrides, modes, budget):
+    settings.update(overrides)
+    assert _timing.tune_budget(settings, [{}] * modes) == budget

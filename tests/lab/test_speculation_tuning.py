@@ -1,0 +1,149 @@
+"""The speculation tuner (playbooks/tune_speculation.yml) on the lab's gpu2: its server measured in plain decoding
+and EAGLE-3 over concurrency levels, out of the router, then restored; the recommendation written beside the
+reports, and applied with the command the tuner prints.
+
+The stand-in's decode model (lab/standin/sglang_standin/decode.py) is what is measured: with its default draft
+acceptance (0.77) plain decoding catches EAGLE-3 between a batch of 3 and 4; LAB_STANDIN_ACCEPT_RATE moves the
+crossover (0.6: between 1 and 2; 0.95: between 7 and 8). Assertions about where the threshold falls use the
+model's margins at the levels around it (20% and more), never a level where the two modes are within a few
+percent of each other, since the lab's machine is shared with the rest of the suite.
+"""
+import json
+import os
+import urllib.request
+
+import pytest
+
+from helpers import lab_instance
+from helpers.ansible_run import run_playbook
+
+ROUTER = lab_instance.router_url()
+# The lab's second release, with batch-size tiers (test_redeploy_scenarios.py serves it the same way).
+NATIVE_PYTHON = '/opt/sglang-native/venv/bin/python'
+# Short levels (16 requests of 32 tokens): a tuning run takes about 45 s on the lab.
+TUNE = {'sglang_tune_levels': [1, 2, 4, 8, 16], 'sglang_tune_requests': 16, 'sglang_tune_max_new_tokens': 32,
+        'sglang_tune_timeout': 60}
+# The performance gate with test_performance_gate.py's short levels and wide tolerances.
+GATE = {'sglang_perf_requests': 16, 'sglang_perf_max_new_tokens': 16, 'sglang_perf_timeout': 30,
+        'sglang_perf_throughput_tolerance': 0.5, 'sglang_perf_itl_tolerance': 1.0}
+
+
+def tune(tmp_path, name, extravars=None, limit='gpu2'):
+    return run_playbook(tmp_path, 'playbooks/tune_speculation.yml', lab_instance.inventory(),
+                        dict(TUNE, **(extravars or {})), name=name, limit=limit)
+
+
+def table():
+    with open(os.path.join(lab_instance.reports_dir(), 'gpu2.speculation.json')) as handle:
+        return json.load(handle)
+
+
+def router_urls():
+    with urllib.request.urlopen(ROUTER + '/workers', timeout=10) as response:
+        return sorted(worker['url'] for worker in json.load(response)['workers'])
+
+
+def served(host):
+    """What gpu2 serves, as a later redeploy would compare it: its launch configuration and what it reports."""
+    info = host.server_info()
+    return (host.sha256('/etc/sglang/launch.json'), info['speculative_algorithm'],
+            info['environment'].get('SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'))
+
+
+def throughput(row, mode):
+    return row[mode]['output_tok_s']
+
+
+@pytest.fixture(scope='module')
+def tuned(lab, tmp_path_factory):
+    """gpu2 tuned once with the lab's own model: (the run, what gpu2 served before, the table)."""
+    before, urls = served(lab['gpu2']), router_urls()
+    run = tune(tmp_path_factory.mktemp('tune'), 'tune-default')
+    found = table()
+    with open(found['apply']['vars_file']) as handle:
+        found['vars_file_text'] = handle.read()
+    return run, before, urls, found
+
+
+def test_tuning_recommends_from_its_own_table_and_leaves_the_host_as_it_found_it(lab, tuned, redeploy):
+    run, before, urls, found = tuned
+    assert run.rc == 0, run.stdout[-3000:]
+    levels = found['levels']
+    assert [row['concurrency'] for row in levels] == TUNE['sglang_tune_levels']
+    assert [mode['name'] for mode in found['modes']] == ['plain', 'eagle3']
+    # The recommendation is its own table's first level where plain decoding is at least EAGLE-3.
+    first = next((row['concurrency'] for row in levels if throughput(row, 'plain') >= throughput(row, 'eagle3')), None)
+    assert found['recommended']['threshold'] == first
+    # The model's crossover: EAGLE-3 ahead by far at 1 (-36% for plain), plain ahead by far from 8 on (+36%).
+    assert throughput(levels[0], 'eagle3') > throughput(levels[0], 'plain')
+    assert throughput(levels[3], 'plain') > throughput(levels[3], 'eagle3') and 2 <= first <= 8
+    assert found['recommended']['adaptive_config']['1'] == {'candidate_steps': [3]}
+    assert found['recommended']['adaptive_config'][str(first)] == {'candidate_steps': [0]}
+    # The vars file applies it; the table and the command are shown (and published for the concise callback).
+    assert found['apply']['vars']['sglang_dynamic_spec_batch_size_threshold'] == first
+    shown = [event['event_data']['res'] for event in run.events if event.get('event') == 'runner_on_ok'
+             and event['event_data'].get('task') == 'Show the table and how to apply it']
+    assert len(shown) == 1 and 'output tok/s per mode (* the best at that level); threshold: %d' % first in shown[0]['msg']
+    assert 'apply: ' + found['apply']['command'] in shown[0]['msg']
+    # gpu2 serves what it served before, back in the router; a redeploy after it has nothing to change.
+    assert served(lab['gpu2']) == before and lab['gpu2'].healthy()
+    assert router_urls() == urls
+    again = redeploy(limit='gpu2', name='after-tuning')
+    assert again.rc == 0 and again.count('changed', 'gpu2') == 0, again.stdout[-3000:]
+
+
+def test_the_printed_command_applies_the_recommendation_and_the_gate_passes_it(lab, tuned, redeploy):
+    found = tuned[3]
+    threshold = found['recommended']['threshold']
+    host = lab['gpu2']
+    # The command the tuner printed, on the lab's release with batch-size tiers (adaptive mode: the release's own
+    # parser reads the recommended tiers), with the lab's short gate.
+    native = dict(GATE, sglang_python=NATIVE_PYTHON, sglang_patch_file='', sglang_dynamic_spec_mode='adaptive')
+    assert found['apply']['command'].endswith('-e @%s -e sglang_perf_gate=true' % found['apply']['vars_file'])
+    # This module's own tuning wrote it (the later tests tune again, after this one).
+    with open(found['apply']['vars_file']) as handle:
+        assert handle.read() == found['vars_file_text']
+    try:
+        run = redeploy(dict(native, sglang_perf_gate=True), name='apply', limit='gpu2',
+                       cmdline='-e @%s' % found['apply']['vars_file'])
+        assert run.rc == 0, run.stdout[-3000:]
+        with open(os.path.join(lab_instance.reports_dir(), 'gpu2.json')) as handle:
+            assert json.load(handle)['performance']['verdict'] == 'pass'
+        adaptive = host.server_info()['internal_states'][0]['standin_adaptive']
+        steps = adaptive['candidate_steps_by_batch_size']
+        # Drafting 3 steps below the threshold, none from it on: the recommended tiers, as the release parsed them.
+        assert steps['1'] == [3] and steps[str(threshold)] == [0] and steps['64'] == [0]
+        if threshold > 1:
+            assert steps[str(threshold - 1)] == [3]
+    finally:
+        back = redeploy(name='apply-back', limit='gpu2')
+    assert back.rc == 0, back.stdout[-3000:]
+
+
+def test_a_better_draft_model_gives_a_higher_threshold(lab, tmp_path):
+    thresholds = {}
+    for rate in ('0.6', '0.95'):
+        run = tune(tmp_path, 'tune-accept-%s' % rate, {'sglang_environment': {'LAB_STANDIN_ACCEPT_RATE': rate}})
+        assert run.rc == 0, run.stdout[-3000:]
+        thresholds[rate] = table()['recommended']['threshold']
+    # 0.6: plain decoding ahead from 2 (or 4: +35%); 0.95: EAGLE-3 ahead up to 4 (-21%), plain from 8 or 16 (+29%).
+    assert thresholds['0.6'] in (2, 4) and thresholds['0.95'] in (8, 16), thresholds
+    # The environment was the tuner's, never the host's: gpu2 serves without it.
+    assert 'LAB_STANDIN_ACCEPT_RATE' not in lab['gpu2'].server_info()['environment']
+
+
+def test_a_mode_that_cannot_start_ends_with_the_previous_server_restored(lab, tmp_path):
+    before, urls, last_table = served(lab['gpu2']), router_urls(), table()
+    # An acceptance rate the stand-in refuses: the first mode's server exits at its start.
+    run = tune(tmp_path, 'tune-broken', {'sglang_environment': {'LAB_STANDIN_ACCEPT_RATE': '2'}})
+    assert run.rc != 0
+    message = ' '.join(run.failure_messages('gpu2'))
+    assert 'The speculation tuning of gpu2 stopped' in message and 'restored the previous server (healthy)' in message
+    assert served(lab['gpu2']) == before and lab['gpu2'].healthy() and router_urls() == urls
+    # Nothing measured, nothing recommended: the last table stands.
+    assert table() == last_table
+
+
+def test_the_tuner_refuses_to_run_without_a_limit(tmp_path):
+    run = tune(tmp_path, 'tune-all', limit=None)
+    assert run.rc != 0 and 'name the host with --limit' in ' '.join(run.failure_messages('gpu1')), run.stdout[-2000:]
