@@ -161,10 +161,15 @@ def last_speculation(report_dir, host):
         return None
     try:
         with open(os.path.join(report_dir, '%s.speculation.json' % host)) as handle:
-            table = json.load(handle)
-    except (OSError, ValueError):
+            # NaN and Infinity are no JSON (the API could not answer with them): a table holding one is refused.
+            table = json.load(handle, parse_constant=_refuse_constant)
+    except (OSError, ValueError, RecursionError):
         return None
     return table if isinstance(table, dict) else None
+
+
+def _refuse_constant(name):
+    raise ValueError('%s is not JSON' % name)
 
 
 class HostDirectory(object):

@@ -62,8 +62,14 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=dict(
             gate_only=dict(type='bool', default=False),
+            tune_mode=dict(type='dict'),
         ))
         settings = rendered(self._templar, task_vars, ROLE_SETTINGS)
+        if args['tune_mode'] is not None:
+            overridden = _speculation.overridden(args['tune_mode'], settings)
+            if overridden:
+                result.update(failed=True, msg=overridden)
+                return result
         canary = self._canary(settings, task_vars)
         result.update(changed=False, left_alone_because=self._gate(settings, task_vars, canary))
         if args['gate_only']:

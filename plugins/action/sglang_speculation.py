@@ -26,6 +26,8 @@ ARGUMENT_SPEC = dict(
     modes=dict(type='list', elements='dict', required=True),
     measured=dict(type='dict', required=True),
     configured_steps=dict(type='int', required=True),
+    configured_draft_tokens=dict(type='int', required=True),
+    dynamic_mode=dict(type='str', default='env', choices=['env', 'adaptive']),
     report_dir=dict(type='path', required=True),
     settings=dict(type='dict', default={}),
     measured_at=dict(type='str', default=''),
@@ -60,7 +62,11 @@ class ActionModule(ActionBase):
         levels = _speculation.table(dict((mode['name'], args['measured'][mode['name']]['levels'])
                                          for mode in mode_list))
         recommended = _speculation.recommend(levels, mode_list)
-        applied = _speculation.vars_for(recommended, args['configured_steps'])
+        if not recommended['compared']:
+            raise AnsibleActionFail('no level was served in time and without errors by plain decoding or EAGLE-3: '
+                                    'nothing to recommend from (%s)' % '; '.join(recommended['notes']))
+        applied = _speculation.vars_for(recommended, args['configured_steps'], args['configured_draft_tokens'],
+                                        args['dynamic_mode'])
         table_file, vars_file = files_of(args['report_dir'], args['host'])
         command = ('ansible-playbook playbooks/redeploy.yml --limit %s -e @%s -e sglang_perf_gate=true'
                    % (args['host'], vars_file))

@@ -38,6 +38,13 @@ options:
     description: Only read the rollout gate again (after waiting for a slot in the fleet), returning RV(left_alone_because).
     type: bool
     default: false
+  tune_mode:
+    description:
+      - The speculation tuner's mode this plan is for (an entry of RV(tune.modes)), planned with its C(settings)
+        as task variables. The plan fails, before anything stops, when the role's variables it read differ from
+        them. Extra variables (C(-e)) win over task variables, so a C(-e sglang_speculative_num_steps=...) would
+        make every mode the same server and the table a lie.
+    type: dict
 notes:
   - Meant for the role's own tasks; it reads the role's variables (C(sglang_*)) from the task's variables.
 '''
@@ -176,6 +183,34 @@ group:
     leader_url:
       description: The URL the others reach rank 0 at (as RV(peers) computes it).
       type: str
+tune:
+  description: The speculation tuner's run on this host (playbooks/tune_speculation.yml).
+  returned: unless O(gate_only)
+  type: dict
+  contains:
+    modes:
+      description:
+        - The modes to measure, in order - C(name) (V(plain), V(eagle3), V(eagle3_steps_K)), C(steps) (draft steps, 0
+          for plain decoding) and C(settings).
+      type: list
+      elements: dict
+      contains:
+        name:
+          description: The mode's name.
+          type: str
+        steps:
+          description: Its draft steps (0 for plain decoding).
+          type: int
+        settings:
+          description: The speculation variables the mode's server runs with (C(sglang_speculative_*)).
+          type: dict
+    deadline:
+      description: The guard's deadline for the whole run in seconds (every mode's step bounds, the router's drain).
+      type: float
+    problems:
+      description: Why the tuner cannot run with these settings (empty when it can).
+      type: list
+      elements: str
 timing:
   description:
     - Every time bound of the window in seconds, from one place (the collection's plugin_utils/_timing.py), for the

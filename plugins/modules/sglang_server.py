@@ -449,6 +449,9 @@ def manage(module, server, result, lease):
         lease.done(handed_over=bool(result['strays']))
         return
     if state == 'restarted':
+        # Renewed before any file moves: a guard whose lease lapsed restores the previous files, and a renewal is
+        # refused once a restore holds the guard, so this run never moves its files over the restored ones.
+        lease.renew(COMMAND_TIMEOUT)
         activate(params['activate'], result)
     # health_timeout bounds everything from here: the start, /health, the ready checks, the probe.
     begun = time.time()

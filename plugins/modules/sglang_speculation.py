@@ -58,6 +58,18 @@ options:
     description: The server's configured draft steps (C(sglang_speculative_num_steps)).
     type: int
     required: true
+  configured_draft_tokens:
+    description: The server's configured draft tokens (C(sglang_speculative_num_draft_tokens)).
+    type: int
+    required: true
+  dynamic_mode:
+    description:
+      - The host's C(sglang_dynamic_spec_mode), which the vars file is written for - V(env) (the patch reads the
+        threshold; the vars file pins the steps it was measured with) or V(adaptive) (the release reads the tiers,
+        with the steps they need). Where plain decoding was ahead at every level the vars file turns speculation off.
+    type: str
+    choices: [env, adaptive]
+    default: env
   report_dir:
     description: The controller's folder for the table and the vars file (made if missing).
     type: path
@@ -79,6 +91,7 @@ EXAMPLES = r'''
     modes: [{name: plain, steps: 0}, {name: eagle3, steps: 3}]
     measured: {plain: "{{ plain_benchmark }}", eagle3: "{{ eagle3_benchmark }}"}
     configured_steps: 3
+    configured_draft_tokens: 4
     report_dir: /var/tmp/gpuops-reports
   register: tuned
 '''
@@ -130,6 +143,12 @@ recommended:
       description: What the table says beside the numbers (a second crossing, a level that timed out).
       type: list
       elements: str
+    compared:
+      description: How many levels compared plain decoding with EAGLE-3 (the action fails when none did).
+      type: int
+    never_draft:
+      description: Whether plain decoding was ahead at every level (the vars file then turns speculation off).
+      type: bool
 vars:
   description: The role variables that apply the recommendation (the vars file's content).
   returned: always

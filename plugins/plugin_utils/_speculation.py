@@ -29,7 +29,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_int, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 
 PLAIN, CONFIGURED = 'plain', 'eagle3'
 FIGURES = ('output_tok_s', 'itl_p95_s', 'ttft_p95_s')
@@ -65,14 +65,17 @@ def problems(settings):
                      'draft tokens).')
     if as_int(settings['sglang_tune_max_new_tokens']) <= 0:
         found.append('sglang_tune_max_new_tokens must be above 0.')
+    if as_float(settings['sglang_tune_timeout']) <= 0:
+        found.append('sglang_tune_timeout must be above 0.')
     return found
 
 
 def modes(configured_steps, candidate_steps=()):
     """The modes a tuning run measures, in this order: [{name, steps}]."""
-    found = [{'name': PLAIN, 'steps': 0}, {'name': CONFIGURED, 'steps': int(configured_steps)}]
-    for steps in sorted(set(int(steps) for steps in candidate_steps or ())):
-        if steps > 0 and steps != int(configured_steps):
+    configured = as_int(configured_steps)
+    found = [{'name': PLAIN, 'steps': 0}, {'name': CONFIGURED, 'steps': configured}]
+    for steps in sorted(set(as_int(steps) for steps in candidate_steps or ())):
+        if steps > 0 and steps != configured:
             found.append({'name': 'eagle3_steps_%d' % steps, 'steps': steps})
     return found
 
@@ -90,6 +93,20 @@ def mode_settings(mode, settings):
             'sglang_speculative_num_steps': mode['steps'], 'sglang_speculative_num_draft_tokens': mode['steps'] + 1}
 
 
+def overridden(mode, settings):
+    """Why a mode's plan is not that mode's server ('' when it is): the settings the plan read differ from the
+    mode's own (an extra variable, -e, wins over the tuner's task variables), or drafting is not off at every
+    batch size (dynamic speculation left on by an extra variable)."""
+    differ = sorted(key for key, value in mode['settings'].items() if as_text(settings[key]) != as_text(value))
+    if as_bool(settings['sglang_dynamic_spec_enabled']):
+        differ.append('sglang_dynamic_spec_enabled')
+    if not differ:
+        return ''
+    return ('The speculation tuner cannot measure the mode %s: %s %s given as extra variables (-e), which win over '
+            'the mode\'s own settings; run the tuner without them.' % (
+                mode['name'], ', '.join(differ), 'is' if len(differ) == 1 else 'are'))
+
+
 def table(measured):
     """The levels table from each mode's benchmark: {mode name: [benchmark level, ...]} ->
     [{concurrency, <mode>: {output_tok_s, itl_p95_s, ttft_p95_s} or None}], by concurrency."""
@@ -97,7 +114,10 @@ def table(measured):
     for name, levels in measured.items():
         for level in levels or []:
             row = rows.setdefault(int(level['concurrency']), {'concurrency': int(level['concurrency'])})
-            usable = not level.get('timed_out') and level.get('output_tok_s') is not None
+            # A level counts only when every request completed without an error (the gate's rule): a level of
+            # failed requests reads 0 tok/s, which is no throughput to compare.
+            usable = (not level.get('timed_out') and level.get('output_tok_s') is not None and not level.get('errors')
+                      and level.get('completed', level.get('requests')) == level.get('requests'))
             row[name] = dict((key, level.get(key)) for key in FIGURES) if usable else None
     names = list(measured)
     for row in rows.values():
@@ -123,23 +143,29 @@ def recommend(levels, mode_list):
     """{threshold, adaptive_config, num_steps, best: [{concurrency, mode, steps}], notes: [...]}."""
     steps_of = dict((mode['name'], mode['steps']) for mode in mode_list)
     configured = steps_of[CONFIGURED]
-    notes, threshold, best_rows = [], None, []
+    notes, threshold, best_rows, compared = [], None, [], 0
     for row in levels:
         plain, eagle = _throughput(row, PLAIN), _throughput(row, CONFIGURED)
         winner = best(row, mode_list)
         if winner is not None:
             best_rows.append({'concurrency': row['concurrency'], 'mode': winner, 'steps': steps_of[winner]})
-        if plain is None or eagle is None:
-            notes.append('concurrency %d: not measured in both plain and EAGLE-3 mode (a level that timed out)'
-                         % row['concurrency'])
+        if plain is None and eagle is None:
+            notes.append('concurrency %d: neither plain decoding nor EAGLE-3 served every request in time: not '
+                         'compared' % row['concurrency'])
             continue
+        if plain is None or eagle is None:
+            # One mode served the level and the other did not (timed out, errors): the one that served is ahead.
+            notes.append('concurrency %d: only %s served every request in time: counted as ahead'
+                         % (row['concurrency'], 'plain decoding' if eagle is None else 'EAGLE-3'))
+            plain, eagle = (1.0, 0.0) if eagle is None else (0.0, 1.0)
+        compared += 1
         if threshold is None and plain >= eagle:
             threshold = row['concurrency']
         elif threshold is not None and eagle > plain:
             notes.append('concurrency %d: EAGLE-3 ahead again (%.1f against %.1f tok/s) above the threshold %s: '
                          'a noisy table or a second crossing; the threshold is the first crossing'
                          % (row['concurrency'], eagle, plain, threshold))
-    if threshold is None and best_rows:
+    if threshold is None and compared:
         notes.append('EAGLE-3 was ahead at every measured level: drafting never stops (no threshold)')
     tiers, previous = {}, None
     for row in best_rows:
@@ -156,24 +182,33 @@ def recommend(levels, mode_list):
     if tiers and min(int(key) for key in tiers) != 1:
         # 0.5.23 routes a batch below the lowest tier to the lowest tier: say so rather than guess level 1.
         notes.append('the lowest level measured is %s: its tier serves every smaller batch too' % min(tiers, key=int))
+    # Plain decoding ahead from the first level compared on: drafting never pays on this host.
+    never_draft = threshold is not None and compared > 0 and all(
+        row['steps'] == 0 for row in best_rows) and threshold == min(row['concurrency'] for row in best_rows)
     return {'threshold': threshold, 'adaptive_config': tiers, 'num_steps': num_steps, 'best': best_rows,
-            'notes': notes}
+            'notes': notes, 'compared': compared, 'never_draft': never_draft}
 
 
-def vars_for(recommended, configured_steps):
-    """The role variables that apply a recommendation (the vars file passed to the redeploy with -e @FILE)."""
-    found = {}
+def vars_for(recommended, configured_steps, configured_draft_tokens, dynamic_mode):
+    """The role variables that apply a recommendation (the vars file passed to the redeploy with -e @FILE), for the
+    host's sglang_dynamic_spec_mode: env (the patch reads the threshold, at the steps it was measured with) or
+    adaptive (the release reads the tiers, with the steps they need). Plain decoding ahead everywhere: no drafting."""
+    if recommended['never_draft']:
+        return {'sglang_speculative_algorithm': ''}
+    if dynamic_mode == 'adaptive':
+        if not recommended['adaptive_config']:
+            return {'sglang_dynamic_spec_enabled': False}
+        steps = recommended['num_steps']
+        draft_tokens = as_int(configured_draft_tokens) if steps == as_int(configured_steps) else steps + 1
+        return {'sglang_dynamic_spec_enabled': True, 'sglang_dynamic_spec_adaptive_config': recommended['adaptive_config'],
+                'sglang_speculative_num_steps': steps, 'sglang_speculative_num_draft_tokens': draft_tokens}
+    # The threshold compares plain decoding with the configured steps: it holds for them only.
+    found = {'sglang_speculative_num_steps': as_int(configured_steps),
+             'sglang_speculative_num_draft_tokens': as_int(configured_draft_tokens)}
     if recommended['threshold'] is None:
         found['sglang_dynamic_spec_enabled'] = False
     else:
-        found.update(sglang_dynamic_spec_enabled=True,
-                     sglang_dynamic_spec_batch_size_threshold=recommended['threshold'])
-    if recommended['adaptive_config']:
-        # Read only with sglang_dynamic_spec_mode: adaptive; the tiers need the server's steps among theirs.
-        found['sglang_dynamic_spec_adaptive_config'] = recommended['adaptive_config']
-        if recommended['num_steps'] != int(configured_steps):
-            found.update(sglang_speculative_num_steps=recommended['num_steps'],
-                         sglang_speculative_num_draft_tokens=recommended['num_steps'] + 1)
+        found.update(sglang_dynamic_spec_enabled=True, sglang_dynamic_spec_batch_size_threshold=recommended['threshold'])
     return found
 
 

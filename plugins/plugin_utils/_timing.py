@@ -60,15 +60,27 @@ def bake_bound(settings, baselines=0):
     return seconds + 2 * (1 + max(1, as_int(baselines))) * BAKE_READ_TIMEOUT_S
 
 
+# gpu_release's own bounds the role leaves at their defaults (plugins/modules/gpu_release.py).
+GPU_RELEASE_COMMAND_TIMEOUT = 30.0
+GPU_RELEASE_KILL_TIMEOUT = 10.0
+# The module round trips of one tuning mode (the candidates' write, the stop, the release, the start, the
+# benchmark, the figures kept), each given the controller's slack.
+TUNE_STEPS_PER_MODE = 6
+
+
 def tune_budget(settings, modes):
     """How long a speculation tuning run (playbooks/tune_speculation.yml) may keep the host off its previous
-    server, the deadline of the guard armed before its first stop: for each mode a stop (2 x term), the GPU
-    release, the start (health) and a benchmark of every level (each within sglang_tune_timeout), with the
-    controller's slack between the steps; the router's removal and drain once."""
-    per_mode = (2 * as_float(settings['sglang_term_timeout']) + as_float(settings['sglang_gpu_release_timeout'])
-                + as_float(settings['sglang_health_timeout'])
-                + len(settings['sglang_tune_levels'] or []) * as_float(settings['sglang_tune_timeout'])
-                + CONTROLLER_SLACK_S)
+    server, the deadline of the guard armed before its first stop: for each mode every step's own bound (the stop:
+    its command and SIGTERM's then SIGKILL's wait; the GPU release waiting for the stopping server: gpu_release's
+    release_bound; the start: its command and the health wait; the benchmark: every level within
+    sglang_tune_timeout) and the controller's slack for each step; the router's removal and drain once."""
+    term = as_float(settings['sglang_term_timeout'])
+    stop_s = COMMAND_TIMEOUT + 2 * term
+    release_s = (2 * GPU_RELEASE_COMMAND_TIMEOUT + 2 * (term + GPU_RELEASE_KILL_TIMEOUT)
+                 + as_float(settings['sglang_gpu_release_timeout']))
+    start_s = COMMAND_TIMEOUT + as_float(settings['sglang_health_timeout'])
+    benchmark_s = len(settings['sglang_tune_levels'] or []) * as_float(settings['sglang_tune_timeout']) + 10
+    per_mode = stop_s + release_s + start_s + benchmark_s + TUNE_STEPS_PER_MODE * CONTROLLER_SLACK_S
     budget = len(modes) * per_mode
     if _router(settings):
         budget += as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])

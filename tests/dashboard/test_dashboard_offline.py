@@ -12,7 +12,7 @@ import urllib.request
 import ansible_runner
 import pytest
 
-from gpuops_dashboard import performance, phases, redeploy, speculation, store, timeline
+from gpuops_dashboard import inventory, performance, phases, redeploy, speculation, store, timeline
 from helpers import recorded_run as recorded
 from helpers.dashboard_http import post
 
@@ -432,3 +432,24 @@ def test_the_speculation_chart_is_served_for_a_host_of_the_inventory_only(serve,
         else:
             with open(path, 'w') as handle:
                 handle.write(kept)
+
+
+@pytest.mark.parametrize('table', [
+    {'levels': 3, 'modes': 'plain', 'recommended': [1]},
+    {'levels': [{'concurrency': True, 'plain': {'output_tok_s': 1.0}}], 'modes': [{'name': 'plain'}]},
+    {'levels': [{'concurrency': 1, 'plain': {'output_tok_s': 10 ** 400}}], 'modes': [{'name': ['x']}, {'name': 'plain'}],
+     'measured_at': 7, 'recommended': {'threshold': True}},
+    {'levels': [{'concurrency': 1, 'plain': {'output_tok_s': float('nan')}},
+                {'concurrency': 2, 'plain': {'output_tok_s': -5}}], 'modes': [{'name': 'plain'}]},
+], ids=['wrong-types', 'bool-level', 'huge-and-unhashable', 'nan-and-negative'])
+def test_a_malformed_table_draws_nothing_and_never_crashes(table):
+    assert speculation.render('gpu2', table) == ''
+    found = speculation.summary(table)
+    assert found['threshold'] is None and all(isinstance(name, str) for name in found['modes'])
+
+
+def test_a_table_holding_nan_is_not_read(tmp_path):
+    (tmp_path / 'gpu2.speculation.json').write_text('{"recommended": {"threshold": NaN}}')
+    assert inventory.last_speculation(str(tmp_path), 'gpu2') is None
+    (tmp_path / 'gpu2.speculation.json').write_text(json.dumps(TUNED))
+    assert inventory.last_speculation(str(tmp_path), 'gpu2') == TUNED

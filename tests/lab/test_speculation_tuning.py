@@ -96,8 +96,9 @@ def test_the_printed_command_applies_the_recommendation_and_the_gate_passes_it(l
     found = tuned[3]
     threshold = found['recommended']['threshold']
     host = lab['gpu2']
-    # The command the tuner printed, on the lab's release with batch-size tiers (adaptive mode: the release's own
-    # parser reads the recommended tiers), with the lab's short gate.
+    # The command the tuner printed (gpu2 runs env mode: the vars file carries the threshold), on the lab's release
+    # with batch-size tiers in adaptive mode, whose tiers the role builds from that threshold and the release's own
+    # parser reads; with the lab's short gate.
     native = dict(GATE, sglang_python=NATIVE_PYTHON, sglang_patch_file='', sglang_dynamic_spec_mode='adaptive')
     assert found['apply']['command'].endswith('-e @%s -e sglang_perf_gate=true' % found['apply']['vars_file'])
     # This module's own tuning wrote it (the later tests tune again, after this one).
@@ -111,10 +112,11 @@ def test_the_printed_command_applies_the_recommendation_and_the_gate_passes_it(l
             assert json.load(handle)['performance']['verdict'] == 'pass'
         adaptive = host.server_info()['internal_states'][0]['standin_adaptive']
         steps = adaptive['candidate_steps_by_batch_size']
-        # Drafting 3 steps below the threshold, none from it on: the recommended tiers, as the release parsed them.
-        assert steps['1'] == [3] and steps[str(threshold)] == [0] and steps['64'] == [0]
+        # Drafting below the recommended threshold, none from it on, as the release parsed the tiers.
+        assert found['apply']['vars']['sglang_dynamic_spec_batch_size_threshold'] == threshold
+        assert 3 in steps['1'] and steps[str(threshold)] == [0] and steps['64'] == [0]
         if threshold > 1:
-            assert steps[str(threshold - 1)] == [3]
+            assert 3 in steps[str(threshold - 1)]
     finally:
         back = redeploy(name='apply-back', limit='gpu2')
     assert back.rc == 0, back.stdout[-3000:]
@@ -138,7 +140,8 @@ def test_a_mode_that_cannot_start_ends_with_the_previous_server_restored(lab, tm
     run = tune(tmp_path, 'tune-broken', {'sglang_environment': {'LAB_STANDIN_ACCEPT_RATE': '2'}})
     assert run.rc != 0
     message = ' '.join(run.failure_messages('gpu2'))
-    assert 'The speculation tuning of gpu2 stopped' in message and 'restored the previous server (healthy)' in message
+    assert 'The speculation tuning of gpu2 stopped' in message
+    assert 'The guard restored the previous server (healthy, back in the router)' in message
     assert served(lab['gpu2']) == before and lab['gpu2'].healthy() and router_urls() == urls
     # Nothing measured, nothing recommended: the last table stands.
     assert table() == last_table
@@ -147,3 +150,13 @@ def test_a_mode_that_cannot_start_ends_with_the_previous_server_restored(lab, tm
 def test_the_tuner_refuses_to_run_without_a_limit(tmp_path):
     run = tune(tmp_path, 'tune-all', limit=None)
     assert run.rc != 0 and 'name the host with --limit' in ' '.join(run.failure_messages('gpu1')), run.stdout[-2000:]
+
+
+def test_an_extra_variable_that_would_make_two_modes_one_server_is_refused_before_anything_stops(lab, tmp_path):
+    pid = lab['gpu2'].server_pid()
+    # Extra variables win over the tuner's per-mode settings: "plain decoding" would be EAGLE-3 again.
+    run = tune(tmp_path, 'tune-overridden', {'sglang_speculative_algorithm': 'EAGLE3'})
+    assert run.rc != 0
+    # The per-mode plan is a loop: the refusal is its item's message.
+    assert 'cannot measure the mode plain: sglang_speculative_algorithm is given as extra variables' in run.stdout
+    assert run.count('changed', 'gpu2') == 0 and lab['gpu2'].server_pid() == pid

@@ -19,7 +19,8 @@ def benchmark(*throughput):
 
 
 def args(folder, **changes):
-    found = {'host': 'gpu2', 'modes': MODES, 'configured_steps': 3, 'report_dir': str(folder),
+    found = {'host': 'gpu2', 'modes': MODES, 'configured_steps': 3, 'configured_draft_tokens': 4,
+             'report_dir': str(folder),
              'measured': {'plain': benchmark(90, 170, 320, 560), 'eagle3': benchmark(140, 230, 300, 350)},
              'measured_at': '2026-12-03T21:00:00Z', 'settings': {'levels': [1, 2, 4, 8]}}
     found.update(changes)
@@ -58,3 +59,10 @@ def test_a_folder_that_cannot_be_written_says_so(run_action, tmp_path):
     blocker.write_text('')
     with pytest.raises(AnsibleActionFail, match='could not write the tuning table of gpu2 to'):
         run_action(ActionModule, {}, args=args(blocker / 'reports'))
+
+
+def test_nothing_compared_is_refused_and_nothing_is_written(run_action, tmp_path):
+    timed_out = {'measured': True, 'levels': [{'concurrency': 1, 'output_tok_s': 1.0, 'timed_out': True}]}
+    with pytest.raises(AnsibleActionFail, match='no level was served in time and without errors'):
+        run_action(ActionModule, {}, args=args(tmp_path, measured={'plain': timed_out, 'eagle3': timed_out}))
+    assert os.listdir(str(tmp_path)) == []

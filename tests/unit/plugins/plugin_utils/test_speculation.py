@@ -35,11 +35,19 @@ def levels(**throughput):
      {'1': {'candidate_steps': [3]}, '4': {'candidate_steps': [0]}, '8': {'candidate_steps': [3]},
       '16': {'candidate_steps': [0]}},
      ['concurrency 8: EAGLE-3 ahead again (360.0 against 340.0 tok/s) above the threshold 4']),
-    # A level that timed out in one mode is no evidence either way: skipped, and said.
+    # A level that timed out in one mode: the mode that served it is ahead there, and the note says so.
     (levels(plain=[90, 170, None, 560, 700], eagle3=[140, 230, 300, 350, 354]), 8,
      {'1': {'candidate_steps': [3]}, '8': {'candidate_steps': [0]}},
-     ['concurrency 4: not measured in both plain and EAGLE-3 mode']),
-], ids=['lab-default', 'no-crossover', 'first-level', 'tie', 'noisy', 'timed-out'])
+     ['concurrency 4: only EAGLE-3 served every request in time: counted as ahead']),
+    (levels(plain=[90, 170, 320, 560, 700], eagle3=[140, 230, None, None, 354]), 4,
+     {'1': {'candidate_steps': [3]}, '4': {'candidate_steps': [0]}},
+     ['concurrency 4: only plain decoding served', 'concurrency 8: only plain decoding served']),
+    # Neither served a level: not compared.
+    (levels(plain=[90, None, 320, 560, 700], eagle3=[140, None, 300, 350, 354]), 4,
+     {'1': {'candidate_steps': [3]}, '4': {'candidate_steps': [0]}},
+     ['concurrency 2: neither plain decoding nor EAGLE-3 served every request in time']),
+], ids=['lab-default', 'no-crossover', 'first-level', 'tie', 'noisy', 'timed-out', 'eagle3-timed-out',
+        'both-timed-out'])
 def test_the_threshold_is_the_first_level_where_plain_decoding_catches_eagle3(table, threshold, tiers, notes):
     found = _speculation.recommend(table, MODES)
     assert found['threshold'] == threshold
@@ -60,6 +68,24 @@ def test_each_tier_gets_the_step_count_that_measured_best_from_its_batch_size_on
     assert found['threshold'] == 4 and found['num_steps'] == 3
 
 
+def test_a_level_with_failed_requests_is_no_measurement():
+    measured = {'plain': [{'concurrency': 1, 'output_tok_s': 90, 'requests': 8, 'completed': 8, 'errors': 0},
+                          {'concurrency': 2, 'output_tok_s': 170, 'requests': 8, 'completed': 8, 'errors': 0}],
+                'eagle3': [{'concurrency': 1, 'output_tok_s': 140, 'requests': 8, 'completed': 8, 'errors': 0},
+                           # Out of memory at 2: every request failed, 0 tok/s.
+                           {'concurrency': 2, 'output_tok_s': 0.0, 'requests': 8, 'completed': 0, 'errors': 8}]}
+    table = _speculation.table(measured)
+    assert table[1]['eagle3'] is None
+    found = _speculation.recommend(table, MODES)
+    assert found['threshold'] == 2 and found['notes'] == [
+        'concurrency 2: only plain decoding served every request in time: counted as ahead']
+
+
+def test_nothing_compared_says_so():
+    found = _speculation.recommend(levels(plain=[None] * 5, eagle3=[None] * 5), MODES)
+    assert found['compared'] == 0 and found['threshold'] is None and found['adaptive_config'] is None
+
+
 def test_tiers_without_the_configured_steps_bring_their_own_and_the_vars_file_says_so():
     table = levels(plain=[90, 170, 320, 560, 700], eagle3=[100, 150, 300, 350, 354],
                    eagle3_steps_1=[120, 215, 310, 480, 520], eagle3_steps_5=[150, 160, 260, 300, 310])
@@ -68,23 +94,40 @@ def test_tiers_without_the_configured_steps_bring_their_own_and_the_vars_file_sa
     assert found['adaptive_config'] == {'1': {'candidate_steps': [5]}, '2': {'candidate_steps': [1]},
                                         '4': {'candidate_steps': [0]}}
     assert found['num_steps'] == 5
-    assert _speculation.vars_for(found, 3) == {
-        'sglang_dynamic_spec_enabled': True, 'sglang_dynamic_spec_batch_size_threshold': 2,
-        'sglang_dynamic_spec_adaptive_config': found['adaptive_config'],
+    # Adaptive mode: the tiers with the steps they need.
+    assert _speculation.vars_for(found, 3, 4, 'adaptive') == {
+        'sglang_dynamic_spec_enabled': True, 'sglang_dynamic_spec_adaptive_config': found['adaptive_config'],
         'sglang_speculative_num_steps': 5, 'sglang_speculative_num_draft_tokens': 6}
+    # Env mode: the threshold, at the steps it was measured with.
+    assert _speculation.vars_for(found, 3, 4, 'env') == {
+        'sglang_dynamic_spec_enabled': True, 'sglang_dynamic_spec_batch_size_threshold': 2,
+        'sglang_speculative_num_steps': 3, 'sglang_speculative_num_draft_tokens': 4}
 
 
-@pytest.mark.parametrize('recommended, expected', [
-    ({'threshold': 4, 'adaptive_config': {'1': {'candidate_steps': [3]}, '4': {'candidate_steps': [0]}}, 'num_steps': 3},
-     {'sglang_dynamic_spec_enabled': True, 'sglang_dynamic_spec_batch_size_threshold': 4,
-      'sglang_dynamic_spec_adaptive_config': {'1': {'candidate_steps': [3]}, '4': {'candidate_steps': [0]}}}),
-    ({'threshold': None, 'adaptive_config': {'1': {'candidate_steps': [3]}}, 'num_steps': 3},
-     {'sglang_dynamic_spec_enabled': False, 'sglang_dynamic_spec_adaptive_config': {'1': {'candidate_steps': [3]}}}),
-    ({'threshold': 1, 'adaptive_config': None, 'num_steps': None},
-     {'sglang_dynamic_spec_enabled': True, 'sglang_dynamic_spec_batch_size_threshold': 1}),
-], ids=['threshold', 'never-stop', 'never-draft'])
-def test_the_vars_that_apply_a_recommendation(recommended, expected):
-    assert _speculation.vars_for(recommended, 3) == expected
+TIERS = {'1': {'candidate_steps': [3]}, '4': {'candidate_steps': [0]}}
+STEPS = {'sglang_speculative_num_steps': 3, 'sglang_speculative_num_draft_tokens': 4}
+
+
+@pytest.mark.parametrize('recommended, mode, expected', [
+    ({'threshold': 4, 'adaptive_config': TIERS, 'num_steps': 3, 'never_draft': False}, 'env',
+     dict(STEPS, sglang_dynamic_spec_enabled=True, sglang_dynamic_spec_batch_size_threshold=4)),
+    ({'threshold': 4, 'adaptive_config': TIERS, 'num_steps': 3, 'never_draft': False}, 'adaptive',
+     dict(STEPS, sglang_dynamic_spec_enabled=True, sglang_dynamic_spec_adaptive_config=TIERS)),
+    ({'threshold': None, 'adaptive_config': {'1': {'candidate_steps': [3]}}, 'num_steps': 3, 'never_draft': False},
+     'env', dict(STEPS, sglang_dynamic_spec_enabled=False)),
+    # Drafting at every batch size in adaptive mode too: one tier of the configured steps.
+    ({'threshold': None, 'adaptive_config': {'1': {'candidate_steps': [3]}}, 'num_steps': 3, 'never_draft': False},
+     'adaptive', dict(STEPS, sglang_dynamic_spec_enabled=True,
+                      sglang_dynamic_spec_adaptive_config={'1': {'candidate_steps': [3]}})),
+    # Plain decoding ahead everywhere: no speculation at all, whatever the mode.
+    ({'threshold': 1, 'adaptive_config': None, 'num_steps': None, 'never_draft': True}, 'env',
+     {'sglang_speculative_algorithm': ''}),
+    ({'threshold': 1, 'adaptive_config': None, 'num_steps': None, 'never_draft': True}, 'adaptive',
+     {'sglang_speculative_algorithm': ''}),
+], ids=['env-threshold', 'adaptive-tiers', 'env-never-stop', 'adaptive-never-stop', 'env-never-draft',
+        'adaptive-never-draft'])
+def test_the_vars_that_apply_a_recommendation(recommended, mode, expected):
+    assert _speculation.vars_for(recommended, 3, 4, mode) == expected
 
 
 def test_modes_are_plain_the_configured_steps_then_each_other_candidate():
@@ -105,9 +148,30 @@ def test_each_mode_runs_with_its_own_speculation_settings(mode, expected):
             found['sglang_speculative_num_draft_tokens']) == expected
 
 
+@pytest.mark.parametrize('mode, read, found', [
+    # As planned: the mode's own settings, drafting off at every batch size.
+    ({'name': 'plain', 'settings': {'sglang_speculative_algorithm': '', 'sglang_speculative_num_steps': 3}},
+     {'sglang_speculative_algorithm': '', 'sglang_speculative_num_steps': 3, 'sglang_dynamic_spec_enabled': False}, ''),
+    # Read back as text (a rendered variable): the same.
+    ({'name': 'eagle3', 'settings': {'sglang_speculative_algorithm': 'EAGLE3', 'sglang_speculative_num_steps': 3}},
+     {'sglang_speculative_algorithm': 'EAGLE3', 'sglang_speculative_num_steps': '3', 'sglang_dynamic_spec_enabled': 'false'},
+     ''),
+    # -e sglang_speculative_algorithm=EAGLE3 would measure EAGLE-3 as plain decoding.
+    ({'name': 'plain', 'settings': {'sglang_speculative_algorithm': '', 'sglang_speculative_num_steps': 3}},
+     {'sglang_speculative_algorithm': 'EAGLE3', 'sglang_speculative_num_steps': 3, 'sglang_dynamic_spec_enabled': False},
+     'cannot measure the mode plain: sglang_speculative_algorithm is given as extra variables'),
+    ({'name': 'eagle3_steps_5', 'settings': {'sglang_speculative_algorithm': 'EAGLE3', 'sglang_speculative_num_steps': 5}},
+     {'sglang_speculative_algorithm': 'EAGLE3', 'sglang_speculative_num_steps': 3, 'sglang_dynamic_spec_enabled': True},
+     'sglang_speculative_num_steps, sglang_dynamic_spec_enabled are given as extra variables'),
+], ids=['as-planned', 'as-text', 'algorithm-overridden', 'steps-and-dynamic-overridden'])
+def test_a_mode_whose_settings_an_extra_variable_overrode_is_refused(mode, read, found):
+    message = _speculation.overridden(mode, read)
+    assert (message == '') if not found else (found in message), message
+
+
 SETTINGS = {'sglang_speculative_algorithm': 'EAGLE3', 'sglang_server_group': '', 'sglang_report_dir': '/tmp/r',
             'sglang_tune_levels': [1, 2, 4], 'sglang_tune_requests': 8, 'sglang_tune_steps': [],
-            'sglang_speculative_eagle_topk': 1, 'sglang_tune_max_new_tokens': 16}
+            'sglang_speculative_eagle_topk': 1, 'sglang_tune_max_new_tokens': 16, 'sglang_tune_timeout': 60}
 
 
 @pytest.mark.parametrize('change, problem', [
@@ -121,8 +185,9 @@ SETTINGS = {'sglang_speculative_algorithm': 'EAGLE3', 'sglang_server_group': '',
     ({'sglang_tune_steps': [0]}, 'sglang_tune_steps must be'),
     ({'sglang_tune_steps': [2], 'sglang_speculative_eagle_topk': 4}, 'needs sglang_speculative_eagle_topk 1'),
     ({'sglang_tune_max_new_tokens': 0}, 'sglang_tune_max_new_tokens must be above 0'),
+    ({'sglang_tune_timeout': 0}, 'sglang_tune_timeout must be above 0'),
 ], ids=['fine', 'no-drafting', 'group', 'no-report-dir', 'no-levels', 'zero-level', 'few-requests', 'zero-steps',
-        'topk', 'no-tokens'])
+        'topk', 'no-tokens', 'no-timeout'])
 def test_what_a_tuning_run_refuses(change, problem):
     found = _speculation.problems(dict(SETTINGS, **change))
     if problem is None:

@@ -109,14 +109,18 @@ def test_an_auto_deadline_grows_with_the_gate_and_the_bake(settings):
     assert _timing.deadline(settings) == _timing.window_budget(settings) == 1020.0 + 2 * 2 * 60 + 30 + 2 * 2 * 10
 
 
+# One mode at the defaults: the stop (60 s command + 2 x 30), the release (2 x 30 s readings + 2 x (30 + 10) + 60),
+# the start (60 s command + 900), seven levels of 300 s + 10, six steps' 30 s of slack.
+MODE = (60 + 60) + (60 + 80 + 60) + (60 + 900) + (7 * 300 + 10) + 6 * 30.0
+
+
 @pytest.mark.parametrize('overrides, modes, budget', [
-    # Each mode: a stop (2 x 30), the GPU release (60), a start (900), seven levels of 300 s, 30 s of slack.
-    ({}, 2, 2 * (1020.0 + 7 * 300 + 30)),
-    ({'sglang_tune_steps': [1, 5]}, 4, 4 * (1020.0 + 7 * 300 + 30)),
+    ({}, 2, 2 * MODE),
+    ({'sglang_tune_steps': [1, 5]}, 4, 4 * MODE),
     # The router's removal and drain once, not per mode.
-    ({'sglang_router_url': 'http://router:30080'}, 2, 2 * (1020.0 + 7 * 300 + 30) + 300 + 2 * 30),
+    ({'sglang_router_url': 'http://router:30080'}, 2, 2 * MODE + 300 + 2 * 30),
     ({'sglang_tune_levels': [1, 2], 'sglang_tune_timeout': '20', 'sglang_health_timeout': 60}, 2,
-     2 * (60 + 60 + 60 + 2 * 20 + 30.0)),
+     2 * ((60 + 60) + (60 + 80 + 60) + (60 + 60) + (2 * 20 + 10) + 6 * 30.0)),
 ], ids=['defaults', 'four-modes', 'with-router', 'short'])
 def test_a_tuning_run_has_room_for_every_mode(settings, overrides, modes, budget):
     settings.update(overrides)
