@@ -228,3 +228,21 @@ def lines(levels, mode_list, recommended):
     out.append('output tok/s per mode (* the best at that level); threshold: %s' % (
         recommended['threshold'] if recommended['threshold'] is not None else 'none (EAGLE-3 ahead everywhere)'))
     return out
+
+
+def restore_outcome(host, armed, fired, was_in_router):
+    """What a stopped tuning run says of the host after its rescue: nothing stopped (the guard was never armed), the
+    previous server restored (healthy, and back in its router where it was in one), not restored yet, or restored
+    only in part; the last two name the command that finishes it. `fired` is this run's restore (the guard's report
+    of it), None when none was done."""
+    if not armed:
+        return 'Nothing was stopped (the guard was not armed).'
+    finish = 'playbooks/rollback.yml --limit %s' % host
+    if not fired:
+        return 'The guard has not restored the previous server: %s does.' % finish
+    readmitted = bool(fired.get('router_readmitted')) or not was_in_router
+    if fired.get('status') == 'rolled_back' and readmitted:
+        return 'The guard restored the previous server (healthy%s).' % (', back in the router' if was_in_router else '')
+    problem = fired.get('router_problem')
+    return 'The guard could not restore the previous server fully (%s%s): %s finishes it.' % (
+        fired.get('status'), ', ' + problem if problem else '', finish)

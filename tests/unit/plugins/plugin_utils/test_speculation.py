@@ -201,3 +201,20 @@ def test_the_table_as_text_marks_the_best_mode_per_level():
     text = _speculation.lines(table, MODES, _speculation.recommend(table, MODES))
     assert text[1].split() == ['1', '90.0', '140.0*'] and text[3].split() == ['4', '320.0*', '300.0']
     assert text[-1].endswith('threshold: 4')
+
+
+@pytest.mark.parametrize('armed, fired, in_router, said', [
+    (False, None, True, 'Nothing was stopped (the guard was not armed).'),
+    (True, None, True, 'The guard has not restored the previous server: playbooks/rollback.yml --limit gpu2 does.'),
+    (True, {'status': 'rolled_back', 'router_readmitted': True}, True,
+     'The guard restored the previous server (healthy, back in the router).'),
+    (True, {'status': 'rolled_back', 'router_readmitted': None}, False, 'The guard restored the previous server (healthy).'),
+    # Healthy, but left out of the router it was in: not restored.
+    (True, {'status': 'rolled_back', 'router_readmitted': False, 'router_problem': 'the router answered 503'}, True,
+     'The guard could not restore the previous server fully (rolled_back, the router answered 503): '
+     'playbooks/rollback.yml --limit gpu2 finishes it.'),
+    (True, {'status': 'failed'}, False,
+     'The guard could not restore the previous server fully (failed): playbooks/rollback.yml --limit gpu2 finishes it.'),
+], ids=['never-armed', 'not-restored', 'restored-readmitted', 'restored-no-router', 'out-of-router', 'failed'])
+def test_what_a_stopped_tuning_run_says_of_its_host(armed, fired, in_router, said):
+    assert _speculation.restore_outcome('gpu2', armed, fired, in_router) == said
