@@ -2,9 +2,9 @@
 
 Most of the suite's time is waiting (for a guard's bound, a server's warm-up, a drain), not CPU, so the stages run
 side by side, longest first, as long as their weights fit --capacity: a stage's weight is how many of the 2 cores
-it keeps busy (a lab stage 1, pytest -n 2 2; capacity 5 since the controller stopped spinning on its 1 ms poll,
-docs/benchmarks.md: ten at once measured a load average of 20, which stretched the lab's redeploys past their bounds
-and the tests' own waits); each lab stage brings up its own lab (LAB_INSTANCE 1..: lab/lab), molecule
+it keeps busy (a lab stage 1, pytest -n 2 2; more at once measured a load average of 20, which stretched the lab's
+redeploys past their bounds and the tests' own waits, and 5 with a sixth lab took longer than 4, docs/benchmarks.md);
+each lab stage brings up its own lab (LAB_INSTANCE 1..: lab/lab), molecule
 uses the default one (0), the stages without a lab need none. Labs come up one at a time
 (tests/helpers/lab_instance.py, one_start_at_a_time; molecule's create takes the same lock), and the stages that
 only compute and assert no time (sanity, ansible-test integration, galaxy-check, lint) run at a lower priority
@@ -68,13 +68,12 @@ LAB_START_LOCK = os.path.join(REPO, '.cache', 'lab-start.lock')
 # Longest first (docs/benchmarks.md, "The test suite"): a slow stage started last would set the total.
 def stages():
     return [
-        # The bake's and the tuner's tests are the longest lab stage (their traffic windows and benchmarks).
-        Stage('lab-bake', PYTEST + lab_files('test_canary_bake.py', 'test_speculation_tuning.py'), lab=6),
         Stage('lab-fleet', PYTEST + lab_files('test_fleet.py', 'test_multinode.py'), lab=4),
+        # Starts at 0 beside lab-fleet: the stages started after unit-integration set the total (docs/benchmarks.md).
+        Stage('lab-lease', PYTEST + lab_files('test_lease.py', 'test_canary_bake.py', 'test_speculation_tuning.py'),
+              lab=1),
         Stage('unit-integration', PYTEST + ['-n', '2', 'tests/unit', 'tests/integration'], weight=2,
               resources=['ansible-home']),
-        # Mostly waiting out the guard's idle bound: it starts at 0 too, and lab-redeploy takes its place.
-        Stage('lab-lease', PYTEST + lab_files('test_lease.py'), lab=1),
         Stage('lab-redeploy', PYTEST + lab_files('test_redeploy_scenarios.py', 'test_performance_gate.py',
                                                  'test_doc_commands.py'), lab=3),
         Stage('lab-window', PYTEST + lab_files('test_outage_window.py'), lab=2),
@@ -135,8 +134,8 @@ def report(done, wall):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--capacity', type=int, default=int(os.environ.get('TEST_CAPACITY', '5')),
-                        help='how much weight may run at once (default 5, TEST_CAPACITY)')
+    parser.add_argument('--capacity', type=int, default=int(os.environ.get('TEST_CAPACITY', '4')),
+                        help='how much weight may run at once (default 4, TEST_CAPACITY)')
     parser.add_argument('--list', action='store_true')
     parser.add_argument('stage', nargs='*')
     args = parser.parse_args(argv)

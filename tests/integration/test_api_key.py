@@ -68,6 +68,7 @@ def deployment(tmp_path):
     run_task(tmp_path, 'gpuops.sglang.sglang_server', deployed.server_args(state='stopped'), name='cleanup')
 
 
+@pytest.mark.slow
 def test_keyed_server_is_verified_with_its_key_which_no_output_shows(tmp_path, deployment, router):
     expected = {'max_running_requests': 64, 'model_path': '/models/m'}
     tasks = [
@@ -114,6 +115,7 @@ def test_keyed_server_is_verified_with_its_key_which_no_output_shows(tmp_path, d
     assert stat.S_IMODE(os.stat(str(deployment.keys)).st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_a_wrong_key_fails_verification_saying_401_without_showing_either_key(tmp_path, deployment):
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(state='started'), name='start')
     assert not started.failed, started.get('msg')
@@ -127,6 +129,7 @@ def test_a_wrong_key_fails_verification_saying_401_without_showing_either_key(tm
     wait_for(lambda: request('GET', deployment.url + '/health')[0] == 200, what='the server to keep serving')
 
 
+@pytest.mark.slow
 def test_guard_readmits_the_restored_server_with_its_own_key_not_the_runs(tmp_path, trusted_dir, deployment, router):
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(state='started'), name='start')
     assert not started.failed, started.get('msg')

@@ -3,6 +3,8 @@ no host run here as written (tests/lab/test_doc_commands.py runs those that need
 import os
 import re
 
+import pytest
+
 import run_stages
 
 from helpers.ansible_run import REPO
@@ -38,6 +40,7 @@ def test_the_production_runs_are_the_lab_runs_with_the_production_inventory():
     assert production == [line.replace('-i inventory/lab ', '-i inventory/production ') for line in lab_runs]
 
 
+@pytest.mark.slow
 def test_the_molecule_steps_without_the_lab_work_as_written():
     run = run_block('molecule-offline', timeout=120)
     assert run.returncode == 0, run.stdout
@@ -56,3 +59,9 @@ def test_the_make_targets_the_pages_name_are_run_by_make_test():
         target = line.split()[1]
         assert any(argv[-3:] == ['make', '--no-print-directory', target] for argv in staged), \
             '%s is not run by make test' % target
+
+
+def test_make_test_runs_the_tests_make_test_quick_leaves_out():
+    # test-quick deselects the tests marked slow; the stage of make test that runs both suites selects none out.
+    stage = next(stage for stage in run_stages.stages() if stage.name == 'unit-integration')
+    assert 'tests/integration' in stage.argv and '-m' not in stage.argv and '-k' not in stage.argv

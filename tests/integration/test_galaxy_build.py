@@ -87,6 +87,7 @@ def test_copying_is_the_full_gpl3_text_and_the_manifest_names_no_placeholder(tar
     assert not [url for url in urls if 'example' in url or 'invalid' in url], urls
 
 
+@pytest.mark.slow
 def test_built_tarball_installs_and_its_modules_run_through_the_action_group(tarball, tmp_path):
     installed = tmp_path / 'collections'
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(installed))

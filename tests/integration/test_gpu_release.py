@@ -38,6 +38,7 @@ def start_server_like_holders(host):
     }
 
 
+@pytest.mark.slow
 def test_check_mode_reports_holders_and_kills_nothing(tmp_path, gpu_host):
     procs = start_server_like_holders(gpu_host)
     result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host), check=True)
@@ -50,6 +51,7 @@ def test_check_mode_reports_holders_and_kills_nothing(tmp_path, gpu_host):
     assert [gpu['memory_used_mib'] for gpu in result['gpus_before']] == [20610, 20610]
 
 
+@pytest.mark.slow
 def test_release_term_then_kill_spares_daemons_and_bystanders_and_is_idempotent(tmp_path, gpu_host):
     procs = start_server_like_holders(gpu_host)
     result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host), name='release')
@@ -72,6 +74,7 @@ def test_release_term_then_kill_spares_daemons_and_bystanders_and_is_idempotent(
     assert is_running(procs['daemon'])
 
 
+@pytest.mark.slow
 def test_await_exit_lets_a_draining_server_exit_by_itself_and_kills_what_outstays_term_timeout(tmp_path, gpu_host):
     # An earlier step sent SIGTERM and did not wait (sglang_server wait=false). The draining holder must not
     # be signalled again: its drain lasts until 0.5 s after the module's first nvidia-smi call (gpus_before,
@@ -117,6 +120,7 @@ def test_never_kills_its_own_ancestors(tmp_path, gpu_host):
 
 # The driver frees a dead holder's memory at once here: the module reads the GPUs only after the holder is
 # gone, so GPU 0 reads 0 MiB on the first read however slow the machine is, and only GPU 1's leak is left.
+@pytest.mark.slow
 @pytest.mark.parametrize('gpu_host', [{'release_delay': 0}], indirect=True)
 def test_memory_that_never_drains_fails_with_a_table(tmp_path, gpu_host):
     holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
@@ -144,6 +148,7 @@ def test_driver_failure_kills_nothing(tmp_path, gpu_host):
 
 
 
+@pytest.mark.slow
 def test_a_glob_reaching_non_nvidia_files_is_refused_and_nothing_is_signalled(tmp_path, gpu_host):
     holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
     for check in (True, False):
@@ -163,6 +168,7 @@ def test_a_glob_matching_nothing_fails_instead_of_releasing_nothing(tmp_path, gp
     assert is_running(holder)
 
 
+@pytest.mark.slow
 def test_exclude_adds_to_the_builtin_daemons_and_builtin_exclude_replaces_them(tmp_path, gpu_host):
     daemon = gpu_host.start(program=gpu_host.program('nvidia-persistenced'), open_=['nvidiactl'])
     exporter = gpu_host.start(program=gpu_host.program('my-gpu-exporter'), open_=['nvidiactl'])
@@ -202,6 +208,7 @@ def test_a_process_named_like_a_daemon_is_released_not_excluded(tmp_path, gpu_ho
     assert gpu_host.gpus() == [0, 0]
 
 
+@pytest.mark.slow
 def test_hung_nvidia_smi_is_killed_at_command_timeout_and_nothing_is_signalled(tmp_path, gpu_host):
     holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
     pid_file = tmp_path / 'hung.pid'
@@ -216,6 +223,7 @@ def test_hung_nvidia_smi_is_killed_at_command_timeout_and_nothing_is_signalled(t
     assert not os.path.exists('/proc/%s' % pid_file.read_text().strip())
 
 
+@pytest.mark.slow
 def test_an_unreadable_gpu_before_the_release_is_reported_not_fatal(tmp_path, gpu_host):
     holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
     smi = faults.nvidia_smi_with_sick_gpu(tmp_path / 'nvidia-smi-na-once', gpu_host.nvidia_smi,
@@ -229,6 +237,7 @@ def test_an_unreadable_gpu_before_the_release_is_reported_not_fatal(tmp_path, gp
     holder.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_the_final_proof_must_read_every_gpu(tmp_path, gpu_host):
     holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
     smi = faults.nvidia_smi_with_sick_gpu(tmp_path / 'nvidia-smi-unknown', gpu_host.nvidia_smi,

@@ -50,6 +50,7 @@ def quiet(tmp_path_factory):
     return run_play(tmp_path_factory.mktemp('quiet'))
 
 
+@pytest.mark.slow
 def test_default_display_hides_ok_and_skipped_results(quiet):
     assert 'quiet ok result' not in quiet and 'ok: [' not in quiet and 'skipping: [' not in quiet
     assert 'TASK [an ok task]' not in quiet and 'TASK [a skipped task]' not in quiet
@@ -87,6 +88,7 @@ def test_default_display_says_each_failure_once_per_host(quiet):
     assert quiet.count('task path:') == 2
 
 
+@pytest.mark.slow
 def test_verbose_display_gives_the_detail_back(tmp_path):
     verbose = run_play(tmp_path, '-v')
     assert 'quiet ok result' in verbose and 'skipping: [alpha]' in verbose

@@ -43,6 +43,7 @@ def test_check_mode_lists_only_container_sglang_processes(tmp_path, lab):
     assert all(is_running(proc) for proc in procs.values())
 
 
+@pytest.mark.slow
 def test_await_exit_lets_the_draining_launcher_exit_by_itself_before_the_rest_is_stopped(tmp_path, lab):
     host, container = lab
     # Its drain lasts until 0.5 s after the module's first pct call (pct status, just before the wait).
@@ -65,6 +66,7 @@ def test_await_exit_lets_the_draining_launcher_exit_by_itself_before_the_rest_is
     assert result['elapsed'] > 0 and result['remaining'] == []
 
 
+@pytest.mark.slow
 def test_kill_escalates_inside_the_namespace_and_is_idempotent(tmp_path, lab):
     procs = start_in_container(lab)
     args = {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 3}
@@ -115,6 +117,7 @@ def inner_alive(lab, inner_pid):
     return bool(out) and out.rsplit(')', 1)[1].split()[0] not in ('Z', 'X')
 
 
+@pytest.mark.slow
 def test_child_forked_during_shutdown_is_found_and_stopped(tmp_path, lab):
     parent, parent_pid, child_ready = start_faulty(lab, tmp_path, 'launcher', LAUNCHER, 'fork',
                                                    child_title='sglang::detokenizer')
@@ -127,6 +130,7 @@ def test_child_forked_during_shutdown_is_found_and_stopped(tmp_path, lab):
     assert result['remaining'] == [] and not inner_alive(lab, child_pid)
 
 
+@pytest.mark.slow
 def test_process_that_retitles_itself_on_term_still_gets_kill(tmp_path, lab):
     proc, pid, _ = start_faulty(lab, tmp_path, 'scheduler', 'sglang::scheduler_TP0', 'retitle')
     result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'term_timeout': 3})
@@ -136,6 +140,7 @@ def test_process_that_retitles_itself_on_term_still_gets_kill(tmp_path, lab):
     assert proc.wait(timeout=10) is not None
 
 
+@pytest.mark.slow
 def test_a_pattern_matching_everything_spares_pid_1_and_its_own_shells(tmp_path, lab):
     procs = start_in_container(lab)
     result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill',
@@ -165,6 +170,7 @@ def test_listing_needs_no_procps_in_the_container(tmp_path, lab):
         procs[name].inner_pid for name in ('launcher', 'scheduler', 'detokenizer'))
 
 
+@pytest.mark.slow
 def test_hung_pct_exec_is_killed_at_command_timeout_and_nothing_is_signalled(tmp_path, lab):
     procs = start_in_container(lab)
     pid_file = tmp_path / 'hung-pct.pid'

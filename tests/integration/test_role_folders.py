@@ -5,6 +5,7 @@ system folder (test_role_variable_checks.py), and these tasks leave any folder t
 import os
 import stat
 
+import pytest
 import yaml
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rules import role_folders
@@ -25,6 +26,7 @@ def mode(path):
     return stat.S_IMODE(os.stat(str(path)).st_mode)
 
 
+@pytest.mark.slow
 def test_folders_found_keep_their_mode_and_missing_ones_are_made_0750(tmp_path):
     shared = tmp_path / 'shared'          # an existing folder others use, sticky like /tmp
     shared.mkdir()
@@ -44,6 +46,7 @@ def test_folders_found_keep_their_mode_and_missing_ones_are_made_0750(tmp_path):
     assert made == [str(log_file.parent)]
 
 
+@pytest.mark.slow
 def test_a_file_where_a_folder_belongs_fails_the_folder_task(tmp_path):
     blocker = tmp_path / 'run'
     blocker.write_text('not a folder')

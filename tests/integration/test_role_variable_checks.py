@@ -20,6 +20,7 @@ def role_play(tmp_path, host_vars):
     return str(inventory)
 
 
+@pytest.mark.slow
 def test_a_broken_rule_refuses_the_host_with_nothing_stopped(tmp_path):
     reports = tmp_path / 'reports'
     run = run_playbook(tmp_path, 'playbooks/redeploy.yml', role_play(tmp_path, {
@@ -58,6 +59,7 @@ def test_rendered_files_are_the_bytes_of_the_template_lookup(tmp_path, keys):
     assert files.get('API keys', '') == (looked_up['msg'][1] if keys else '')
 
 
+@pytest.mark.slow
 def test_system_folders_are_refused_by_the_plan_before_anything_moves(tmp_path):
     reports = tmp_path / 'reports'
     run = run_playbook(tmp_path, 'playbooks/redeploy.yml', role_play(tmp_path, {

@@ -10,6 +10,8 @@ import subprocess
 import threading
 import urllib.request
 
+import pytest
+
 from helpers.ansible_run import run_task, run_tasks
 from helpers.router import http_json
 from helpers.simulated import free_port, wait_for
@@ -24,6 +26,7 @@ def worker_args(router, server, **extra):
     return args
 
 
+@pytest.mark.slow
 def test_remove_and_readmit_with_check_mode_diff_and_idempotent_reruns(tmp_path, router, servers):
     server = servers('a')
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start').failed
@@ -57,6 +60,7 @@ def test_remove_and_readmit_with_check_mode_diff_and_idempotent_reruns(tmp_path,
     assert gone['changed'] is False
 
 
+@pytest.mark.slow
 def test_a_router_that_does_not_answer_fails_clearly(tmp_path, servers):
     server = servers('a')
     result = run_task(tmp_path, 'gpuops.sglang.sglang_router_worker',
@@ -66,6 +70,7 @@ def test_a_router_that_does_not_answer_fails_clearly(tmp_path, servers):
     assert result['changed'] is False
 
 
+@pytest.mark.slow
 def test_stop_waits_for_the_requests_already_routed_to_the_server(tmp_path, router, servers):
     hold, loads_log = tmp_path / 'hold', tmp_path / 'loads.log'
     server = servers('a', '--hold-file', str(hold), '--loads-log', str(loads_log))
@@ -101,6 +106,7 @@ def test_stop_waits_for_the_requests_already_routed_to_the_server(tmp_path, rout
     assert not alive(started['pid'])
 
 
+@pytest.mark.slow
 def test_a_drain_past_its_deadline_stops_anyway_and_says_so(tmp_path, servers):
     hold = tmp_path / 'hold'
     hold.write_text('')
@@ -120,6 +126,7 @@ def test_a_drain_past_its_deadline_stops_anyway_and_says_so(tmp_path, servers):
     assert not alive(started['pid'])
 
 
+@pytest.mark.slow
 def test_a_server_without_load_endpoints_is_stopped_without_waiting_out_the_drain(tmp_path, servers):
     server = servers('old', '--no-loads')
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
@@ -135,6 +142,7 @@ def test_a_server_without_load_endpoints_is_stopped_without_waiting_out_the_drai
     assert not alive(started['pid'])
 
 
+@pytest.mark.slow
 def test_readiness_needs_consecutive_health_generates_and_a_real_generation(tmp_path, servers):
     good = servers('good')
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server',
@@ -151,6 +159,7 @@ def test_readiness_needs_consecutive_health_generates_and_a_real_generation(tmp_
     assert failed['msg'] == 'the server tiny is healthy but not ready: POST /generate answered 500'
 
 
+@pytest.mark.slow
 def test_fleet_slots_bound_unavailable_servers_counting_those_already_down(tmp_path, router, servers):
     up, pre_drained = servers('up'), servers('pre-drained')
     for server in (up, pre_drained):
@@ -197,6 +206,7 @@ def test_fleet_slots_bound_unavailable_servers_counting_those_already_down(tmp_p
     assert os.listdir(folder) == ['.lock']
 
 
+@pytest.mark.slow
 def test_a_slot_left_by_a_run_that_died_does_not_count(tmp_path, servers):
     up = servers('up')
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', up.args(state='started'), name='start').failed

@@ -30,6 +30,7 @@ def worker(tmp_path, router, server, name, **extra):
     return run_task(tmp_path, 'gpuops.sglang.sglang_router_worker', args, name=name)
 
 
+@pytest.mark.slow
 def test_a_worker_taken_out_of_smg_is_out_while_draining_and_readmitted_once_smg_dropped_it(tmp_path, smg, servers):
     server = servers('a')
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start').failed
@@ -58,6 +59,7 @@ def test_a_worker_taken_out_of_smg_is_out_while_draining_and_readmitted_once_smg
     assert http_json('POST', smg.url + '/generate', {'text': 'hi'})[0] == 200
 
 
+@pytest.mark.slow
 def test_a_stopped_worker_smg_lists_not_ready_is_not_readmitted_and_fails_with_its_status(tmp_path, smg, servers):
     server = servers('b')
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start').failed

@@ -51,6 +51,7 @@ def run(tmp_path, serial, canary):
                       ' batch slot)'))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('serial, canary, single, grouped', [
     # One group per batch whatever serial says; serial and the canary shape the single-node servers' batches.
     ('100%', 0, [['gpu1', 'gpu2']], [['big0', 'big1'], ['huge0', 'huge1']]),

@@ -106,6 +106,7 @@ def deployment(tmp_path, trusted_dir):
         state.unlink()
 
 
+@pytest.mark.slow
 def test_server_module_starts_waits_for_health_on_the_host_and_verifies(deployment, tmp_path):
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server',
                        deployment.server_args(state='started', expected_server_info={'max_running_requests': 64}),
@@ -125,6 +126,7 @@ def test_server_module_starts_waits_for_health_on_the_host_and_verifies(deployme
     assert stopped['changed'] and stopped['stopped_at'] and health(deployment.port) is None
 
 
+@pytest.mark.slow
 def test_server_that_exits_at_once_fails_without_waiting_for_the_health_timeout(deployment, tmp_path):
     deployment.write_launch(64, extra=['--no-such-flag'])
     result = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(state='started',
@@ -135,11 +137,13 @@ def test_server_that_exits_at_once_fails_without_waiting_for_the_health_timeout(
     assert set(['running', 'pid', 'healthy', 'stopped_at', 'mismatches', 'cmd']) <= set(result)
 
 
+@pytest.mark.slow
 def test_a_poll_interval_of_zero_is_refused(deployment, tmp_path):
     result = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(health_interval=0), name='zero')
     assert result.failed and 'health_interval must be above 0' in result['msg']
 
 
+@pytest.mark.slow
 def test_guard_restores_files_and_previous_server_at_its_deadline(deployment, tmp_path):
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start')
     assert not started.failed, started.get('msg')
@@ -169,6 +173,7 @@ def test_guard_restores_files_and_previous_server_at_its_deadline(deployment, tm
     assert late['fired']['status'] == 'rolled_back'
 
 
+@pytest.mark.slow
 def test_confirmed_guard_never_acts(deployment, tmp_path):
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
     run_task(tmp_path, 'gpuops.sglang.sglang_guard',
@@ -185,6 +190,7 @@ def test_confirmed_guard_never_acts(deployment, tmp_path):
     assert not (deployment.guard_dir / 'fired.json').exists()
 
 
+@pytest.mark.slow
 def test_restore_now_takes_over_and_a_second_arm_is_refused_while_armed(deployment, tmp_path):
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
     original = deployment.module_file.read_bytes()
@@ -207,6 +213,7 @@ def test_restore_now_takes_over_and_a_second_arm_is_refused_while_armed(deployme
 
 
 
+@pytest.mark.slow
 def test_a_restore_puts_the_previous_server_back_into_its_router(deployment, tmp_path):
     router = Router(tmp_path)
     try:
@@ -238,6 +245,7 @@ def guard_option(deployment, run_id):
     return {'folder': str(deployment.guard_dir), 'run_id': run_id}
 
 
+@pytest.mark.slow
 def test_guard_restores_when_nothing_renews_its_lease_for_the_idle_bound(deployment, tmp_path):
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start')
     assert not started.failed, started.get('msg')
@@ -274,6 +282,7 @@ def test_guard_restores_when_nothing_renews_its_lease_for_the_idle_bound(deploym
     assert health(deployment.port) == 200
 
 
+@pytest.mark.slow
 def test_a_start_slower_than_the_idle_bound_renews_the_lease_and_is_never_rolled_back(deployment, tmp_path):
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
     armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
@@ -302,6 +311,7 @@ def debug_messages(run, task):
             if event.get('event') == 'runner_on_ok' and event['event_data'].get('task') == task]
 
 
+@pytest.mark.slow
 def test_rollback_playbook_needs_a_limit_restores_on_demand_and_guard_status_shows_the_lease(deployment, tmp_path):
     from helpers.ansible_run import run_playbook
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
@@ -353,6 +363,7 @@ def as_nobody(argv):
                           universal_newlines=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('make_unsafe, why', [
     (lambda folder: os.chown(str(folder), NOBODY, NOBODY), 'belongs to uid 65534'),
     (lambda folder: os.chmod(str(folder), 0o770), 'writable by its group'),
@@ -377,6 +388,7 @@ def test_an_untrusted_guard_folder_is_refused_at_arm_before_anything_stops(deplo
     assert not watchers(folder)
 
 
+@pytest.mark.slow
 def test_the_guard_folder_and_what_it_makes_are_private_from_the_start(deployment, tmp_path):
     old = os.umask(0o022)
     try:
@@ -396,6 +408,7 @@ def test_the_guard_folder_and_what_it_makes_are_private_from_the_start(deploymen
     assert set(mode for path, mode in modes.items() if not os.path.isdir(path)) == {0o600}
 
 
+@pytest.mark.slow
 def test_the_watcher_never_acts_on_a_state_another_user_could_replace(deployment, tmp_path, trusted_dir):
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
     armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
@@ -437,6 +450,7 @@ with open(os.path.join(folder, 'state.json'), 'w') as handle:
     os.chown(str(trusted_dir), 0, 0)
 
 
+@pytest.mark.slow
 def test_a_file_that_cannot_be_restored_fails_the_restore_starts_nothing_and_keeps_the_guard_owed(deployment, tmp_path):
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start')
     assert not started.failed, started.get('msg')
@@ -532,6 +546,7 @@ class HostileRouter(object):
         self.server.server_close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('body, trickle', [
     (b'[' * 200000, None),
     (b' ' * 10000, 0.5),
@@ -584,6 +599,7 @@ def start_process(argv, user=None, env=None):
                             env=env)
 
 
+@pytest.mark.slow
 def test_the_restore_ends_sglang_leftovers_of_the_servers_user_only_and_lists_them(deployment, tmp_path):
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
     token = str(tmp_path)
@@ -638,6 +654,7 @@ def test_the_restore_ends_sglang_leftovers_of_the_servers_user_only_and_lists_th
                 process.wait()
 
 
+@pytest.mark.slow
 def test_a_restore_that_stops_before_the_files_keeps_the_guard_and_its_backups(deployment, tmp_path):
     original = deployment.module_file.read_bytes()
     armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',

@@ -40,6 +40,7 @@ def diff_text():
         return handle.read()
 
 
+@pytest.mark.slow
 def test_check_real_idempotent_then_revert(tmp_path, sglang_venv):
     python, site = sglang_venv
     original = read(site)
@@ -81,6 +82,7 @@ def test_check_real_idempotent_then_revert(tmp_path, sglang_venv):
     assert not absent_again.failed and absent_again['changed'] is False
 
 
+@pytest.mark.slow
 def test_backup_keeps_the_original(tmp_path, sglang_venv):
     python, site = sglang_venv
     original = read(site)
@@ -118,6 +120,7 @@ REFUSALS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('case', sorted(REFUSALS))
 def test_refused_diff_leaves_site_packages_byte_identical(tmp_path, sglang_venv, case):
     python, site = sglang_venv
@@ -139,6 +142,7 @@ def test_python_without_sglang_is_a_clear_failure(tmp_path):
     assert result.failed and 'cannot find the sglang package' in result['msg'] and set(result) >= KEYS
 
 
+@pytest.mark.slow
 def test_a_program_that_is_not_python_is_a_clear_failure(tmp_path):
     result = run_task(tmp_path, 'gpuops.sglang.sglang_patch', {'src': PATCH, 'python': '/bin/true'})
     assert result.failed and set(result) >= KEYS
@@ -149,6 +153,7 @@ def example_tasks():
     return yaml.safe_load(sglang_patch.EXAMPLES)
 
 
+@pytest.mark.slow
 def test_the_lookup_example_works_as_written(tmp_path, sglang_venv):
     """EXAMPLES' content: lookup(...) task, with only the interpreter path pointed at the test venv."""
     python, site = sglang_venv
@@ -166,6 +171,7 @@ def test_the_lookup_example_works_as_written(tmp_path, sglang_venv):
     assert 'def should_skip_draft' in read(site)
 
 
+@pytest.mark.slow
 def test_sglang_is_found_by_the_interpreter_not_by_the_folder_or_pythonpath(tmp_path, sglang_venv):
     python, site = sglang_venv
     decoy = tmp_path / 'runner-decoy' / 'project'
@@ -184,6 +190,7 @@ def hold_package_lock(site):
     return holder
 
 
+@pytest.mark.slow
 def test_a_run_waits_for_the_lock_at_most_lock_timeout(tmp_path, sglang_venv):
     python, site = sglang_venv
     before = tree_digest(site)
@@ -259,6 +266,7 @@ def temp_files(site):
                   if '.sglang_patch.' in name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('state', ['present', 'absent'])
 def test_a_run_after_a_crash_mid_commit_repairs_the_tree_first(tmp_path, sglang_venv, state):
     python, site = sglang_venv
@@ -287,6 +295,7 @@ def test_a_run_after_a_crash_mid_commit_repairs_the_tree_first(tmp_path, sglang_
         assert {rel: read(site, rel) for rel in originals} == originals
 
 
+@pytest.mark.slow
 def test_a_symlinked_target_is_patched_in_its_real_file(tmp_path, sglang_venv):
     python, site = sglang_venv
     worker = os.path.join(site, WORKER)
@@ -300,6 +309,7 @@ def test_a_symlinked_target_is_patched_in_its_real_file(tmp_path, sglang_venv):
         assert 'def should_skip_draft' in handle.read()
 
 
+@pytest.mark.slow
 def test_a_git_mode_change_is_refused_clearly(tmp_path, sglang_venv):
     python, site = sglang_venv
     before = tree_digest(site)
@@ -315,6 +325,7 @@ def latin1_diff(site, rel):
             .format(rel=rel, first=first).encode('latin-1'))
 
 
+@pytest.mark.slow
 def test_a_latin1_diff_applies_byte_for_byte_and_reverts(tmp_path, sglang_venv):
     python, site = sglang_venv
     original = open(os.path.join(site, 'sglang/README.md'), 'rb').read()
@@ -330,6 +341,7 @@ def test_a_latin1_diff_applies_byte_for_byte_and_reverts(tmp_path, sglang_venv):
     assert open(os.path.join(site, 'sglang/README.md'), 'rb').read() == original
 
 
+@pytest.mark.slow
 def test_a_latin1_diff_to_python_source_is_refused_clearly(tmp_path, sglang_venv):
     python, site = sglang_venv
     before = tree_digest(site)
@@ -355,6 +367,7 @@ def stamp_proves(tmp_path, python, stamp, name, content=None):
     return info['patch']
 
 
+@pytest.mark.slow
 def test_a_stamp_proves_the_patch_applied_until_a_patched_file_changes(tmp_path, sglang_venv):
     python, site = sglang_venv
     stamp = str(tmp_path / 'patch.stamp.json')
@@ -401,6 +414,7 @@ def test_a_stamp_proves_the_patch_applied_until_a_patched_file_changes(tmp_path,
     assert stamp_proves(tmp_path, python, stamp, 'idle')['proven'] is True
 
 
+@pytest.mark.slow
 def test_the_installed_sglang_says_whether_it_reads_adaptive_tiers(tmp_path, sglang_venv):
     python, site = sglang_venv
     info = run_task(tmp_path, 'gpuops.sglang.sglang_server_info', {

@@ -5,6 +5,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from helpers.ansible_run import run_task
 from helpers.http_responder import HttpResponder, Reply
 from helpers.simulated import wait_for
@@ -14,6 +16,7 @@ SERVER_KEYS = {'changed', 'running', 'pid', 'healthy', 'stopped_at', 'stop_elaps
                'readiness', 'started_at', 'healthy_at', 'mismatches', 'server_info', 'cmd'}
 
 
+@pytest.mark.slow
 def test_a_stop_that_does_not_wait_returns_while_the_server_drains_and_lists_what_is_stopping(tmp_path, servers):
     hold = tmp_path / 'drain-hold'
     hold.write_text('')
@@ -36,6 +39,7 @@ def test_a_stop_that_does_not_wait_returns_while_the_server_drains_and_lists_wha
     assert not again.failed and again['healthy'] is True
 
 
+@pytest.mark.slow
 def test_a_stop_that_waits_lists_nothing_stopping(tmp_path, servers):
     server = servers('a')
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
@@ -52,6 +56,7 @@ def started_with_child(tmp_path, servers):
     return server, started, session_members(started['pid'])
 
 
+@pytest.mark.slow
 def test_a_stop_that_does_not_wait_lists_the_whole_session(tmp_path, servers):
     server, started, child = started_with_child(tmp_path, servers)
     stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped', wait=False), name='stop')
@@ -61,6 +66,7 @@ def test_a_stop_that_does_not_wait_lists_the_whole_session(tmp_path, servers):
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_stop_lists_the_strays_beside_the_server_and_leaves_them_running(tmp_path, servers):
     server, started, child = started_with_child(tmp_path, servers)
     # Outside the server's session, as an orphan of an earlier crash would be.
@@ -89,6 +95,7 @@ def test_a_stop_lists_the_strays_beside_the_server_and_leaves_them_running(tmp_p
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_bad_stray_pattern_fails_before_anything_is_stopped(tmp_path, servers):
     server = servers('a')
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
@@ -99,6 +106,7 @@ def test_a_bad_stray_pattern_fails_before_anything_is_stopped(tmp_path, servers)
     assert alive(started['pid'])
 
 
+@pytest.mark.slow
 def test_a_server_started_with_another_pid_file_is_found_and_stopped_gracefully(tmp_path, servers):
     # The review ran the role with sglang_run_dir changed: the server's pid file was in the old folder, the run
     # said "server not running", and the server was ended by the GPU release's signals, with no drain.
@@ -134,6 +142,7 @@ def foreign_session_leader():
                             start_new_session=True)
 
 
+@pytest.mark.slow
 def test_a_stale_pid_file_naming_another_users_session_is_ignored_and_the_marked_server_stopped(tmp_path, servers):
     # The server crashed or the host rebooted with the run dir on a persistent disk: the pid in its pid file now
     # names an unrelated process. The stop must neither take it for the server nor signal its session.
@@ -162,6 +171,7 @@ def test_a_stale_pid_file_naming_another_users_session_is_ignored_and_the_marked
         foreign.wait()
 
 
+@pytest.mark.slow
 def test_a_200_from_another_process_on_the_port_is_not_the_started_servers_health(tmp_path, servers):
     # A server the stop missed (or a late step's) answers on the port: the one started fails to bind and exits
     # ("address already in use"); the start must say so, not report healthy.

@@ -33,6 +33,7 @@ def resolve(venv, tmp_path, config, **overrides):
                           stderr=subprocess.PIPE, universal_newlines=True)
 
 
+@pytest.mark.slow
 def test_a_release_with_tiers_stops_drafting_from_the_threshold(native_sglang, tmp_path):
     venv, site = native_sglang
     run = resolve(venv, tmp_path, ROLE_TIERS)

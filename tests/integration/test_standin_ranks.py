@@ -156,6 +156,7 @@ def test_rank_1_stopped_gracefully_leaves_rank_0_degraded(group):
     assert code == 500 and 'rank 1 of 2 left the group' in body['error']['message'], body
 
 
+@pytest.mark.slow
 def test_rank_0_killed_leaves_rank_1_hung_ignoring_sigterm_holding_its_gpu_until_its_watchdog(group):
     leader, follower = group
     wait_for(lambda: follower.memory() == [MIB], 30, 'rank 1 to hold its GPU')

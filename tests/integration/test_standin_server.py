@@ -81,6 +81,7 @@ def test_generate_loads_and_model_info_have_sglang_shapes(standin):
 
 # Long enough that the requests are certainly still running when the test counts them; the drain gate,
 # not this delay, is what keeps the server alive while the test checks the drain.
+@pytest.mark.slow
 @pytest.mark.parametrize('standin', ['8'], indirect=True)
 def test_sigterm_refuses_new_work_finishes_requests_in_flight_then_exits(standin):
     proc, base, gate = standin

@@ -134,6 +134,7 @@ def test_a_refusing_server_counts_errors_and_the_api_key_admits(standins):
     assert admitted['metrics']['gen_throughput'] > 0  # /metrics stays open, as upstream's auth leaves it
 
 
+@pytest.mark.slow
 def test_a_level_that_runs_out_of_time_stops_and_says_so(standins):
     base, proc, dummy = standins.start()
     gate = standins.gate + '.generate'
@@ -176,6 +177,7 @@ def test_draft_steps_follow_the_installed_release(standins, native_sglang, tmp_p
     assert adaptive['step_time_s_by_batch_size']['16'] < eagle['step_time_s_by_batch_size']['16']
 
 
+@pytest.mark.slow
 def test_env_mode_with_the_demo_patch_drafts_at_every_batch_size(standins, sglang_venv, tmp_path):
     """The demo patch defines the variable and counts the batches over it; it never stops drafting."""
     python, dummy = sglang_venv
@@ -199,6 +201,7 @@ def patched_copy(pristine_sglang, tmp_path, name, patch):
     return python
 
 
+@pytest.mark.slow
 def test_env_mode_stops_drafting_only_under_a_patch_that_declares_it(standins, pristine_sglang, tmp_path):
     """The fixture patch declares the stop: no draft steps from the threshold on; the demo patch keeps drafting."""
     env = {'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE': '8', 'LAB_STANDIN_ACCEPT_RATE': '0.9'}
