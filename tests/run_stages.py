@@ -1,16 +1,16 @@
 """make test: every stage of the suite, independent ones side by side, each lab stage on its own lab.
 
-Most of the suite's time is waiting (for a guard's bound, a server's warm-up, a drain), not CPU, so the stages run
-side by side, longest first, as long as their weights fit --capacity: a stage's weight is how many of the 2 cores
-it keeps busy (a lab stage 1, pytest -n 2 2; more at once measured a load average of 20, which stretched the lab's
-redeploys past their bounds and the tests' own waits, and 5 with a sixth lab took longer than 4, docs/benchmarks.md);
-each lab stage brings up its own lab (LAB_INSTANCE 1..: lab/lab), molecule
-uses the default one (0), the stages without a lab need none. Labs come up one at a time
-(tests/helpers/lab_instance.py, one_start_at_a_time; molecule's create takes the same lock), and the stages that
-only compute and assert no time (sanity, ansible-test integration, galaxy-check, lint) run at a lower priority
-(nice 10), so a redeploy in a lab stage is not stretched past its lab's bounds. Stages that share a resource never overlap:
-`ansible-home` is the venv's .ansible folder that ansible-lint and molecule (ansible-compat) rebuild, and that the
-integration suite's molecule doc test reads.
+Much of a lab test's time is waiting (for a guard's bound, a server's warm-up, a drain), so the stages run side by
+side, longest first (together they keep the 2 cores busy: docs/benchmarks.md says where the CPU goes), as long as
+their weights fit --capacity: a stage's weight is how many of the 2 cores it keeps busy (a lab stage 1, pytest -n 2
+2; more at once measured a load average of 20, which stretched the lab's redeploys past their bounds and the tests'
+own waits, and 5 with a sixth lab took longer than 4, docs/benchmarks.md); each lab stage brings up its own lab
+(LAB_INSTANCE 1..: lab/lab), molecule uses the default one (0), the stages without a lab need none. Labs come up one
+at a time (tests/helpers/lab_instance.py, one_start_at_a_time; molecule's create takes the same lock), and the stages
+that only compute and assert no time (sanity, ansible-test integration, galaxy-check, lint) run at a lower priority
+(nice 10), so a redeploy in a lab stage is not stretched past its lab's bounds. Stages that share a resource never
+overlap: `ansible-home` is the venv's .ansible folder that ansible-lint and molecule (ansible-compat) rebuild, and
+that the integration suite's molecule doc test reads.
 
 Each stage's output goes to .cache/test-stages/NAME.log; a line says when each starts and ends; at the end a table
 of every stage's time and exit status, then the last lines of each failed stage's log. Exits 1 when any stage
