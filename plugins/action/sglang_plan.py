@@ -29,6 +29,9 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bo
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, inventory_vars, rendered
 
 TEMPLATES = ('sglang.service.j2', 'server_keys.yaml.j2')
+# The role's files/launcher.py: sglang_server_info compares it with the installed one in the round trip that
+# reads the server, and the role installs it only when that differs.
+LAUNCHER = 'launcher.py'
 
 
 def flag_settings(settings, where, group=None):
@@ -111,6 +114,7 @@ class ActionModule(ActionBase):
             contents=dict((entry['label'], entry['content']) for entry in files),
             files=[dict((key, value) for key, value in entry.items() if key != 'content') for entry in files],
             peers=peers, perf_levels=perf_levels, patch=patch,
+            launcher={'path': where['launcher'], 'content': self._role_file('files', LAUNCHER)},
         )
         # The rendered files hold the keys or the secret environment: Ansible censors this result wherever it
         # would show it. A refused plan (above) carries no file, so its messages are always shown.
@@ -196,12 +200,12 @@ class ActionModule(ActionBase):
         return {'file': name, 'content': content, 'sha256': hashlib.sha256(data).hexdigest()}, []
 
     def _templates(self):
-        texts = {}
-        for name in TEMPLATES:
-            try:
-                path = self._find_needle('templates', name)
-                with open(path, 'rb') as handle:
-                    texts[name] = to_text(handle.read())
-            except (AnsibleActionFail, IOError, OSError) as exc:
-                raise AnsibleActionFail('cannot read the role template %s: %s' % (name, to_text(exc)))
-        return texts
+        return dict((name, self._role_file('templates', name)) for name in TEMPLATES)
+
+    def _role_file(self, kind, name):
+        """The text of one of the role's templates/ or files/."""
+        try:
+            with open(self._find_needle(kind, name), 'rb') as handle:
+                return to_text(handle.read())
+        except (AnsibleActionFail, IOError, OSError) as exc:
+            raise AnsibleActionFail('cannot read the role %s %s: %s' % (kind.rstrip('s'), name, to_text(exc)))

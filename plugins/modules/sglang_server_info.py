@@ -98,6 +98,27 @@ options:
   guard_folder:
     description: Folder of the M(gpuops.sglang.sglang_guard) for this server.
     type: path
+  folders:
+    description:
+      - Folders the server's files live in; those that are not folders are listed in RV(folders_missing).
+      - Read in the same round trip as the server, so that a caller needs no C(stat) per folder.
+    type: list
+    elements: path
+    default: []
+  launcher:
+    description:
+      - A file that must hold O(launcher.content) with mode C(0755) (the role's launcher);
+        RV(launcher_current) says whether it does.
+    type: dict
+    suboptions:
+      path:
+        description: The installed file.
+        type: path
+        required: true
+      content:
+        description: What it must hold.
+        type: str
+        required: true
   patch_content:
     description:
       - The unified diff the server must carry. With O(patch_stamp), RV(patch) says whether the stamp
@@ -133,6 +154,7 @@ EXAMPLES = r'''
         path: /etc/sglang/launch.json
         content: "{{ launch | to_nice_json(indent=2) ~ '\n' }}"
     guard_folder: /var/lib/gpuops-sglang/sglang
+    folders: [/etc/sglang, /run/sglang, /var/log/sglang]
   register: server
 '''
 
@@ -222,6 +244,17 @@ adaptive_tiers:
       0.5.12.post1 does not); null when not asked (O(check_adaptive_tiers)) or when it cannot be told.
   returned: always
   type: bool
+folders_missing:
+  description:
+    - The paths of O(folders) that are not folders, in their order (a link to a folder is that folder; a file
+      under that name is listed too).
+  returned: always
+  type: list
+  elements: str
+launcher_current:
+  description: Whether O(launcher.path) holds O(launcher.content) with mode C(0755); null when O(launcher) is not given.
+  returned: always
+  type: bool
 cmd:
   description: The commands run, as argv lists.
   returned: always
@@ -231,6 +264,7 @@ cmd:
 
 import hashlib
 import os
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
@@ -264,6 +298,11 @@ ARGUMENT_SPEC = dict(
         systemd_only=dict(type='bool', default=False),
     )),
     guard_folder=dict(type='path'),
+    folders=dict(type='list', elements='path', default=[]),
+    launcher=dict(type='dict', options=dict(
+        path=dict(type='path', required=True),
+        content=dict(type='str', required=True),
+    )),
     patch_content=dict(type='str'),
     patch_stamp=dict(type='path'),
     check_adaptive_tiers=dict(type='bool', default=False),
@@ -271,6 +310,10 @@ ARGUMENT_SPEC = dict(
     generate_probe=dict(type='bool', default=False),
     generate_timeout=dict(type='float', default=30),
 )
+
+
+# The mode the role installs the launcher with (it is systemd's ExecStart, and run by hand).
+LAUNCHER_MODE = 0o755
 
 
 def _sha256_of_file(path):
@@ -289,6 +332,24 @@ def configs_changed(configs, manager):
         if _sha256_of_file(config['path']) != hashlib.sha256(to_bytes(config['content'])).hexdigest():
             changed.append(config['label'])
     return changed
+
+
+def folders_missing(folders):
+    """The folders a caller must make: os.path.isdir follows a link, so a link to a folder is found; anything
+    else under the name is listed, and making the folder there then fails and says why."""
+    return [path for path in folders if not os.path.isdir(path)]
+
+
+def launcher_current(launcher):
+    """Whether the launcher is installed as wanted (None when not asked): its bytes, and 0755."""
+    if launcher is None:
+        return None
+    try:
+        if stat.S_IMODE(os.stat(launcher['path']).st_mode) != LAUNCHER_MODE:
+            return False
+    except OSError:
+        return False
+    return _sha256_of_file(launcher['path']) == hashlib.sha256(to_bytes(launcher['content'])).hexdigest()
 
 
 def patch_state(content, stamp_path, python):
@@ -345,6 +406,8 @@ def read_state(module, commands, server, result):
     if params['python']:
         result['python_exists'] = os.path.exists(params['python'])
     result['configs_changed'] = configs_changed(params['configs'], result['service_manager'])
+    result['folders_missing'] = folders_missing(params['folders'])
+    result['launcher_current'] = launcher_current(params['launcher'])
     read_server(server, params, result)
     result['patch'] = patch_state(params['patch_content'], params['patch_stamp'], params['python'])
     if params['check_adaptive_tiers']:
@@ -368,7 +431,8 @@ def main():
     result = new_result(service_manager=manager, python_exists=True, running=False, pid=None,
                         healthy=False, mismatches=[], configs_changed=[], guard_armed_by=None, guard_last_fired=None,
                         patch=patch_state(None, None, None), adaptive_tiers=None, generates=None,
-                        generate_error=None, sglang_version=None, cmd=[])
+                        generate_error=None, sglang_version=None, folders_missing=[],
+                        launcher_current=None, cmd=[])
     server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
                     params['url'], runner=commands.as_runner())
 

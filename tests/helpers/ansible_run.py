@@ -46,7 +46,7 @@ def run_task(tmp_path, module, args, check=False, diff=False, name='task', keywo
 
 def run_tasks(tmp_path, tasks, check=False, diff=False, name='tasks', files=None, verbosity=0):
     """Run tasks (dicts, each with a unique name) in one play, one ansible-playbook process, on localhost;
-    return {task name: result dict (with 'failed')}. A failing task needs ignore_errors for the rest to run."""
+    return {task name: result dict (with 'failed'; a skipped task's is {'skipped': True, ...})}. A failing task needs ignore_errors for the rest to run."""
     private = tmp_path / ('runner-%s' % name)
     project = private / 'project'
     project.mkdir(parents=True, exist_ok=True)
@@ -80,6 +80,9 @@ def run_tasks(tmp_path, tasks, check=False, diff=False, name='tasks', files=None
             result = TaskResult(event['event_data']['res'])
             result['failed'] = event['event'] == 'runner_on_failed'
             results[event['event_data'].get('task')] = result
+        elif event.get('event') == 'runner_on_skipped':
+            # A task whose `when` was false: its event carries no result dict.
+            results[event['event_data'].get('task')] = TaskResult(skipped=True, changed=False, failed=False)
     missing = [task['name'] for task in tasks if task['name'] not in results]
     if missing:
         raise AssertionError('no result for %s (rc %s):\n%s' % (', '.join(missing), runner.rc, results.transcript))

@@ -35,6 +35,10 @@ def test_a_consistent_host_gets_its_flags_files_and_peers(run_action):
     assert all('content' not in entry for entry in plan['files'])
     assert plan['secret'] is False
     assert plan['peers'] == {'gpu1': 'http://127.0.0.11:30000', 'gpu2': 'http://127.0.0.1:30000'}
+    # The role's own launcher, read once, where sglang_server_info compares it with the installed one.
+    with open(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'sglang', 'files',
+                           'launcher.py')) as handle:
+        assert plan['launcher'] == {'path': plan['paths']['launcher'], 'content': handle.read()}
 
 
 def test_broken_rules_fail_the_plan_with_every_message_joined(run_action):

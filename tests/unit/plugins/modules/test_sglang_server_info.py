@@ -18,7 +18,7 @@ from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sgla
 
 KEYS = {'changed', 'service_manager', 'python_exists', 'running', 'pid', 'healthy', 'mismatches', 'configs_changed',
         'guard_armed_by', 'guard_last_fired', 'patch', 'adaptive_tiers', 'generates', 'generate_error',
-        'sglang_version', 'cmd'}
+        'sglang_version', 'folders_missing', 'launcher_current', 'cmd'}
 PATCH_KEYS = {'proven', 'why', 'patch_sha256', 'site_packages', 'files', 'sglang_version'}
 SERVER_INFO = {'max_running_requests': 64, 'model_path': '/models/m',
                'environment': {'SGLANG_ENABLE_TORCH_COMPILE': '0'}}
@@ -240,6 +240,45 @@ def test_a_config_content_is_a_secret_that_no_result_shows(run_module, host, tmp
     result = info(run_module, host, configs=[{'label': 'API keys', 'path': str(live),
                                               'content': 'api-key: "secret-new-key"\n'}])
     assert result['configs_changed'] == ['API keys'] and 'secret-new-key' not in repr(result)
+
+
+def test_folders_that_are_not_folders_are_listed_in_order_and_left_as_they_are(run_module, host, tmp_path):
+    found, missing, a_file, linked, dangling = (tmp_path / name for name in ('found', 'missing', 'a-file', 'linked',
+                                                                              'dangling'))
+    found.mkdir()
+    a_file.write_text('not a folder')
+    linked.symlink_to(found)                # a link to a folder is that folder
+    dangling.symlink_to(tmp_path / 'gone')  # a link to nothing is not
+    folders = [str(path) for path in (missing, found, a_file, linked, dangling)]
+    result = info(run_module, host, folders=folders)
+    assert not result['failed'] and result['changed'] is False
+    assert result['folders_missing'] == [str(missing), str(a_file), str(dangling)]
+    assert not missing.exists() and a_file.read_text() == 'not a folder'
+
+
+LAUNCHER = '#!/usr/bin/python3\nprint("launch")\n'
+
+
+@pytest.mark.parametrize('content, mode, current', [
+    (LAUNCHER, 0o755, True),
+    (LAUNCHER, 0o644, False),                  # the bytes, but not executable as systemd's ExecStart
+    (LAUNCHER.rstrip('\n'), 0o755, False),    # byte for byte: the final newline counts
+    (None, None, False),                      # not installed
+])
+def test_launcher_current_says_whether_the_launcher_holds_its_bytes_with_mode_0755(run_module, host, tmp_path,
+                                                                                   content, mode, current):
+    installed = tmp_path / 'launcher.py'
+    if content is not None:
+        installed.write_text(content)
+        os.chmod(str(installed), mode)
+    result = info(run_module, host, launcher={'path': str(installed), 'content': LAUNCHER})
+    assert not result['failed'] and result['launcher_current'] is current
+    assert (installed.read_text() if installed.exists() else None) == content
+
+
+def test_without_folders_or_launcher_nothing_is_listed_and_launcher_current_is_null(run_module, host):
+    result = info(run_module, host)
+    assert result['folders_missing'] == [] and result['launcher_current'] is None
 
 
 @pytest.mark.parametrize('python, exists', [(sys.executable, True), ('/nonexistent/bin/python', False), (None, True)])
