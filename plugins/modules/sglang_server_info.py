@@ -323,13 +323,18 @@ def _sha256_of_file(path):
         return None
 
 
+def holds(path, content):
+    """Whether the file at `path` holds `content`, byte for byte (False when it cannot be read)."""
+    return _sha256_of_file(path) == hashlib.sha256(to_bytes(content)).hexdigest()
+
+
 def configs_changed(configs, manager):
     """Labels of the configuration files whose content on the host is not the wanted one."""
     changed = []
     for config in configs:
         if config['systemd_only'] and manager != 'systemd':
             continue
-        if _sha256_of_file(config['path']) != hashlib.sha256(to_bytes(config['content'])).hexdigest():
+        if not holds(config['path'], config['content']):
             changed.append(config['label'])
     return changed
 
@@ -349,7 +354,7 @@ def launcher_current(launcher):
             return False
     except OSError:
         return False
-    return _sha256_of_file(launcher['path']) == hashlib.sha256(to_bytes(launcher['content'])).hexdigest()
+    return holds(launcher['path'], launcher['content'])
 
 
 def patch_state(content, stamp_path, python):
