@@ -28,16 +28,27 @@ def wheel_tags_of_the_cached_wheel():
     return ['--python-version', '3.11', '--only-binary=:all:']
 
 
+# The folder the collection's patch changes (files/): the only one whose bytecode the tests look at.
+PATCHED_FOLDER = os.path.join('sglang', 'srt', 'speculative')
+
+
 def install_release(root, requirement):
-    """A real sglang release installed with pip --no-deps into a new venv under root: (venv, site-packages)."""
+    """A real sglang release installed with pip --no-deps into a new venv under root: (venv, site-packages).
+
+    pip's byte-compiling of every module is most of an install's CPU (measured: 13.6 s of 15.4 s for the native
+    release's 6396 files, 5.0 of 6.1 s for the patched one's), and it doubles what each sglang_venv copies; only
+    the patched folder is compiled, so a patch still meets the stale bytecode that a real install has there.
+    """
     venv = root / 'venv'
     subprocess.check_call([sys.executable, '-m', 'venv', '--without-pip', str(venv)])
     site = subprocess.check_output([str(venv / 'bin' / 'python'), '-c',
                                     'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
                                    universal_newlines=True).strip()
     subprocess.check_call([sys.executable, '-m', 'pip', 'install', '-q', '--disable-pip-version-check',
-                           '--no-deps', '--no-index', '--find-links', WHEELS, '--target', site,
+                           '--no-deps', '--no-index', '--no-compile', '--find-links', WHEELS, '--target', site,
                            requirement] + wheel_tags_of_the_cached_wheel())
+    subprocess.check_call([str(venv / 'bin' / 'python'), '-m', 'compileall', '-q',
+                           os.path.join(site, PATCHED_FOLDER)])
     return venv, site
 
 
