@@ -2,15 +2,15 @@
 
 Much of a lab test's time is waiting (for a guard's bound, a server's warm-up, a drain), so the stages run side by
 side, longest first (together they keep the 2 cores busy: docs/benchmarks.md says where the CPU goes), as long as
-their weights fit --capacity: a stage's weight is how many of the 2 cores it keeps busy (a lab stage 1, pytest -n 2
-2; more at once measured a load average of 20, which stretched the lab's redeploys past their bounds and the tests'
-own waits, and 5 with a sixth lab took longer than 4, docs/benchmarks.md); each lab stage brings up its own lab
-(LAB_INSTANCE 1..: lab/lab), molecule uses the default one (0), the stages without a lab need none. Labs come up one
-at a time (tests/helpers/lab_instance.py, one_start_at_a_time; molecule's create takes the same lock), and the stages
-that only compute and assert no time (sanity, ansible-test integration, galaxy-check, lint) run at a lower priority
-(nice 10), so a redeploy in a lab stage is not stretched past its lab's bounds. Stages that share a resource never
-overlap: `ansible-home` is the venv's .ansible folder that ansible-lint and molecule (ansible-compat) rebuild, and
-that the integration suite's molecule doc test reads.
+their weights fit --capacity: a stage's weight is how many of the 2 cores it keeps busy (a lab stage 1, the unit and
+integration suites' pytest -n 3 2; more at once measured a load average of 20, which stretched the lab's redeploys
+past their bounds and the tests' own waits, and 5 with a sixth lab took longer than 4, docs/benchmarks.md); each lab
+stage brings up its own lab (LAB_INSTANCE 1..: lab/lab), molecule uses the default one (0), the stages without a lab
+need none. Labs come up one at a time (tests/helpers/lab_instance.py, one_start_at_a_time; molecule's create takes
+the same lock), and the stages that only compute and assert no time (sanity, ansible-test integration, galaxy-check,
+lint) run at a lower priority (nice 10), so a redeploy in a lab stage is not stretched past its lab's bounds. Stages
+that share a resource never overlap: `ansible-home` is the venv's .ansible folder that ansible-lint and molecule
+(ansible-compat) rebuild, and that the integration suite's molecule doc test reads.
 
 Each stage's output goes to .cache/test-stages/NAME.log; a line says when each starts and ends; at the end a table
 of every stage's time and exit status, then the last lines of each failed stage's log. Exits 1 when any stage
@@ -68,11 +68,16 @@ LAB_START_LOCK = os.path.join(REPO, '.cache', 'lab-start.lock')
 # Longest first (docs/benchmarks.md, "The test suite"): a slow stage started last would set the total.
 def stages():
     return [
-        Stage('lab-fleet', PYTEST + lab_files('test_fleet.py', 'test_multinode.py'), lab=4),
+        # The tuner's tests end lab-fleet, on the lab its session already started, not lab-lease: lab-lease waits out
+        # the guard's idle bounds and the bake's windows, and with them it was the last stage to end by 85 to 150 s
+        # (docs/benchmarks.md).
+        Stage('lab-fleet', PYTEST + lab_files('test_fleet.py', 'test_multinode.py', 'test_speculation_tuning.py'),
+              lab=4),
         # Starts at 0 beside lab-fleet: the stages started after unit-integration set the total (docs/benchmarks.md).
-        Stage('lab-lease', PYTEST + lab_files('test_lease.py', 'test_canary_bake.py', 'test_speculation_tuning.py'),
-              lab=1),
-        Stage('unit-integration', PYTEST + ['-n', '2', 'tests/unit', 'tests/integration'], weight=2,
+        Stage('lab-lease', PYTEST + lab_files('test_lease.py', 'test_canary_bake.py'), lab=1),
+        # Three workers at the weight of 2: a third of the integration suite's time is waiting on a bound or a server
+        # (docs/benchmarks.md), and the lab stages that start after it are the path that sets the total.
+        Stage('unit-integration', PYTEST + ['-n', '3', 'tests/unit', 'tests/integration'], weight=2,
               resources=['ansible-home']),
         Stage('lab-redeploy', PYTEST + lab_files('test_redeploy_scenarios.py', 'test_performance_gate.py',
                                                  'test_doc_commands.py'), lab=3),
