@@ -62,6 +62,35 @@ def test_tarball_leaves_out_the_lab_molecule_bench_and_build_files(members):
     assert not stray_tests, stray_tests
 
 
+# What the tools this checkout runs leave in it (issue 47: `make matrix` ran the importer's check after a run of
+# the importer by hand at the root, and its importer_result.json went into the tarball).
+TOOL_LEFTOVERS = ['importer_result.json', '.ansible/collections/ansible_collections/gpuops/sglang/README.md',
+                  'tests/output/.tmp/sanity.log', '.pytest_cache/v/cache/lastfailed', 'gpuops-sglang-0.1.0.tar.gz',
+                  'bench/results/outage.json', '.cache/dashboard/runs.db', 'gpu-check-out/result.json',
+                  'plugins/modules/__pycache__/gpu_release.cpython-311.pyc']
+
+
+def test_what_the_tools_leave_in_a_checkout_never_ships(tmp_path):
+    checkout = tmp_path / 'checkout'
+    tracked = subprocess.check_output(['git', 'ls-files', '-z'], cwd=REPO).decode().split('\0')
+    for name in filter(None, tracked):
+        source = os.path.join(REPO, name)
+        if os.path.isfile(source) and not os.path.islink(source):
+            target = checkout / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(open(source, 'rb').read())
+    for name in TOOL_LEFTOVERS:
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / name).write_text('left by a tool\n')
+    out = tmp_path / 'build'
+    subprocess.check_call([os.path.join(BIN, 'ansible-galaxy'), 'collection', 'build', '--output-path', str(out),
+                           str(checkout)], stdout=subprocess.DEVNULL)
+    with tarfile.open(str(out / 'gpuops-sglang-0.1.0.tar.gz')) as archive:
+        names = {member.name for member in archive.getmembers()}
+    assert not [name for name in TOOL_LEFTOVERS if name in names], sorted(names & set(TOOL_LEFTOVERS))
+    assert {name.split('/')[0] for name in names} <= SHIPPED_TOP
+
+
 def test_every_file_of_the_integration_targets_ships(members):
     # build_ignore's tests/*.py and tests/*.sh also match below tests/integration/targets (fnmatch's * crosses
     # folders): a target that grows a module or a script must still ship whole.
