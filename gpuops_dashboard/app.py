@@ -11,7 +11,9 @@
     GET  /api/redeploys/{id}/timeline.svg  the run as a per-host timeline
     GET  /api/redeploys/{id}/performance.svg  the performance gate's before/after per host (204: none measured)
 
-Reads are open to whoever reaches the app (it listens on 127.0.0.1) and never show a secret; whatever runs
+Reads are open to whoever reaches the app (it listens on 127.0.0.1) and never show a secret, and no read sends a
+server's API key (gpuops_dashboard.inventory; GET /api/hosts answers within its bound, on a thread of its own,
+whatever the servers do); whatever runs
 anything (a redeploy, a cancel, re-reading the inventory) needs the token, and a redeploy's extra variables are
 what a redeploy varies, never what runs as root or which controller file is shipped (gpuops_dashboard.extra_vars:
 a patch file comes from the --patch-dir folders). Requests whose Host header is not
@@ -25,6 +27,7 @@ import os
 import secrets
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -140,6 +143,18 @@ class Dashboard(object):
             del os.environ[name]
         self.active = {}
         self._lock = threading.Lock()
+        # GET /api/hosts is open to whoever reaches the app: its reads run on a thread of their own, one at a
+        # time, and the requests that come meanwhile share the read in flight, so however many there are they
+        # hold none of the threads that /cancel and the other endpoints run on.
+        self._host_reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix='host-read')
+        self._host_read = None
+
+    async def host_state(self, refresh=False):
+        """HostDirectory.state(refresh): the read in flight, or a new one (always for a refresh)."""
+        if refresh or self._host_read is None or self._host_read.done():
+            self._host_read = asyncio.get_running_loop().run_in_executor(self._host_reader, self.directory.state,
+                                                                         refresh)
+        return await asyncio.shield(self._host_read)
 
     def start(self, request):
         try:
@@ -242,11 +257,11 @@ def create_app(inventory, db_path, runs_dir, token, allowed_hosts=None, patch_di
         return FileResponse(path)
 
     @app.get('/api/hosts')
-    def hosts(request: Request, refresh: bool = False):
+    async def hosts(request: Request, refresh: bool = False):
         if refresh:
             # Re-reading the inventory runs ansible-runner: only for the token's holder.
             require_token(request)
-        hosts = dashboard.directory.state(refresh)
+        hosts = await dashboard.host_state(refresh)
         return {'inventory': inventory, 'hosts': hosts, 'servers': fold_host_cards(hosts)}
 
     @app.get('/api/hosts/{name}/speculation.svg')

@@ -7,7 +7,9 @@ ALLOW_JINJA_IN_EXTRA_VARS=template:
 
 - only the role's documented variables (roles/sglang/meta/argument_specs.yml, read at start so the list
   follows the role) and the playbook's documented `redeploy_*` variables are taken, each type-checked
-  against its documented type and choices; anything else (`ansible_*`, a typo) is refused, naming the key;
+  against its documented type and choices, and every time bound against its range (the plan's own table,
+  _timing.TIME_BOUNDS: a deadline of 1e12 would leave a cancelled run's hosts down for good); anything else
+  (`ansible_*`, a typo) is refused, naming the key;
   documented variables that decide what runs as root on the GPU hosts, where the role writes, what it kills,
   which hosts make the fleet, where keys go, and the keys themselves are the inventory's alone (PINNED);
 - sglang_patch_file, the one controller file a run ships to the GPU hosts, must be "" or a regular file inside
@@ -23,6 +25,8 @@ import os
 import re
 
 import yaml
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._timing import TIME_BOUNDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGUMENT_SPECS = os.path.join(REPO, 'roles', 'sglang', 'meta', 'argument_specs.yml')
@@ -110,13 +114,14 @@ def allowed_variables(path=ARGUMENT_SPECS):
     """{name: spec} a request may set: the role's documented variables but PINNED, and the playbook's."""
     allowed = dict((name, spec) for name, spec in role_variables(path).items() if name not in PINNED)
     allowed.update((name, dict(allowed[name], **spec)) for name, spec in RAW_VARIABLES.items() if name in allowed)
+    allowed.update((name, dict(allowed[name], seconds=bound)) for name, bound in TIME_BOUNDS.items() if name in allowed)
     allowed.update(PLAYBOOK_VARIABLES)
     return allowed
 
 
 _KINDS = {'str': 'a string', 'path': 'a string', 'int': 'a whole number', 'float': 'a number',
           'bool': 'true or false', 'list': 'a list', 'dict': 'an object with string keys',
-          'serial': 'a positive count or a percentage "N%"', 'seconds_or_auto': 'a number of seconds above 0 or "auto"'}
+          'serial': 'a positive count or a percentage "N%"', 'seconds_or_auto': 'a number of seconds or "auto"'}
 
 
 def _is_int(value):
@@ -163,7 +168,8 @@ def _check(key, value, spec):
     elif kind == 'dict':
         ok = isinstance(value, dict) and all(isinstance(name, str) for name in value)
     elif kind == 'seconds_or_auto':
-        ok = value == 'auto' or ((_is_int(value) or (isinstance(value, float) and math.isfinite(value))) and value > 0)
+        # Its range is its time bound's (below).
+        ok = value == 'auto' or _is_int(value) or (isinstance(value, float) and math.isfinite(value))
     elif kind == 'serial':
         # Ansible's serial: a count, or a share of the hosts as "N%".
         ok = (_is_int(value) and value > 0) or (isinstance(value, str) and re.match(r'^[1-9][0-9]{0,2}%?$', value))
@@ -179,6 +185,10 @@ def _check(key, value, spec):
             _check_data('%s.%s' % (key, name), item, DATA_DEPTH)
     if spec.get('choices') is not None and value not in spec['choices']:
         raise InvalidExtraVars(key, 'must be one of %s, not %r' % (', '.join(repr(c) for c in spec['choices']), value))
+    bound = spec.get('seconds')
+    # "auto" (the deadline's other form) is no number of seconds: the plan computes it from the bounded others.
+    if bound is not None and not isinstance(value, str) and not bound.holds(value):
+        raise InvalidExtraVars(key, 'must be %s, not %r (%s)' % (bound.words(), value, bound.why))
     if 'minimum' in spec and value < spec['minimum']:
         raise InvalidExtraVars(key, 'must be at least %s' % spec['minimum'])
     if 'maximum' in spec and value > spec['maximum']:

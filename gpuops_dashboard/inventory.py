@@ -5,24 +5,32 @@ connects to a host), so templated values such as `sglang_report_dir: "{{ lab_sta
 come out as the playbook sees them. The servers are then asked directly over HTTP.
 
 The address asked is the one the role itself uses for a server (the collection's sglang_reachable_host
-filter: the inventory address when the server listens on every address, never 0.0.0.0), and /server_info
-gets the inventory's API key (sglang_api_key) as a bearer token. A key Ansible cannot give the dashboard
-(vault-encrypted without a vault password, or templated from a variable it cannot resolve) is not guessed:
-the card says so, as it says "unauthorized" when the server answers 401; neither reads as "no speculative
-decoding". The key stays in this process: never in a card, an answer or a file.
+filter: the inventory address when the server listens on every address, never 0.0.0.0), through the
+collection's bounded reader (module_utils/_http.py): no redirect followed, no proxy, one deadline and caps
+per request, JSON refused before it nests too deeply; the whole read of every host ends within READ_BOUND_S.
+One host's bad answer marks that host's card only.
+
+The dashboard never sends a server's API key: on the controller it cannot prove that whatever answers at
+the server's port is the server (a local user on the GPU host may bind the port while the server is down or
+loading; the modules prove it on the host, from the listening socket's owner). A server without a key is
+asked /server_info; for one with a key (the inventory's sglang_api_key, vaulted or not, or a 401) the card
+shows the settings its last report says the run verified on the host, with the report's time, and says so;
+never what something at its port answers. The key's value is never resolved here: only whether there is one.
 """
+import datetime
 import json
 import os
 import tempfile
 import threading
-import urllib.error
-import urllib.request
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import ansible_runner
 
 from gpuops_dashboard import speculation
 from gpuops_dashboard.redeploy import ansible_environment, _inventory_path
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import HttpError, JsonError, fetch, parse_json
 
 # What a dashboard shows of the running server's /server_info (the speculative settings and the cap).
 SERVER_INFO_KEYS = ('speculative_algorithm', 'speculative_num_steps', 'speculative_eagle_topk',
@@ -39,15 +47,20 @@ _RESOLVE = ('{{ {"address": ' + _ADDRESS + ', "port": sglang_port | default(3000
             '"pve_node": pve_node | default(none), "pve_vmid": pve_vmid | default(none), '
             '"server_group": sglang_server_group | default(""), "node_rank": sglang_node_rank | default(none)'
             '%s} }}')
-# No default(): it would turn a key templated from a missing (vault) variable into "no key". A host without
-# the variable has no key; one whose value cannot be resolved fails, and is resolved again without it.
-_API_KEY = (', "api_key": (sglang_api_key if "sglang_api_key" in hostvars[inventory_hostname] else "") '
-            '| string')
+# Whether the server has a key, never the key: no default(), which would turn a key templated from a missing
+# (vault) variable into "no key". A host without the variable has none; one whose value cannot be resolved here
+# fails, and is resolved again without it, as keyed.
+_HAS_API_KEY = (', "has_api_key": ((sglang_api_key | string | length) > 0) '
+                'if "sglang_api_key" in hostvars[inventory_hostname] else false')
+# Each request to a server, and the read of every host together: GET /api/hosts answers within READ_BOUND_S
+# (and the inventory's resolution, the first time) whatever the servers do.
+REQUEST_TIMEOUT_S = 2.0
+READ_BOUND_S = 5.0
 
 
 def _resolve(inventory, pattern, template):
     """({host: variables}, {host: failure message}, runner) of one ad-hoc debug of `template`."""
-    # A private dir of its own (0700, removed at once): the events hold the resolved API key.
+    # A private dir of its own (0700, removed at once): ansible-runner's artifacts hold the resolved variables.
     with tempfile.TemporaryDirectory(prefix='gpuops-inventory-') as private:
         runner = ansible_runner.run(
             private_data_dir=private, host_pattern=pattern, module='ansible.builtin.debug',
@@ -65,87 +78,114 @@ def _resolve(inventory, pattern, template):
 
 
 def resolve_hosts(inventory, pattern='gpu'):
-    """{host: {address, port, report_dir, rollback_deadline, ..., api_key, api_key_error}} for `pattern`.
+    """{host: {address, port, report_dir, rollback_deadline, ..., has_api_key}} for `pattern`.
 
-    api_key is the inventory's sglang_api_key ('' for none); where Ansible cannot give it (a vault without
-    its password, a variable it cannot resolve), api_key is None and api_key_error says why.
+    has_api_key: whether the inventory gives the server a key (sglang_api_key not empty); a key Ansible
+    cannot resolve here (a vault without its password, a variable the dashboard lacks) counts as one.
     """
-    hosts, failed, (rc, tail) = _resolve(inventory, pattern, _RESOLVE % _API_KEY)
+    hosts, failed, (rc, tail) = _resolve(inventory, pattern, _RESOLVE % _HAS_API_KEY)
     if failed:
         # The key is the only part that may need what the dashboard lacks: the rest again without it.
         again, still, (rc, tail) = _resolve(inventory, ','.join(sorted(failed)), _RESOLVE % '')
-        for name, variables in again.items():
-            variables.update(api_key=None, api_key_error='the inventory\'s sglang_api_key cannot be read here '
-                             '(vault-encrypted, or templated from a variable the dashboard cannot resolve): %s'
-                             % failed[name].split("resolving value for 'msg': ")[-1])
+        for variables in again.values():
+            variables['has_api_key'] = True
         hosts.update(again)
         failed = still
     if failed or not hosts:
         raise RuntimeError('could not resolve the hosts of %s in %s (rc %s): %s'
                            % (pattern, inventory, rc, '; '.join('%s: %s' % item for item in sorted(failed.items()))
                               or tail))
-    for variables in hosts.values():
-        variables.setdefault('api_key_error', None)
     return dict(sorted(hosts.items()))
-
-
-def _get_json(url, timeout, api_key=None):
-    request = urllib.request.Request(url)
-    if api_key:
-        request.add_header('Authorization', 'Bearer ' + api_key)
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        return response.status, json.load(response)
 
 
 def _url_host(address):
     return '[%s]' % address if ':' in str(address) else address
 
 
-def server_state(address, port, timeout=2.0, api_key=None, api_key_error=None):
-    """Ask the server itself: /health (200 = serving) and the settings /server_info reports.
+def _shown(info):
+    """The settings a card shows, from a /server_info document."""
+    settings = {key: info.get(key) for key in SERVER_INFO_KEYS if key in info}
+    environment = info.get('environment')
+    if isinstance(environment, dict) and DYNAMIC_SPEC_ENV in environment:
+        settings[DYNAMIC_SPEC_ENV] = environment[DYNAMIC_SPEC_ENV]
+    return settings
 
-    /server_info gets `api_key` as a bearer token when there is one. `settings` is None when they are not
-    known, and `settings_error` then says why (not serving, unauthorized, ...).
+
+def _report_time(report):
+    return datetime.datetime.fromtimestamp(report['_mtime'], datetime.timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')
+
+
+def reported_settings(report, why):
+    """{settings, settings_source, settings_error} for a server the dashboard does not ask /server_info (`why`):
+    the settings its last report says the run verified on the host, or why there are none."""
+    verified = (report or {}).get('verified_settings')
+    if not report:
+        return {'settings': None, 'settings_source': None,
+                'settings_error': 'not asked (%s), and no report of a run verified them yet' % why}
+    if not isinstance(verified, dict) or not isinstance(verified.get('server_info'), dict):
+        return {'settings': None, 'settings_source': None,
+                'settings_error': 'not asked (%s), and the last report (%s, %s) verified none'
+                                  % (why, _report_time(report), report.get('status'))}
+    settings = _shown(dict(verified['server_info'], environment=verified.get('environment') or {}))
+    return {'settings': settings, 'settings_error': None,
+            'settings_source': 'as the last run verified them on the host (its report of %s), not asked now: %s'
+                               % (_report_time(report), why)}
+
+
+def server_state(address, port, has_api_key=False, report=None, deadline=None):
+    """/health (200 = serving), and the settings: /server_info for a server without a key, else the last report's.
+
+    No request carries a key. `deadline` (time.monotonic()) bounds both requests; default READ_BOUND_S from now.
+    `settings` is None when they are not known, and `settings_error` then says why; `settings_source` says where
+    they come from when not from /server_info itself (None when they do).
     """
     base = 'http://%s:%s' % (_url_host(address), port)
-    state = {'url': base, 'healthy': False, 'health': None, 'settings': None, 'settings_error': None, 'pid': None}
+    deadline = time.monotonic() + READ_BOUND_S if deadline is None else deadline
+    state = {'url': base, 'healthy': False, 'health': None, 'settings': None, 'settings_error': None,
+             'settings_source': None, 'pid': None}
     try:
-        with urllib.request.urlopen(base + '/health', timeout=timeout) as response:
-            state['health'] = response.status
-            state['healthy'] = response.status == 200
-    except urllib.error.HTTPError as error:
-        state['health'] = error.code
-    except OSError as error:
-        state['health'] = 'unreachable: %s' % getattr(error, 'reason', error)
-        state['settings_error'] = 'not asked: the server is unreachable'
+        state['health'], dummy = fetch('GET', base + '/health', _time_left(deadline))
+    except HttpError as error:
+        state['health'] = 'no answer: %s' % error
+        state['settings_error'] = 'not asked: /health had no answer'
+        return state
+    state['healthy'] = state['health'] == 200
+    if has_api_key:
+        state.update(reported_settings(report, 'the server has an API key, which the dashboard never sends'))
         return state
     try:
-        _, info = _get_json(base + '/server_info', timeout, api_key)
-    except urllib.error.HTTPError as error:
-        if error.code in (401, 403):
-            state['settings_error'] = 'unauthorized: /server_info answered %d (%s)' % (error.code, api_key_error or (
-                'the API key from the inventory was refused' if api_key else 'the inventory gives no sglang_api_key'))
-        else:
-            state['settings_error'] = '/server_info answered %d' % error.code
+        status, body = fetch('GET', base + '/server_info', _time_left(deadline))
+        info = parse_json(body) if status == 200 else None
+    except (HttpError, JsonError) as error:
+        state['settings_error'] = '/server_info could not be read: %s' % error
         return state
-    except (OSError, ValueError) as error:
-        state['settings_error'] = '/server_info could not be read: %s' % getattr(error, 'reason', error)
-        return state
-    settings = dict((key, info.get(key)) for key in SERVER_INFO_KEYS if key in info)
-    environment = info.get('environment') or {}
-    if DYNAMIC_SPEC_ENV in environment:
-        settings[DYNAMIC_SPEC_ENV] = environment[DYNAMIC_SPEC_ENV]
-    state['settings'] = settings
-    internal = info.get('internal_states') or [{}]
-    state['pid'] = internal[0].get('pid') if isinstance(internal[0], dict) else None
+    if status in (401, 403):
+        state.update(reported_settings(report, '/server_info answered %d: the server has an API key the '
+                                               'inventory does not give, and the dashboard never sends one' % status))
+    elif status != 200:
+        state['settings_error'] = '/server_info answered %d' % status
+    elif not isinstance(info, dict):
+        state['settings_error'] = '/server_info answered JSON that is not an object'
+    else:
+        state['settings'] = _shown(info)
+        internal = info.get('internal_states') or [{}]
+        state['pid'] = internal[0].get('pid') if isinstance(internal, list) and isinstance(internal[0], dict) else None
     return state
+
+
+def _time_left(deadline):
+    """A request's timeout: REQUEST_TIMEOUT_S, or what is left of the read of every host; HttpError when none is."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise HttpError('not asked: the read of every host ran out of its %s s' % READ_BOUND_S)
+    return min(REQUEST_TIMEOUT_S, left)
 
 
 def last_report(report_dir, host):
     """The host's last report file (written by every redeploy, also as the window opens), or None."""
     if not report_dir:
         return None
-    path = os.path.join(report_dir, '%s.json' % host)
+    path = os.path.join(report_dir, host_file(host, 'report'))
     try:
         with open(path) as handle:
             report = json.load(handle)
@@ -160,7 +200,7 @@ def last_speculation(report_dir, host):
     if not report_dir:
         return None
     try:
-        with open(os.path.join(report_dir, '%s.speculation.json' % host)) as handle:
+        with open(os.path.join(report_dir, host_file(host, 'speculation'))) as handle:
             # NaN and Infinity are no JSON (the API could not answer with them): a table holding one is refused.
             table = json.load(handle, parse_constant=_refuse_constant)
     except (OSError, ValueError, RecursionError):
@@ -188,17 +228,19 @@ class HostDirectory(object):
             return self._hosts
 
     def state(self, refresh=False):
+        """One card per host; the servers' reads all end within READ_BOUND_S of the start of this one."""
         hosts = self.hosts(refresh)
+        deadline = time.monotonic() + READ_BOUND_S
 
         def one(item):
             name, variables = item
             report = last_report(variables.get('report_dir'), name)
-            server = server_state(variables['address'], variables['port'], api_key=variables.get('api_key'),
-                                  api_key_error=variables.get('api_key_error'))
+            server = server_state(variables['address'], variables['port'], has_api_key=variables.get('has_api_key'),
+                                  report=report, deadline=deadline)
             return {'name': name, 'address': variables['address'], 'port': variables['port'],
                     'healthy': server['healthy'], 'health': server['health'], 'pid': server['pid'],
                     'settings': server['settings'], 'settings_error': server['settings_error'],
-                    'api_key_error': variables.get('api_key_error'),
+                    'settings_source': server['settings_source'], 'has_api_key': bool(variables.get('has_api_key')),
                     'patch_sha256': (report or {}).get('patch_sha256'),
                     'pve_node': variables.get('pve_node'), 'pve_vmid': variables.get('pve_vmid'),
                     'rollback_deadline': variables.get('rollback_deadline'),
@@ -206,7 +248,8 @@ class HostDirectory(object):
                     'server_group': variables.get('server_group') or '', 'node_rank': variables.get('node_rank'),
                     'last_report': report,
                     'speculation': speculation.summary(last_speculation(variables.get('report_dir'), name))}
-        with ThreadPoolExecutor(max_workers=max(1, min(8, len(hosts)))) as pool:
+        # A host waiting for a worker gets what is left of the one deadline: many hosts read in parallel.
+        with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
             return list(pool.map(one, hosts.items()))
 
     def reports_since(self, names, since):

@@ -79,9 +79,11 @@ def check_limit(limit):
     if not isinstance(limit, str) or not limit.strip():
         # ansible-runner drops an empty limit: the run would take every host.
         raise ValueError('limit must name hosts (leave it out, or null, for every gpu host), not %r' % (limit,))
-    if limit.strip().startswith('@') or any(ord(char) < 32 for char in limit):
-        # `--limit @FILE` reads a file on the controller.
-        raise ValueError('limit must be a host pattern (no @file, no control characters): %r' % (limit,))
+    if '@' in limit or any(ord(char) < 32 for char in limit):
+        # `--limit @FILE` reads a file on the controller, as any item of a list does (`gpu2,@/etc/hostname`: its
+        # first line comes back in ansible-playbook's warning); no inventory host name needs an `@`.
+        raise ValueError('limit must be a host pattern: no "@" anywhere in it (an @file item reads a file on the '
+                         'controller), no control characters; got %r' % (limit,))
     return limit.strip()
 
 

@@ -48,12 +48,14 @@ async function loadHosts() {
       s.speculative_eagle_topk + ' draft ' + s.speculative_num_draft_tokens : 'no speculative decoding';
     const dyn = s.SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE ? ', drafting off from batch ' +
       s.SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE : (s.speculative_adaptive ? ', adaptive tiers' : '');
-    // Settings not known (unauthorized, not serving, a key the dashboard cannot read) are said so, never
-    // shown as "no speculative decoding".
+    // Settings not known (not serving, a keyed server no report verified) are said so, never shown as "no
+    // speculative decoding"; a keyed server's come from its last report, and the card says so with its time.
     card.appendChild(host.settings ? text('div', spec + dyn +
       (s.max_running_requests ? ', max running ' + s.max_running_requests : ''), 'small settings')
       : text('div', 'settings unknown: ' + (host.settings_error || 'not asked'), 'small settings unknown'));
-    if (host.api_key_error) card.appendChild(text('div', host.api_key_error, 'small api-key'));
+    if (host.settings && host.settings_source) {
+      card.appendChild(text('div', 'settings ' + host.settings_source, 'small settings-source'));
+    }
     card.appendChild(text('div', 'patch sha256 ' + (host.patch_sha256 ? host.patch_sha256.slice(0, 12) : '-'), 'small'));
     const last = host.last_report;
     card.appendChild(text('div', last ? 'last redeploy: ' + last.status + ' (' + last.reason.slice(0, 70) + ')' +

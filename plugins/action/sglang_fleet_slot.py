@@ -25,7 +25,8 @@ from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
-from ansible_collections.gpuops.sglang.plugins.module_utils._fleet import slot_file_name, unavailable_peers
+from ansible_collections.gpuops.sglang.plugins.module_utils._fleet import unavailable_peers
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 
 
 def process_start(pid):
@@ -68,7 +69,7 @@ class ActionModule(ActionBase):
                 os.makedirs(folder, 0o700)
         except OSError as exc:
             raise AnsibleActionFail('cannot create the fleet slot folder %s: %s' % (folder, exc), result=result)
-        slot_path = os.path.join(folder, slot_file_name(args['host']))
+        slot_path = os.path.join(folder, host_file(args['host'], 'slot'))
         if args['state'] == 'released':
             result['changed'] = self._release(folder, slot_path, owner)
             return result
@@ -134,7 +135,7 @@ class ActionModule(ActionBase):
     def _held(self, folder, exclude):
         held = []
         for name in sorted(os.listdir(folder)):
-            if not name.endswith('.json') or name == slot_file_name(exclude):
+            if not name.endswith('.json') or name == host_file(exclude, 'slot'):
                 continue
             slot = self._read(os.path.join(folder, name))
             if slot is not None and self._live(slot):

@@ -39,6 +39,9 @@ SETTINGS = dict(
     rollback_idle=dict(type='raw', required=True),
     perf_gate=dict(type='bool', default=False),
     guard_dir=dict(type='str', default=''),
+    # The plan's expected /server_info and environment: the report's verified_settings where the run saw them.
+    server_info=dict(type='dict', default={}),
+    environment=dict(type='dict', default={}),
 )
 ARGUMENT_SPEC = dict(
     report=dict(type='dict'),

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The speculation tuner's recommendation on the controller: each mode's benchmark made into one table, the
 threshold and the adaptive tiers drawn from it (plugin_utils/_speculation.py, unit-tested there), written to
-<report_dir>/<host>.speculation.json with the vars file that applies it."""
+<report_dir>/<host>.speculation.json with the vars file that applies it (the host's name percent-encoded where it
+holds more than letters, digits and '_.-~:', plugin_utils/_host_files.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -18,6 +19,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _speculation
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 
 # The custom stats key the table is published under (the concise callback's TUNING_KEY).
 STATS_KEY = 'sglang_speculation'
@@ -36,8 +38,8 @@ ARGUMENT_SPEC = dict(
 
 def files_of(folder, host):
     """(the table's path, the vars file's path) in folder."""
-    return (os.path.join(folder, '%s.speculation.json' % host),
-            os.path.join(folder, '%s.speculation.vars.yml' % host))
+    return (os.path.join(folder, host_file(host, 'speculation')),
+            os.path.join(folder, host_file(host, 'speculation_vars')))
 
 
 def vars_text(host, applied, measured_at):

@@ -20,7 +20,9 @@ options:
       - The horizon holds only while the step's process runs; once it is gone (finished, or killed with its
         ssh session), the guard restores when nothing renewed it for its idle bound.
       - When the guard is not armed by O(guard.run_id) any more (it restored, or another run took it over),
-        the step fails before it changes anything, and while it waits, at the next renewal.
+        or was armed before the host's last boot (its lease lapsed with the reboot), the step fails before it
+        changes anything, and while it waits, at the next renewal.
+      - The horizon and the idle bound count on the host's boot clock, which NTP or C(date -s) never steps.
       - Unset, nothing is renewed.
     type: dict
     suboptions:

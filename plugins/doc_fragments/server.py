@@ -28,6 +28,11 @@ options:
   url:
     description:
       - Base URL the server answers at, for example V(http://127.0.0.1:30000).
+      - Nothing is sent to it (no probe, no API key) and no answer counts until the socket listening where it
+        connects (that address, else V(0.0.0.0) or V(::) on its port) is held by the server's own processes (its
+        unit's control group, or its detached session). Another process holding the port (a local user may bind
+        it while SGLang loads its model) is never taken for the server; the reads and waits name it instead, by
+        PID, user and command.
       - V("") for a rank above 0 of a server spanning several hosts (C(--node-rank) > 0), which serves no HTTP.
         Its health is then its process being alive, and its settings are not compared (rank 0 answers for the
         group).

@@ -16,9 +16,11 @@ __metaclass__ = type
 
 import errno
 import fcntl
+import grp
 import json
 import os
 import posixpath
+import pwd
 import stat
 import tempfile
 import time
@@ -116,11 +118,50 @@ def _owners(euid):
     return (euid, 0) if euid != 0 else (0,)
 
 
-def _problem(path, info, owners, want_dir=True):
+# Debian's and Ubuntu's SYS_UID_MAX (login.defs): accounts at or below it are the system's, made by packages for
+# their daemons; people get uids above it. nobody (65534) is above it, as it should be.
+SYS_UID_MAX = 999
+
+
+def system_group_members(gid: int) -> list[str] | None:
+    """The names of the accounts that may write through group gid, when every one of them is a system account
+    (uid 1 to SYS_UID_MAX): members listed in the group database and accounts whose primary group it is. None
+    when the group is unknown, is a person's, or has no member at all (then nothing says whose it is)."""
+    try:
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return None
+    accounts = {}
+    for name in group.gr_mem:
+        try:
+            accounts[name] = pwd.getpwnam(name).pw_uid
+        except KeyError:
+            return None  # a member the account database does not know: nothing tells who it is
+    accounts.update((entry.pw_name, entry.pw_uid) for entry in pwd.getpwall() if entry.pw_gid == gid)
+    if not accounts or not all(0 < uid <= SYS_UID_MAX for uid in accounts.values()):
+        return None
+    return sorted(accounts)
+
+
+def _has_acl(path: str) -> bool:
+    """Whether path carries an access ACL: then its group bits are the ACL's mask, which may grant a person write."""
+    try:
+        os.getxattr(path, 'system.posix_acl_access', follow_symlinks=False)
+    except OSError as exc:
+        # ENODATA: no ACL; ENOTSUP: a file system without ACLs. Anything else: not known, so assume one.
+        return exc.errno not in (errno.ENODATA, errno.ENOTSUP)
+    return True
+
+
+def _problem(path, info, owners, want_dir=True, system_group_writers=False):
     if want_dir and not stat.S_ISDIR(info.st_mode):
         return '%s is not a folder' % path
     if info.st_uid not in owners:
         return '%s belongs to uid %d, not to %s' % (path, info.st_uid, ' or '.join('uid %d' % uid for uid in owners))
+    if (system_group_writers and info.st_mode & 0o022 == 0o020 and not _has_acl(path)
+            and system_group_members(info.st_gid)):
+        # Ubuntu's /var/log is root:syslog 0775: only the syslog daemon's account writes there besides root.
+        return None
     if info.st_mode & 0o022:
         # Sticky or not: in a sticky folder another user still creates any name that is free (ours before we
         # make it), so what we find there would depend on who came first.
@@ -129,7 +170,7 @@ def _problem(path, info, owners, want_dir=True):
     return None
 
 
-def distrust(path, euid=None):
+def distrust(path, euid=None, system_group_writers=False):
     """Why a process running as euid must not trust the folder at path; None when it may.
 
     Trusted: every folder the kernel walks through to reach path, from / down, symlinks followed as the
@@ -138,12 +179,16 @@ def distrust(path, euid=None):
     replace, create or rename anything there. The part of path that does not exist yet counts as trusted:
     only its trusted parent's owner can create it. An ACL granting another user write shows in the
     group bits of the mode (its mask), so it is refused too.
+
+    With system_group_writers, a folder writable by its group is trusted too when it carries no ACL and only
+    system accounts write through that group (system_group_members): the server's folders may lie under Ubuntu's
+    /var/log (root:syslog 0775). The guard's own folder is held to the strict rule.
     """
     owners = _owners(os.geteuid() if euid is None else euid)
     if not os.path.isabs(path):
         path = os.path.join(os.getcwd(), path)
     current = '/'
-    problem = _problem(current, os.lstat(current), owners)
+    problem = _problem(current, os.lstat(current), owners, system_group_writers=system_group_writers)
     if problem:
         return problem
     pending = path.split('/')
@@ -172,7 +217,7 @@ def distrust(path, euid=None):
                 current = '/'
             pending = target.split('/') + pending
             continue
-        problem = _problem(candidate, info, owners)
+        problem = _problem(candidate, info, owners, system_group_writers=system_group_writers)
         if problem:
             return problem
         current = candidate
@@ -248,6 +293,36 @@ def read_json_trusted(path, euid=None):
         if problem:
             raise UntrustedPath(problem)
         return json.loads(handle.read().decode('utf-8'))
+
+
+def open_append_no_follow(path, mode=0o666):
+    """A descriptor that appends to the regular file at path (made with mode less the umask when missing, as
+    open(path, 'ab') makes it), opened without following a link: UntrustedPath when path is a symlink, not a
+    regular file, or a file with another name too (a hard link), any of which could make a root process write
+    into a file of someone else's choosing (another user who may write the folder linked a server's log to a
+    root-owned file). The caller closes it."""
+    # O_NONBLOCK: a FIFO put there would block this open until someone reads it; it is refused below instead.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOCTTY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UntrustedPath('%s is a symlink' % path)
+        if exc.errno == errno.ENXIO:
+            raise UntrustedPath('%s is not a regular file (a FIFO or a socket)' % path)
+        raise
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise UntrustedPath('%s is not a regular file (%s)' % (path, stat.filemode(info.st_mode)))
+        if info.st_nlink > 1:
+            raise UntrustedPath('%s has %d names (hard links): what is written to it lands in a file known by'
+                                ' another name too' % (path, info.st_nlink))
+        fcntl.fcntl(descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
 
 
 class LockTimeout(Exception):

@@ -9,23 +9,8 @@ __metaclass__ = type
 
 import threading
 
-try:
-    from urllib.parse import quote
-except ImportError:  # Python 2
-    from urllib import quote
-
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import DRAINING, Router, RouterError, normalize_url, ready
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import http_get
-
-
-def slot_file_name(host):
-    """The name of a server's slot file in the fleet slot folder: its key, percent-encoded.
-
-    An inventory host name may hold '/': written as it is, 'a/../../x' would put the slot outside its folder.
-    Encoding every byte but letters, digits, '_.-~' and ':' (a group's key, group:NAME) keeps the name one
-    plain file, distinct per host ('%' is encoded too); '.json' keeps '.' and '..' from naming a folder.
-    """
-    return '%s.json' % quote(host, safe=':')
 
 
 def _not_serving_why(worker):

@@ -49,7 +49,10 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import BoundedCall, CommandError, CommandRunner, subprocess_runner
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import (
+    HOST_CLOCK,
     LEASE_FILE,
+    armed_in_another_boot,
+    deadline_passed,
     describe,
     due,
     lease_document,
@@ -87,7 +90,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._server import Serve
 PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
 # What the watcher imports, installed into lib/ from the collection that armed the guard.
 RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py', '_router.py',
-                 '_command.py', '_http.py', '_files.py', '_lease.py')
+                 '_command.py', '_http.py', '_files.py', '_lease.py', '_sockets.py')
 ENTRY_POINT = '''# Installed by gpuops.sglang.sglang_guard: runs the guard without Ansible.
 import os
 import sys
@@ -161,10 +164,12 @@ class Lock(FileLock):
 # --- the guard ------------------------------------------------------------------
 
 class Guard(object):
-    def __init__(self, folder, runner=subprocess_runner, lock_timeout=60.0):
+    def __init__(self, folder, runner=subprocess_runner, lock_timeout=60.0, clock=HOST_CLOCK):
         self.folder = folder
         self.runner = runner
         self.lock_timeout = lock_timeout
+        # Its bounds on the boot clock (_lease.HostClock): the arm's readings, the watcher's and the restore's check.
+        self.clock = clock
         self.state_path = os.path.join(folder, 'state.json')
         self.fired_path = os.path.join(folder, 'fired.json')
         self.lib = os.path.join(folder, 'lib')
@@ -205,8 +210,8 @@ class Guard(object):
 
     def lease(self):
         """The armed guard's lease as the query reports it (armed_at, renewed_at/by, idle, expires_at,
-        deadline_at, acts_at); None when no guard is armed."""
-        return describe(self.state(), read_lease(self.folder))
+        deadline_at, acts_at, acts_in, the boot-clock readings); None when no guard is armed."""
+        return describe(self.state(), read_lease(self.folder), now=self.clock.now())
 
     @staticmethod
     def unit_name(service_name):
@@ -249,9 +254,11 @@ class Guard(object):
             entries = []
             for index, path in enumerate(sorted(set(files))):
                 entries.append(self._snapshot(path, os.path.join(backups, str(index))))
-            now = time.time()
+            now = self.clock.now()
             state = {
-                'run_id': run_id, 'host': host, 'armed_at': now, 'deadline': now + float(deadline_s),
+                # The wall-clock times are for display; the bounds count on the boot clock, in this boot (_lease).
+                'run_id': run_id, 'host': host, 'armed_at': now.wall, 'deadline': now.wall + float(deadline_s),
+                'boot_id': now.boot_id, 'armed_at_boot': now.boot, 'deadline_boot': now.boot + float(deadline_s),
                 'idle': float(idle_s) if idle_s else None,
                 'files': entries, 'server': server, 'settings': settings, 'python': python,
                 'watcher': 'systemd' if systemd else 'detached', 'unit': self.unit_name(server['service_name']),
@@ -378,11 +385,11 @@ class Guard(object):
             if state is None or (run_id is not None and state.get('run_id') != run_id):
                 return None
             taken_over = state.get('restoring')
-            if only_if_due and not taken_over and due(state, read_lease(self.folder), time.time()) is None:
+            if only_if_due and not taken_over and due(state, read_lease(self.folder), self.clock.now()) is None:
                 return None
             # Before the first action: every renewal, confirm and arm refuses the mark from now on (and a
-            # restore that dies midway leaves it, for the next restore to take over).
-            state['restoring'] = restoring_mark(acted_by, time.time())
+            # restore that dies midway leaves it, for the next restore to take over). Its time is for display.
+            state['restoring'] = restoring_mark(acted_by, self.clock.wall())
             marked = None
             try:
                 _write_json(self.state_path, state)
@@ -784,44 +791,40 @@ def _read_stop_marker(path):
 
 # --- the watcher's command line ----------------------------------------------------
 
-def watch(guard, run_id, clock=time.time, sleep=time.sleep, known=None):
-    """Poll the guard until its run confirms (None) or a bound passes ('idle' or 'deadline').
+def watch(guard, run_id, clock=HOST_CLOCK, sleep=time.sleep, known=None):
+    """Poll the guard until its run confirms (None) or a bound passes ('idle' or 'deadline'), on clock's boot
+    clock (_lease.HostClock): a wall clock stepped either way moves no bound.
 
     Every poll reads the state through the trust check: GuardError once the folder (or one above it) is
     not root's alone any more, or the state is not the guard's; the watcher then acts on nothing.
     Only a state.json that is not there means confirmed: one that cannot be read now (EIO, EMFILE...) is read
-    again on the next poll, until the guard's deadline (the last one read, kept in `known` across calls), then
-    GuardError.
+    again on the next poll, until the guard's deadline (of the last state read, kept in `known` across calls),
+    then GuardError.
     """
     known = {} if known is None else known
     while True:
         try:
             state = guard.state()
         except (IOError, OSError) as exc:
-            if known.get('deadline') is not None and clock() >= known['deadline']:
+            if known.get('state') is not None and deadline_passed(known['state'], clock.now()):
                 raise GuardError('could not read %s up to the deadline: %s' % (guard.state_path, _describe(exc)))
             sleep(WATCH_INTERVAL)
             continue
         if state is None or state.get('run_id') != run_id or state.get('restore_failed'):
             return None
-        known['deadline'] = _number(state.get('deadline'), known.get('deadline'))
-        bound = due(state, read_lease(guard.folder), clock())
+        known['state'] = state
+        bound = due(state, read_lease(guard.folder), clock.now())
         if bound is not None:
             return bound
         sleep(WATCH_INTERVAL)
-
-
-def _number(value, default):
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return default
 
 
 REASONS = {
     'idle': 'nothing of the run renewed the guard for its idle bound (%ss): the controller is gone',
     'deadline': 'the run did not confirm the new server within its deadline (%ss after arming)',
 }
+REBOOTED = ('the host restarted since the guard was armed (boot %s, now %s): every step of the run died with it, '
+            'so its lease lapsed')
 
 
 def say(message):
@@ -842,20 +845,25 @@ def say(message):
 
 def _reason(guard, args, bound):
     state = guard.state() or {}
+    now = guard.clock.now()
+    if not args.reason and armed_in_another_boot(state, now):
+        return REBOOTED % (state.get('boot_id'), now.boot_id)
+    # Both wall-clock times were written from one reading at the arm: their difference is the deadline's duration.
     seconds = state.get('idle') if bound == 'idle' else float(state.get('deadline', 0)) - float(state.get('armed_at', 0))
-    return args.reason or REASONS[bound] % int(seconds or 0)
+    # Rounded: a difference of two large floats may fall a hair below the whole seconds it stands for.
+    return args.reason or REASONS[bound] % int(round(seconds or 0))
 
 
 def _fire(guard, args):
     return guard.restore(_reason(guard, args, 'deadline'), 'deadline', run_id=args.run_id, bound='deadline')
 
 
-def _watch_and_restore(guard, args):
+def _watch_and_restore(guard, args, sleep=time.sleep):
     """Watch, then restore when a bound passed; back to watching when, under the lock, it had not any more (the
     run renewed or confirmed meanwhile) or the state could not be read there (read again on the next poll)."""
     known = {}
     while True:
-        bound = watch(guard, args.run_id, known=known)
+        bound = watch(guard, args.run_id, clock=guard.clock, sleep=sleep, known=known)
         if bound is None:
             return None
         try:
@@ -864,7 +872,7 @@ def _watch_and_restore(guard, args):
         except (IOError, OSError) as exc:
             say('gpuops.sglang guard of run %s in %s: could not read the guard before restoring (will try again): %s'
                 % (args.run_id, args.folder, _describe(exc)))
-            time.sleep(WATCH_INTERVAL)
+            sleep(WATCH_INTERVAL)
             continue
         if report is not None:
             return report

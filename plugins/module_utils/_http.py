@@ -9,9 +9,10 @@ A router or server may be hostile or broken, and the guard's watcher and the mod
 in time with bounded memory. http.client speaks HTTP/1.1 (status line, headers, chunked framing, a 100
 Continue before the answer, TLS) and bounds a head line (64 KiB) and the number of headers (100). What it lacks is added here:
 
-- one deadline for the whole exchange (connect, TLS handshake, send, head, body): its timeout is per socket
-  operation, so a peer sending one byte every 0.5 s would never trip it. http.client gets a socket that sets
-  its timeout to the time left before every send and read;
+- one deadline for the whole exchange (name resolution, connect, TLS handshake, send, head, body): its timeout
+  is per socket operation, so a peer sending one byte every 0.5 s would never trip it. http.client gets a socket
+  that sets its timeout to the time left before every send and read; a name is resolved within the time left,
+  and each of its addresses is tried with what is left after the ones before it;
 - caps on a body (MAX_CONTROL_BODY unless the caller names another) and, for event streams, on one line;
 - every failure an HttpError (an OSError: timed out, over a cap, not HTTP, refused, bad certificate), and
   parse_json's JsonError (a ValueError) for a body that is not JSON or nested too deeply to parse safely.
@@ -33,6 +34,7 @@ import json
 import re
 import socket
 import ssl
+import threading
 import time
 
 from urllib.parse import urlsplit
@@ -159,9 +161,60 @@ class _Exchange(object):
             raise self.timed_out()
         return left
 
+    def resolve(self, host, port):
+        """getaddrinfo's (family, type, proto, canonname, sockaddr) list for host, within the time left.
+
+        An address (the usual case: the role asks servers at their inventory address) needs no resolver. A
+        name is resolved in a daemon thread joined with the time left: getaddrinfo takes no timeout, and a dead
+        DNS server holds it for the resolver's own timeouts and attempts (resolv.conf: 5 s, twice, per server).
+        A lookup that outlives the deadline is left to end on its own; its answer is dropped.
+        """
+        self.phase = 'resolving %s' % host
+        try:
+            return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+        except socket.gaierror:
+            pass  # a name, not an address
+        answer = []
+
+        def lookup():
+            try:
+                answer.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+            except Exception as exc:  # handed to the caller's thread, raised there as an HttpError
+                answer.append(exc)
+        resolver = threading.Thread(target=lookup, name='resolve %s' % host, daemon=True)
+        resolver.start()
+        resolver.join(self.left())
+        if not answer:
+            raise self.timed_out()
+        if isinstance(answer[0], Exception):
+            raise HttpError('%s: %s' % (self.phase, answer[0]))
+        return answer[0]
+
     def connect(self, host, port, context):
-        self.phase = 'connecting to %s:%s' % (host, port)
-        self.sock = socket.create_connection((host, port), self.left())
+        """Resolve host, then connect to its addresses in turn, all within the one deadline (socket.create_connection
+        would resolve without any bound, then give each address the whole timeout again)."""
+        failure = None
+        for family, kind, proto, dummy, address in self.resolve(host, port):
+            self.phase = 'connecting to %s:%s' % (host, port)
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(self.left())
+                sock.connect(address)
+            except HttpError:
+                sock.close()
+                raise
+            except socket.timeout:
+                # The time left is spent on this address: no later one may have more.
+                sock.close()
+                raise self.timed_out()
+            except OSError as exc:  # refused, unreachable: the next address may answer
+                sock.close()
+                failure = exc
+                continue
+            self.sock = sock
+            break
+        else:
+            raise failure or HttpError('%s has no address' % host)
         if context is not None:
             self.phase = 'in the TLS handshake with %s:%s' % (host, port)
             # CPython bounds a whole handshake, every wait in it, by the socket's timeout.

@@ -16,6 +16,18 @@ killed) only expires_at counts, so a dead controller costs the idle bound, not t
 The step's last renewal (done) drops the holder: the idle bound from then (plus `after`, for a next
 step that runs elsewhere and cannot renew) covers the controller's gap until the next step starts.
 
+Every bound is measured on the host's boot clock (CLOCK_BOOTTIME: never stepped by NTP or `date -s`, and it
+counts a suspend, as the controller's own time does; CLOCK_MONOTONIC where it does not exist), by the arm, the
+renewals and the watcher alike, never on the wall clock: a step of +3600 s once made the watcher roll back a
+live run after 1 s, and one of -3600 s made a dead controller cost an hour and moved the deadline. Each
+reading of it is kept beside the boot it belongs to (/proc/sys/kernel/random/boot_id): the clock restarts at
+a reboot, so a guard armed in another boot is due at once (every step of its run, and its watcher, died with
+that boot), and a renewal there is refused. Wall-clock times (renewed_at, expires_at...) are written beside
+the boot-clock ones (renewed_at_boot, expires_at_boot...) for display, and for a watcher of an earlier
+release, which reads only those. A guard armed by an earlier release (no boot-clock readings in state.json)
+is read on the wall clock, as that release reads it. Readings never leave the host: the controller hands
+over durations only (deadline, idle, after).
+
 Domain layer, standard library plus _files and _procfs: imported by the modules and by the guard's
 watcher in lib/.
 """
@@ -27,6 +39,7 @@ __metaclass__ = type
 import json
 import os
 import time
+from collections import namedtuple
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import FileLock, LockTimeout, read_json, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_proc_record
@@ -39,6 +52,44 @@ RENEW_EVERY = 2.0
 # An arm or a confirm holds the guard's lock for seconds; a restore for minutes. A renewal that cannot get it
 # within this is refused: whatever holds it that long is the restore, and the run must not act under it.
 RENEW_LOCK_TIMEOUT = 10.0
+
+
+BOOT_ID_FILE = '/proc/sys/kernel/random/boot_id'
+# Python 3.7+ on Linux; elsewhere the monotonic clock, which stops during a suspend (a longer lease, never a shorter).
+BOOT_CLOCK = getattr(time, 'CLOCK_BOOTTIME', None)
+
+# One reading of the host's clocks: wall (seconds since the epoch, for display), boot (the bounds) and the boot
+# that the boot clock counts from (None where the kernel does not say).
+Instant = namedtuple('Instant', 'wall boot boot_id')
+
+
+def boot_seconds() -> float:
+    """Seconds on the host's boot clock."""
+    if BOOT_CLOCK is not None:
+        return time.clock_gettime(BOOT_CLOCK)
+    return time.monotonic()
+
+
+def read_boot_id(path: str = BOOT_ID_FILE) -> 'str | None':
+    """This boot's id (changes at every boot); None where it cannot be read."""
+    try:
+        with open(path) as handle:
+            return handle.read().strip() or None
+    except (IOError, OSError):
+        return None
+
+
+class HostClock:
+    """The clocks a guard reads, injectable as a whole: tests step `wall` while `boot` runs on."""
+
+    def __init__(self, wall=time.time, boot=boot_seconds, boot_id=read_boot_id):
+        self.wall, self.boot, self.boot_id = wall, boot, boot_id
+
+    def now(self) -> Instant:
+        return Instant(self.wall(), self.boot(), self.boot_id())
+
+
+HOST_CLOCK = HostClock()
 
 
 class LeaseError(Exception):
@@ -57,15 +108,18 @@ def read_lease(folder):
 
 
 def lease_document(run_id, step, now, horizon_s, idle_s, holder=None):
-    """What lease.json holds after a renewal (pure). holder: {pid, start_time} of the step still running."""
-    document = {'run_id': run_id, 'by': step, 'renewed_at': now, 'expires_at': now + float(idle_s),
-                'holder': holder, 'held_until': None}
-    horizon = now + max(float(horizon_s), 0.0) + float(idle_s)
-    if holder is None:
-        # Nobody runs on: the horizon (the next step's, elsewhere) counts by time alone.
-        document['expires_at'] = horizon
-    else:
-        document['held_until'] = horizon
+    """What lease.json holds after a renewal at `now` (an Instant; pure). holder: {pid, start_time} of the step
+    still running. Each time is written twice: on the wall clock (display) and on the boot clock (the bounds)."""
+    document = {'run_id': run_id, 'by': step, 'holder': holder, 'boot_id': now.boot_id}
+    idle = float(idle_s)
+    horizon = max(float(horizon_s), 0.0) + idle
+    for suffix, reading in (('', now.wall), ('_boot', now.boot)):
+        document['renewed_at' + suffix] = reading
+        if holder is None:
+            # Nobody runs on: the horizon (the next step's, elsewhere) counts by time alone.
+            document['expires_at' + suffix], document['held_until' + suffix] = reading + horizon, None
+        else:
+            document['expires_at' + suffix], document['held_until' + suffix] = reading + idle, reading + horizon
     return document
 
 
@@ -107,9 +161,9 @@ def restoring_mark(acted_by, now, proc_root='/proc'):
     return mark
 
 
-def renew(folder, run_id, step, horizon_s=0.0, clock=time.time, holder=None, lock_timeout=RENEW_LOCK_TIMEOUT):
-    """Renew the lease of the guard run_id armed; LeaseError when that guard is not armed (any more), or a
-    restore holds it (running, or cut short and owed).
+def renew(folder, run_id, step, horizon_s=0.0, clock=HOST_CLOCK, holder=None, lock_timeout=RENEW_LOCK_TIMEOUT):
+    """Renew the lease of the guard run_id armed; LeaseError when that guard is not armed (any more), a
+    restore holds it (running, or cut short and owed), or it was armed in another boot of the host.
 
     A guard armed without an idle bound (by an earlier version) has no lease: nothing to renew.
     Returns the lease written, or None.
@@ -124,7 +178,10 @@ def renew(folder, run_id, step, horizon_s=0.0, clock=time.time, holder=None, loc
             state = _check(_read(os.path.join(folder, STATE_FILE)), folder, run_id)
             if not state.get('idle'):
                 return None
-            document = lease_document(run_id, step, clock(), horizon_s, state['idle'], holder)
+            now = clock.now()
+            if armed_in_another_boot(state, now):
+                raise LeaseError(rebooted_message(state, now, folder))
+            document = lease_document(run_id, step, now, horizon_s, state['idle'], holder)
             write_lease(folder, document)
             return document
     except LockTimeout:
@@ -149,47 +206,126 @@ def _check(state, folder, run_id):
     return state
 
 
+def on_boot_clock(state) -> bool:
+    """Whether the guard keeps its bounds on the boot clock (armed by this release or a later one); a guard armed
+    by an earlier release kept only wall-clock times, and is read on the wall clock."""
+    return state.get('armed_at_boot') is not None
+
+
+def armed_in_another_boot(state, now) -> bool:
+    """Whether the guard was armed in a boot of the host before this one: its boot-clock readings mean nothing
+    now. A boot-clock reading below the arm's can only come from another boot (where the boot id is unknown)."""
+    if not on_boot_clock(state):
+        return False
+    return state.get('boot_id') != now.boot_id or now.boot < float(state['armed_at_boot'])
+
+
+def rebooted_message(state, now, folder) -> str:
+    return ('the host restarted since the rollback guard of run %s in %s was armed (boot %s, now %s): its lease '
+            'lapsed with every step of the run, and its watcher is gone; restore it (playbooks/rollback.yml, or a '
+            'later run takes it over) before anything else acts'
+            % (state.get('run_id'), folder, state.get('boot_id'), now.boot_id))
+
+
+def _suffix(state) -> str:
+    """Which of the readings kept twice count: the boot clock's ('_boot'), or the wall clock's ('')."""
+    return '_boot' if on_boot_clock(state) else ''
+
+
+def _reading(state, now) -> float:
+    """`now` on the clock the guard's bounds are kept on."""
+    return now.boot if on_boot_clock(state) else now.wall
+
+
+def _renewal_of(state, lease) -> bool:
+    """Whether lease is a renewal of this guard that its clock can read: this run's, and (on the boot clock) made
+    in the boot the guard was armed in, with boot-clock readings (a module of an earlier release wrote none)."""
+    if lease is None or lease.get('run_id') != state.get('run_id'):
+        return False
+    if on_boot_clock(state):
+        return lease.get('boot_id') == state.get('boot_id') and lease.get('expires_at_boot') is not None
+    return True
+
+
 def expiry(state, lease, alive=holder_alive):
-    """When the lease of this armed guard lapses (held_until while its holder runs, else expires_at); None
-    without an idle bound (only the deadline counts). alive(holder) -> bool."""
+    """When the lease of this armed guard lapses (held_until while its holder runs, else expires_at), on the
+    guard's clock (_reading); None without an idle bound (only the deadline counts). alive(holder) -> bool."""
     if not state.get('idle'):
         return None
-    if lease is not None and lease.get('run_id') == state.get('run_id'):
-        if lease.get('holder') and lease.get('held_until') and alive(lease['holder']):
-            return float(lease['held_until'])
-        return float(lease['expires_at'])
+    suffix = _suffix(state)
+    if _renewal_of(state, lease):
+        held_until = lease.get('held_until' + suffix)
+        if lease.get('holder') and held_until and alive(lease['holder']):
+            return float(held_until)
+        return float(lease['expires_at' + suffix])
     # No renewal (yet) from this run: the arm itself counts as one.
-    return float(state['armed_at']) + float(state['idle'])
+    return float(state['armed_at' + suffix]) + float(state['idle'])
+
+
+def deadline(state) -> float:
+    """The guard's deadline, on its clock."""
+    return float(state['deadline' + _suffix(state)])
+
+
+def deadline_passed(state, now) -> bool:
+    """Whether the guard's deadline passed at `now` (at once for a guard armed in another boot)."""
+    return armed_in_another_boot(state, now) or _reading(state, now) >= deadline(state)
 
 
 def due(state, lease, now, alive=holder_alive):
-    """The bound that fired ('idle' or 'deadline'), or None while neither has passed (pure but for alive)."""
+    """The bound that fired ('idle' or 'deadline') at `now` (an Instant), or None while neither has passed (pure
+    but for alive). In another boot than the arm's, at once: the lease lapsed with the reboot."""
+    if armed_in_another_boot(state, now):
+        return 'idle' if state.get('idle') else 'deadline'
     expires = expiry(state, lease, alive)
-    deadline = float(state['deadline'])
-    if expires is not None and expires < deadline and now >= expires:
+    reading = _reading(state, now)
+    if expires is not None and expires < deadline(state) and reading >= expires:
         return 'idle'
-    if now >= deadline:
+    if reading >= deadline(state):
         return 'deadline'
     return None
 
 
 def acts_at(state, lease, alive=holder_alive):
-    """When the watcher acts unless renewed or confirmed: the lease's expiry or the deadline, the earlier."""
+    """When the watcher acts unless renewed or confirmed, on the guard's clock: the lease's expiry or the
+    deadline, the earlier."""
     expires = expiry(state, lease, alive)
-    deadline = float(state['deadline'])
-    return deadline if expires is None else min(expires, deadline)
+    return deadline(state) if expires is None else min(expires, deadline(state))
 
 
-def describe(state, lease, alive=holder_alive):
-    """The guard's lease as the query reports it; None when no guard is armed."""
+def describe(state, lease, alive=holder_alive, now=None):
+    """The guard's lease as the query reports it; None when no guard is armed.
+
+    The times to come (expires_at, deadline_at, acts_at) are on the wall clock as it reads at `now` (their
+    boot-clock readings carried over by now's offset), so a clock stepped since the arm does not make them lie;
+    armed_at and renewed_at are as the wall clock said then. acts_in: seconds from now until the guard acts.
+    """
     if state is None:
         return None
-    renewed = lease if lease is not None and lease.get('run_id') == state.get('run_id') else None
-    return {
-        'armed_at': state.get('armed_at'), 'idle': state.get('idle'), 'deadline_at': state.get('deadline'),
+    now = HOST_CLOCK.now() if now is None else now
+    renewed = lease if _renewal_of(state, lease) else None
+    described = {
+        'armed_at': state.get('armed_at'), 'idle': state.get('idle'), 'boot_id': state.get('boot_id'),
         'renewed_at': renewed['renewed_at'] if renewed else None, 'renewed_by': renewed['by'] if renewed else None,
-        'expires_at': expiry(state, lease, alive), 'acts_at': acts_at(state, lease, alive),
+        'armed_at_boot': state.get('armed_at_boot'),
+        'renewed_at_boot': renewed.get('renewed_at_boot') if renewed else None,
     }
+    if armed_in_another_boot(state, now):
+        # Nothing of that boot's readings can be placed now: the guard is due.
+        described.update(expires_at=now.wall if state.get('idle') else None, deadline_at=state.get('deadline'),
+                         acts_at=now.wall, expires_at_boot=None, deadline_at_boot=None, acts_at_boot=None,
+                         acts_in=0.0)
+        return described
+    reading = _reading(state, now)
+    times = {'expires_at': expiry(state, lease, alive), 'deadline_at': deadline(state),
+             'acts_at': acts_at(state, lease, alive)}
+    for name, at in times.items():
+        if on_boot_clock(state):
+            described[name], described[name + '_boot'] = None if at is None else now.wall + (at - reading), at
+        else:
+            described[name], described[name + '_boot'] = at, None
+    described['acts_in'] = max(0.0, times['acts_at'] - reading)
+    return described
 
 
 # The modules' guard option (doc fragment gpuops.sglang.guard_lease).
@@ -206,7 +342,7 @@ class Renewer(object):
     Without a guard (folder None) every call does nothing: the modules work the same outside a window.
     """
 
-    def __init__(self, folder=None, run_id=None, step='', clock=time.time, every=RENEW_EVERY, after=0.0,
+    def __init__(self, folder=None, run_id=None, step='', clock=HOST_CLOCK, every=RENEW_EVERY, after=0.0,
                  holder=None):
         self.folder, self.run_id, self.step, self.after = folder, run_id, step, float(after or 0)
         self.clock, self.every = clock, every
@@ -227,14 +363,15 @@ class Renewer(object):
             return None
         lease = renew(self.folder, self.run_id, step or self.step, horizon_s, self.clock,
                       self.holder if holder else None)
-        self.last = self.clock()
+        # The boot clock: a wall clock stepped back would stop the renewals of a long wait for the step's size.
+        self.last = self.clock.boot()
         self.renewals += 1
         return lease
 
     def tick(self, horizon_s=0.0):
         """Renew when the last renewal is RENEW_EVERY old: called before every read of a wait that may
         take up to horizon_s."""
-        if self.folder is not None and (self.last is None or self.clock() - self.last >= self.every):
+        if self.folder is not None and (self.last is None or self.clock.boot() - self.last >= self.every):
             self.renew(horizon_s, '%s (waiting)' % self.step)
 
     def done(self, handed_over=True):

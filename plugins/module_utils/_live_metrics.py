@@ -15,6 +15,10 @@ means the server restarted between the scrapes, and the difference is refused ra
 A histogram is ``{'bounds': [upper bounds, +Inf last], 'counts': [samples per bucket, not cumulative], 'sum':
 the samples' exact total (its ``_sum`` series; None where not exported)}``: the buckets give the quantiles and the
 rank test, the sum the exact mean that the buckets' coarseness cannot distort.
+
+Every sample read must be a finite number: Python's float() takes ``NaN``, ``+Inf`` and ``1e309`` (infinity),
+which compare false with every bound and turn a verdict's checks off (a NaN bucket reads as no sample at all), so
+a reading that holds one is refused, naming the series (finite_samples, shared with _serving_benchmark).
 """
 
 from __future__ import absolute_import, division, print_function
@@ -38,7 +42,8 @@ class LiveMetricsError(Exception):
 
 
 def prometheus_sample(line):
-    """(name, labels, value) of one sample line; None for a comment, a blank or a line that is not one."""
+    """(name, labels, value) of one sample line; None for a comment, a blank or a line that is not one. The value
+    is what float() reads, NaN and infinities included: read the series a figure comes from through finite_samples."""
     line = line.strip()
     if not line or line.startswith('#'):
         return None
@@ -57,6 +62,22 @@ def prometheus_sample(line):
         return name, labels, float(fields[0])
     except (IndexError, ValueError):
         return None
+
+
+def finite_samples(text, names):
+    """(name, labels, value) of every sample of the series `names` in Prometheus text, in order; raises
+    LiveMetricsError naming the first whose value is not a finite number (NaN, +Inf, or past a float's range such
+    as 1e309). Series outside `names` are not looked at: an exporter may hold a NaN gauge of its own."""
+    for line in text.splitlines():
+        sample = prometheus_sample(line)
+        if sample is None or sample[0] not in names:
+            continue
+        name, labels, value = sample
+        if not math.isfinite(value):
+            raise LiveMetricsError('%s{%s} reads %s, not a finite number: the reading is refused (a broken exporter,'
+                                   ' or not SGLang answering there; look at its /metrics)' % (
+                                       name, ','.join('%s="%s"' % item for item in sorted(labels.items())), value))
+        yield sample
 
 
 def _labels(text):
@@ -85,12 +106,17 @@ def _labels(text):
 
 
 def _bound(text):
-    return math.inf if text in ('+Inf', 'Inf', '+inf', 'inf') else float(text)
+    """A bucket's upper bound (its `le`); ValueError for one that is not a number or is NaN (no order)."""
+    bound = math.inf if text in ('+Inf', 'Inf', '+inf', 'inf') else float(text)
+    if math.isnan(bound):
+        raise ValueError('NaN')
+    return bound
 
 
 def snapshot(text):
     """The live figures of one scrape: counters and histograms summed over their label sets; a figure the
-    server does not export is None (a server without --enable-metrics exports none of them)."""
+    server does not export is None (a server without --enable-metrics exports none of them). Raises
+    LiveMetricsError for a sample of them that is not a finite number, or a histogram without its +Inf bucket."""
     counters = dict((key, None) for key, dummy in COUNTERS)
     cumulative = dict((key, {}) for key, dummy in HISTOGRAMS)
     counter_of = dict((name, key) for key, name in COUNTERS)
@@ -98,11 +124,8 @@ def snapshot(text):
     sum_of = dict((name + '_sum', key) for key, name in HISTOGRAMS)
     count_of = dict((name + '_count', key) for key, name in HISTOGRAMS)
     sums, samples = dict((key, None) for key, dummy in HISTOGRAMS), dict((key, 0.0) for key, dummy in HISTOGRAMS)
-    for line in text.splitlines():
-        sample = prometheus_sample(line)
-        if sample is None:
-            continue
-        name, labels, value = sample
+    wanted = set(counter_of) | set(bucket_of) | set(sum_of) | set(count_of)
+    for name, labels, value in finite_samples(text, wanted):
         if name in counter_of:
             key = counter_of[name]
             counters[key] = (counters[key] or 0.0) + value
@@ -188,7 +211,8 @@ def jsonable(figures):
 
 def scrape(base_url, timeout):
     """The server's snapshot now; None when it exports no /metrics (404: started without --enable-metrics).
-    Raises LiveMetricsError when it does not answer or answers what is not Prometheus text."""
+    Raises LiveMetricsError when it does not answer, answers what is not Prometheus text, or a figure it reads is
+    not a finite number (finite_samples)."""
     status, body = http_request('GET', base_url + '/metrics', timeout, max_body=MAX_METRICS_BODY)
     if status == 404:
         return None

@@ -73,6 +73,21 @@ def read_identity(pid, proc_root='/proc'):
     return executable, uids
 
 
+def open_files(pid, proc_root='/proc'):
+    """What each open file descriptor of pid points to (a path, or ``socket:[INODE]`` and the like); nothing when
+    it is gone or its descriptors cannot be read (another user's, without root)."""
+    fd_dir = os.path.join(proc_root, str(pid), 'fd')
+    try:
+        fds = os.listdir(fd_dir)
+    except (IOError, OSError):
+        return
+    for fd in fds:
+        try:
+            yield os.readlink(os.path.join(fd_dir, fd))
+        except (IOError, OSError):
+            continue
+
+
 def protected_pids(proc_root='/proc', pid=None):
     """This process and every ancestor: never signalled, whatever their command line."""
     guarded = set()
@@ -139,19 +154,7 @@ class LocalProcesses(object):
         wanted = set(device_paths)
         found = {}
         for pid in self.pids():
-            held = set()
-            fd_dir = os.path.join(self.proc_root, str(pid), 'fd')
-            try:
-                fds = os.listdir(fd_dir)
-            except (IOError, OSError):
-                continue
-            for fd in fds:
-                try:
-                    target = os.readlink(os.path.join(fd_dir, fd))
-                except (IOError, OSError):
-                    continue
-                if target in wanted:
-                    held.add(target)
+            held = set(target for target in open_files(pid, self.proc_root) if target in wanted)
             held.update(self._mapped(pid, wanted))
             if held:
                 found[pid] = sorted(held)

@@ -20,6 +20,11 @@ from that file on the host, at the moment it asks: the live file names the runni
 stop's drain), the new one the new server's (the verification), the restored one the previous
 server's (the guard). The key never passes through a module's arguments or results.
 
+Whose port: a local user may bind the server's port first (SGLang binds it only once its model is loaded), and
+would then answer /health and get every request, key and all. Nothing is sent to the server's URL, and no answer
+counts, until the socket listening where that URL connects is shown to be held by the server's own processes
+(``listener_not_ours``, over _sockets).
+
 A rank above 0 of a server spanning several hosts (``--node-rank`` > 0) serves no HTTP: its base URL is
 "" and its health is its process being alive. The group's health is a generation on rank 0, which needs
 every rank (the role checks it there).
@@ -29,17 +34,23 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
 import json
 import os
+import pwd
+import socket
 import subprocess
 import time
 
+from urllib.parse import urlsplit
+
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import subprocess_runner
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import UntrustedPath, open_append_no_follow, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request, parse_json
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_identity, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils._sockets import held_sockets, read_listeners, reached, socket_holders
 
 # Where the server is, as sglang_server, sglang_server_info and sglang_guard's `server` take it (one spec; the doc
 # fragment gpuops.sglang.server documents it).
@@ -63,6 +74,10 @@ LAUNCH_MARK = 'GPUOPS_SGLANG_LAUNCH_FILE'
 
 class ServerError(Exception):
     """The server could not be started or stopped; the message says why."""
+
+
+class NotOurListener(ServerError):
+    """What listens where the server's URL connects is not the server's own (or nothing is): nothing was sent."""
 
 
 def _launch_spec(path):
@@ -307,7 +322,12 @@ class DetachedDriver(ServiceDriver):
         server = self.server
         argv, env = load_launch(server.launch_file)
         env.update(self._marks())
-        log = open(server.log_file, 'ab')
+        try:
+            log = open_append_no_follow(server.log_file)
+        except UntrustedPath as exc:
+            raise ServerError('refused to write the server\'s output to %s: %s. Remove it (whoever may write its folder'
+                              ' may have linked it to a file of root\'s) and keep the log in a folder only root can'
+                              ' write, as the role\'s preflight requires.' % (server.log_file, exc))
         try:
             # Its own session: the server outlives this process and the ssh connection, and a
             # stop signals exactly this session.
@@ -317,7 +337,7 @@ class DetachedDriver(ServiceDriver):
         except OSError as exc:
             raise ServerError('could not run %s: %s' % (argv[0], exc))
         finally:
-            log.close()
+            os.close(log)
         # Not fsynced: a pid file outlives neither the server nor a reboot, and this is inside the outage.
         write_atomic(server.pidfile, str(child.pid).encode('ascii'), 0o644, durable=False)
 
@@ -452,7 +472,7 @@ class Server(object):
 
     def __init__(self, manager, service_name, launch_file, pidfile, log_file, base_url,
                  term_timeout=30.0, runner=subprocess_runner, command_timeout=60.0, proc_root='/proc',
-                 cgroup_root='/sys/fs/cgroup'):
+                 cgroup_root='/sys/fs/cgroup', check_listener=True):
         if manager not in DRIVERS:
             raise ValueError('manager must be systemd or detached, not %r' % (manager,))
         self.manager = manager
@@ -470,6 +490,12 @@ class Server(object):
         # progress(horizon_s), when set, is called before each read of a wait that may take that long
         # (the rollback guard's lease renews there while a server loads its model).
         self.progress = None
+        # Why the last check of the server's port found it held by another process than the server's (None when it
+        # did not): what a wait that ran out of time says, and what a read-only report warns of.
+        self.foreign_listener = None
+        # False only for a caller that knows the server's URL and nothing of its processes (sglang_benchmark), whose
+        # requests are the URL's whoever listens there.
+        self.check_listener = check_listener
         self.driver = DRIVERS[manager](self)
 
     @classmethod
@@ -485,8 +511,95 @@ class Server(object):
         return rc, out, err
 
     def _request(self, method, path, timeout, body=None):
-        """One request to the server, with its API key (read from its launch configuration now)."""
+        """One request to the server, with its API key (read from its launch configuration now), sent only once
+        the socket listening where base_url connects is the server's own; NotOurListener, with nothing sent,
+        otherwise."""
+        why = self.listener_not_ours()
+        if why is not None:
+            raise NotOurListener(why)
         return http_request(method, self.base_url + path, timeout, body=body, headers=bearer(self.api_key()))
+
+    # --- whose port -------------------------------------------------------
+
+    def listener_not_ours(self, name_holders=True):
+        """None when every socket a connection to base_url lands on is held by the server's own processes (its
+        unit's control group, or its session); else why not, with the holder named where one can be found
+        (name_holders: a search of every process's open files, which a probe repeated every interval skips).
+
+        One read of /proc/net/tcp and tcp6; only while something listens there, the server's main PID, its own
+        processes and their open files. Nothing is kept from one call to the next: a restarted server, or one
+        that died and left its port to someone else, is read anew. foreign_listener keeps the why when another
+        process holds the port.
+        """
+        self.foreign_listener = None
+        if not self.check_listener:
+            return None
+        try:
+            port, addresses = self._endpoints()
+            listeners = read_listeners(port, self.processes.proc_root)
+        except (OSError, ValueError) as exc:
+            return 'whose socket listens at %s cannot be told: %s; nothing was sent to it' % (self.base_url, exc)
+        landing = []
+        for address in addresses:
+            landing.extend(listener for listener in reached(listeners, address, port) if listener not in landing)
+        if not landing:
+            return 'nothing listens at %s' % self.base_url
+        pid = self.main_pid()
+        held = held_sockets(self.own_pids(pid), [listener.inode for listener in landing], self.processes.proc_root)
+        foreign = [listener for listener in landing if listener.inode not in held]
+        if not foreign:
+            return None
+        self.foreign_listener = 'port %d is held by %s, not by the started server%s' % (
+            port, self._holders(foreign) if name_holders else 'another process',
+            '' if pid is not None else ' (the server is not running)')
+        return self.foreign_listener
+
+    def foreign_listener_named(self):
+        """foreign_listener read anew with its holder named, which the probes of health() skip; None when no other
+        process holds the port now (or none did at the last check)."""
+        if self.foreign_listener is not None:
+            self.listener_not_ours()
+        return self.foreign_listener
+
+    def _endpoints(self):
+        """(port, the addresses base_url's host stands for); ValueError or OSError when it names none."""
+        parts = urlsplit(self.base_url)
+        port = parts.port or (443 if parts.scheme == 'https' else 80)
+        try:
+            return port, [str(ipaddress.ip_address(parts.hostname or ''))]
+        except ValueError:
+            pass
+        if not parts.hostname:
+            raise ValueError('the URL names no host')
+        # A name: each address the HTTP client may try, in the order it tries them.
+        found = []
+        for info in socket.getaddrinfo(parts.hostname, port, 0, socket.SOCK_STREAM):
+            address = info[4][0].split('%', 1)[0]
+            if address not in found:
+                found.append(address)
+        return port, found
+
+    def _holders(self, listeners):
+        """Who holds each listener, as an operator finds them: PID, user and command, or the socket's owner."""
+        proc_root = self.processes.proc_root
+        holders = socket_holders([listener.inode for listener in listeners], proc_root)
+        named = []
+        for listener in listeners:
+            pids = holders.get(listener.inode, [])
+            for pid in pids:
+                record = read_proc_record(pid, proc_root)
+                uids = read_identity(pid, proc_root)[1]
+                # The holder chose its command line: no line break or control character of it reaches a message.
+                command = ''.join(char if char.isprintable() else ' ' if char.isspace() else '?'
+                                  for char in (record.cmdline if record is not None else '?'))
+                named.append('PID %d (user %s, command %s)' % (
+                    pid, _user_named(uids[1]) if uids else '?',
+                    command if len(command) <= 200 else command[:200] + '...'))
+            if not pids:
+                named.append('a socket of user %s on %s that no process here holds (one of another network'
+                             ' namespace or PID namespace, or one this user may not read)'
+                             % (_user_named(listener.uid), listener.endpoint))
+        return ', '.join(named)
 
     def api_key(self):
         """The API key its launch configuration gives it now (None without one); never cached: a run rotates it."""
@@ -571,17 +684,22 @@ class Server(object):
         return bool(self.base_url)
 
     def health(self, timeout=5.0):
+        """/health's status, asked only of the server's own listener: NO_ANSWER, and nothing asked, while its port
+        is free or another process's (foreign_listener says so, foreign_listener_named() whose)."""
         if not self.serves_http:
             # Nothing to ask: alive is all a rank > 0 can show (200 as /health would, else no answer).
             return 200 if self.main_pid() is not None else NO_ANSWER
+        if self.listener_not_ours(name_holders=False) is not None:
+            return NO_ANSWER
         # SGLang leaves /health* open whatever its keys: liveness needs no secret (nor a file read per probe).
         return http_get(self.base_url + '/health', timeout)[0]
 
     def wait_healthy(self, timeout, interval=0.25, died=None):
         """Poll /health on this host every `interval` s until 200, the server dies, or timeout.
 
-        With died, a 200 counts only while the started server lives (died() says None): something else
-        answering on its port is not it.
+        A 200 counts only from a socket the server's own processes hold (health()): a process that took its port
+        first is never asked, and the wait says whose the port is when it runs out. With died, it ends as soon as
+        the started server is gone (died() says why).
 
         Returns a dict: healthy, healthy_at, attempts, last_status, and why (when not healthy).
         """
@@ -597,12 +715,14 @@ class Server(object):
                 status = NO_ANSWER
             state['last_status'] = status
             if died is not None:
-                # Before a 200 too: whatever else answers on the port (a server the stop missed) is not the one
-                # started, which may have exited at once ("address already in use").
+                # Before a 200 too: the one started may have exited at once ("address already in use": a server the
+                # stop missed, or another user's process, holds its port).
                 why = died()
-                if why is not None and status == 200:
-                    why += ('; %s/health answered 200 from another process' % self.base_url if self.serves_http
-                            else '; another process of the service runs')
+                held = self.foreign_listener_named() if why is not None else None
+                if held is not None:
+                    why += '; %s' % held
+                elif why is not None and status == 200 and not self.serves_http:
+                    why += '; another process of the service runs'
                 state['why'] = why
             return status
 
@@ -611,8 +731,8 @@ class Server(object):
         healthy = status == 200 and state['why'] is None
         why = None
         if not healthy:
-            why = state['why'] or ('/health did not answer 200 within %ss (last: %s)'
-                                   % (timeout, 'no answer' if status == NO_ANSWER else status))
+            why = state['why'] or self.foreign_listener_named() or (
+                '/health did not answer 200 within %ss (last: %s)' % (timeout, 'no answer' if status == NO_ANSWER else status))
         return {'healthy': healthy, 'healthy_at': time.time() if healthy else None,
                 'attempts': state['attempts'], 'last_status': status, 'why': why}
 
@@ -623,7 +743,10 @@ class Server(object):
     def in_flight(self, paths=LOAD_PATHS):
         """(requests in flight, the path read); (None, why) when the server does not say."""
         for path in paths:
-            status, body = self._request('GET', path, 5)
+            try:
+                status, body = self._request('GET', path, 5)
+            except NotOurListener as exc:
+                return None, str(exc)
             if status == 200:
                 try:
                     return in_flight_from_loads(path, body), path
@@ -675,14 +798,17 @@ class Server(object):
     def wait_ready(self, consecutive, timeout, interval=0.25):
         """After /health: `consecutive` 200s in a row from /health_generate (a real one-token generation on
         an idle SGLang server), or from /health where the server has no /health_generate."""
-        state = {'path': '/health_generate', 'streak': 0, 'attempts': 0, 'last': None}
+        state = {'path': '/health_generate', 'streak': 0, 'attempts': 0, 'last': None, 'refused': None}
         deadline = time.time() + timeout
 
         def read():
             # Each request gets what is left of the budget (at most 20 s), so a hung read cannot overrun it.
             left = deadline - time.time()
             self._progress(max(0.1, min(20.0, left)))
-            status = self._request('GET', state['path'], max(0.1, min(20.0, left)))[0]
+            try:
+                status, state['refused'] = self._request('GET', state['path'], max(0.1, min(20.0, left)))[0], None
+            except NotOurListener as exc:
+                status, state['refused'] = NO_ANSWER, str(exc)
             if status == 404 and state['path'] == '/health_generate':
                 state['path'] = '/health'
                 return state
@@ -697,14 +823,17 @@ class Server(object):
         if not ready:
             why = '%s answered 200 only %d time(s) in a row of %d wanted within %ss (last: %s)' % (
                 state['path'], state['streak'], consecutive, timeout,
-                'no answer' if state['last'] == NO_ANSWER else state['last'])
+                state['refused'] or ('no answer' if state['last'] == NO_ANSWER else state['last']))
         return {'ready': ready, 'path': state['path'], 'attempts': state['attempts'], 'why': why}
 
     def generate_once(self, timeout):
         """One real generation request (one new token), as a client would send it."""
         begun = time.time()
-        status, body = self._request('POST', '/generate', timeout,
-                                     body={'text': 'ping', 'sampling_params': {'max_new_tokens': 1, 'temperature': 0}})
+        try:
+            status, body = self._request('POST', '/generate', timeout,
+                                         body={'text': 'ping', 'sampling_params': {'max_new_tokens': 1, 'temperature': 0}})
+        except NotOurListener as exc:
+            return {'status': NO_ANSWER, 'elapsed': round(time.time() - begun, 3), 'ok': False, 'why': str(exc)}
         result = {'status': status, 'elapsed': round(time.time() - begun, 3), 'ok': False, 'why': None}
         if status != 200:
             result['why'] = answered('POST /generate', status, body)
@@ -748,6 +877,13 @@ class Server(object):
             if status != 404:
                 raise ServerError(answered(path, status, body))
         raise ServerError('neither /server_info nor /get_server_info exists')
+
+
+def _user_named(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def mismatches(reported, expected, expected_environment=None):

@@ -34,7 +34,8 @@ import time
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import (
     HttpError, JsonError, bearer, http_request, open_response, parse_json)
-from ansible_collections.gpuops.sglang.plugins.module_utils._live_metrics import MAX_METRICS_BODY, prometheus_sample
+from ansible_collections.gpuops.sglang.plugins.module_utils._live_metrics import (
+    MAX_METRICS_BODY, LiveMetricsError, finite_samples)
 
 # SGLang's Prometheus names (--enable-metrics) and the keys run_benchmark reports them under.
 METRICS = (('sglang:gen_throughput', 'gen_throughput'), ('sglang:spec_accept_length', 'spec_accept_length'))
@@ -132,27 +133,28 @@ def parse_metrics(text):
     """{'gen_throughput', 'spec_accept_length'} from Prometheus text (None for a name absent).
 
     A gauge exported once per rank or model (several labelled samples) gives their sum for the
-    throughput and their mean for the acceptance length.
+    throughput and their mean for the acceptance length. Raises LiveMetricsError naming a sample of them
+    that is not a finite number (finite_samples).
     """
     found = dict((key, []) for dummy, key in METRICS)
     names = dict(METRICS)
-    for line in text.splitlines():
-        sample = prometheus_sample(line)
-        if sample is not None and sample[0] in names:
-            found[names[sample[0]]].append(sample[2])
+    for name, dummy, value in finite_samples(text, names):
+        found[names[name]].append(value)
     throughput, accept = found['gen_throughput'], found['spec_accept_length']
     return {'gen_throughput': sum(throughput) if throughput else None,
             'spec_accept_length': sum(accept) / len(accept) if accept else None}
 
 
 def read_metrics_from(base_url, timeout, api_key=None):
-    """The server's figures from /metrics, or None where it exports none (404, no answer, not text)."""
+    """The server's figures from /metrics, or None where it exports none (404, no answer, not text) or none to
+    believe (a figure that is not a finite number: the benchmark's own measurements stand alone then, as they do
+    without /metrics; these figures are reported, never judged)."""
     status, body = http_request('GET', base_url + '/metrics', timeout, headers=bearer(api_key), max_body=MAX_METRICS_BODY)
     if status != 200:
         return None
     try:
         return parse_metrics(body.decode('utf-8'))
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, LiveMetricsError):
         return None
 
 

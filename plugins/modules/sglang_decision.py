@@ -15,8 +15,9 @@ version_added: 0.3.0
 description:
   - A step of the C(gpuops.sglang.sglang) role, after C(sglang_plan), C(sglang_server_info) and the patch's dry
     run, whose results it takes as its options.
-  - Fails, saying what to do, when the server's interpreter does not exist or, in adaptive mode, when its sglang
-    would ignore batch-size tiers.
+  - Fails, saying what to do, when the server's interpreter does not exist, when a folder of the server's files
+    is one another user could write into (C(sglang_server_info)'s C(folders_untrusted), for instance a log folder
+    under a group-writable C(/var/log)), or, in adaptive mode, when its sglang would ignore batch-size tiers.
   - Returns why the server is redeployed (RV(reasons)), the patch as the window and the report see it, and which
     configuration files the window writes and the guard saves.
   - Runs on the controller, in-process (an action plugin); nothing runs on the host.

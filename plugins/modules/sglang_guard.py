@@ -23,12 +23,17 @@ description:
     the last step said it would take, or at O(deadline), whichever comes first.
   - Unless O(state=confirmed) is run with the same O(run_id) before then, the watcher stops
     whatever server runs, stops what is left of SGLang, writes back every file byte for byte, starts the
-    previous server, waits for C(/health), and writes its report to C(fired.json) in O(folder), with the bound
+    previous server, waits for C(/health) from a socket the server's own processes hold (never from another process
+    that took its port), and writes its report to C(fired.json) in O(folder), with the bound
     that fired (RV(fired.bound)).
   - O(state=restored) does the same at once (the controller's rollback, or a new run taking over a guard an
     earlier run left armed). Only one actor holds the guard at a time (a lock), so there is never a second
     start or a half-restored tree; a restore cut short is finished by the next one.
   - O(state=query) only reports, RV(lease) included (armed since, last renewal, idle bound, expiry, deadline).
+  - Every bound is measured on the host's boot clock (C(CLOCK_BOOTTIME), C(CLOCK_MONOTONIC) where it does not
+    exist), which NTP or C(date -s) never steps, in the boot the guard was armed in; wall-clock times are for
+    display. A guard armed before a reboot of the host is due at once. A guard armed by an earlier release (its
+    state has no boot-clock readings) is read on the wall clock, as that release reads it.
 author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
@@ -64,7 +69,7 @@ options:
     description: Identifies the run that arms and confirms. Required for O(state=armed) and O(state=confirmed).
     type: str
   deadline:
-    description: Seconds after arming at which the guard restores unless confirmed.
+    description: Seconds after arming at which the guard restores unless confirmed (on the host's boot clock).
     type: float
     default: 1800
   idle:
@@ -168,7 +173,7 @@ options:
   router:
     description:
       - The SGLang router this run took the server out of (O(state=armed)). After a restore whose previous
-        server answers C(/health), the guard puts it back into that router, whoever restored (the controller,
+        server answers C(/health) on its own listener, the guard puts it back into that router, whoever restored (the controller,
         a later run, or the watcher at the deadline).
       - With the previous server's own API key, read from its restored launch configuration (the C(--config)
         file's C(api-key)), so that the router reaches a server with a key; the key is not kept in the state.
@@ -255,7 +260,9 @@ armed_by:
   returned: always
   type: str
 deadline_at:
-  description: When the armed guard acts (seconds since the epoch, host clock; null when none).
+  description: >-
+    The armed guard's deadline (seconds since the epoch, host wall clock as it reads now, see RV(lease.deadline_at);
+    null when none).
   returned: always
   type: float
 fired:
@@ -380,7 +387,12 @@ fired:
         dropped; otherwise it stays owed a restore, with its backups, and RV(fired.problems) says why.
       type: bool
 lease:
-  description: The armed guard's lease (null when no guard is armed); times are seconds since the epoch, host clock.
+  description: >-
+    The armed guard's lease (null when no guard is armed). Times without C(_boot) are seconds since the epoch on the
+    host's wall clock, for display: RV(lease.armed_at) and RV(lease.renewed_at) as it read then; the times to come
+    as it reads now (carried over from the boot clock, so a clock stepped since the arm does not shift them). The
+    C(_boot) ones are the host's boot-clock readings the watcher counts on (null for a guard armed by an earlier
+    release, and for the times to come of a guard armed before the host's last boot).
   returned: always
   type: dict
   contains:
@@ -404,6 +416,29 @@ lease:
       type: float
     acts_at:
       description: When the watcher acts unless renewed or confirmed, the earlier of RV(lease.expires_at) and the deadline.
+      type: float
+    acts_in:
+      description: >-
+        Seconds from the query until the watcher acts unless renewed or confirmed (0 when it is due, as a guard armed
+        before the host's last boot is).
+      type: float
+    boot_id:
+      description: The boot of the host the guard was armed in (C(/proc/sys/kernel/random/boot_id)).
+      type: str
+    armed_at_boot:
+      description: RV(lease.armed_at) on the boot clock.
+      type: float
+    renewed_at_boot:
+      description: RV(lease.renewed_at) on the boot clock.
+      type: float
+    expires_at_boot:
+      description: RV(lease.expires_at) on the boot clock.
+      type: float
+    deadline_at_boot:
+      description: RV(lease.deadline_at) on the boot clock.
+      type: float
+    acts_at_boot:
+      description: RV(lease.acts_at) on the boot clock.
       type: float
 last_fired:
   description: >-
@@ -533,9 +568,9 @@ def report_guard(guard, result):
         result.update(armed=os.path.lexists(guard.state_path), armed_by=None, deadline_at=None, lease=None,
                       last_fired=None, cmd=guard.commands)
         return
+    lease = guard.lease() if state is not None else None
     result.update(armed=state is not None, armed_by=state.get('run_id') if state else None,
-                  deadline_at=state.get('deadline') if state else None,
-                  lease=guard.lease() if state is not None else None,
+                  deadline_at=lease['deadline_at'] if lease else None, lease=lease,
                   last_fired=last_fired, cmd=guard.commands)
 
 

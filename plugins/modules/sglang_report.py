@@ -19,6 +19,8 @@ description:
   - Writes the report as JSON to O(report_dir)/<host>.json on the controller (and to <host>.last-redeploy.json
     when its C(status) is V(redeployed)), atomically, and publishes it in the run's custom stats under
     C(sglang_redeploy), keyed by host, which ansible-runner saves as the job's artifacts (what AWX and EDA read).
+  - In the file names, <host> is O(host) percent-encoded but for letters, digits, C(_.-~:) (and a leading C(.)
+    encoded), so any inventory name stays one file inside O(report_dir); an ordinary name is kept as it is.
   - Runs on the controller, in-process (an action plugin); nothing runs on the host.
 author:
   - gpuops.sglang maintainers (@gpuops)
@@ -96,6 +98,16 @@ options:
         description: Where the host's guard writes its report (the window-open report names it).
         type: str
         default: ''
+      server_info:
+        description:
+          - The C(/server_info) keys and values the server must report (C(gpuops.sglang.sglang_plan)'s
+            C(expected_server_info)); the report's C(verified_settings) where the run saw the server report them.
+        type: dict
+        default: {}
+      environment:
+        description: The environment the server must report (the plan's C(expected_environment)).
+        type: dict
+        default: {}
   group:
     description: The server group (C(gpuops.sglang.sglang_plan)'s C(group)) for O(stage=group); none for a single-node server.
     type: dict
@@ -114,6 +126,10 @@ report:
   description:
     - The report published. Its C(group) is null for a single-node server, else C(name), C(nnodes), this node's
       C(rank), and the group's C(outcome) and C(failed_nodes) (null until O(stage=group)).
+    - Its C(verified_settings) (C(server_info), C(environment)) are O(settings.server_info) and
+      O(settings.environment) where this run saw the healthy server report them on the host (left unchanged, or
+      redeployed); null otherwise (failed, rolled back, skipped, a check run that would redeploy, a rank > 0 of a
+      server group). The dashboard shows them for a server it does not send its API key to.
   returned: always
   type: dict
 written:

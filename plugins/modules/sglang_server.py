@@ -27,6 +27,8 @@ description:
     O(health_interval) seconds (one task, not one round trip per attempt) until it answers 200, the server
     dies, or O(health_timeout) passes; then compare C(/server_info) (or C(/get_server_info)) with
     O(expected_server_info).
+  - Only the server's own listener at O(url) is asked. While another process holds its port the start waits, and at
+    O(health_timeout) fails with C(port P is held by PID N (user U, command ...), not by the started server).
 author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
@@ -83,7 +85,10 @@ options:
     choices: [systemd, detached]
     required: true
   log_file:
-    description: Log file of the detached server.
+    description:
+      - Log file of the detached server; the server's output is appended to it.
+      - Opened without following a link - a start fails, before anything runs, when it is a symlink, a hard link
+        or not a regular file (keep it in a folder only root can write, as the role's preflight requires).
     type: path
     required: true
   term_timeout:
@@ -209,7 +214,7 @@ pid:
   returned: always
   type: int
 healthy:
-  description: Whether C(/health) answered 200 at the end.
+  description: Whether C(/health) answered 200 at the end, from a socket the server's own processes hold.
   returned: always
   type: bool
 health_attempts:
@@ -337,6 +342,8 @@ def report_only(module, server, pid, patterns, result):
     state = params['state']
     result['strays'] = stray_entries(server.strays(patterns, pid))
     result['healthy'] = pid is not None and server.health() == 200
+    if server.foreign_listener_named():
+        module.warn(server.foreign_listener)
     if result['healthy'] and server.serves_http and (params['expected_server_info'] or params['expected_environment']):
         result['server_info'], result['mismatches'] = server.settings_or_why(params['expected_server_info'],
                                                                              params['expected_environment'])

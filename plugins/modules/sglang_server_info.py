@@ -100,7 +100,8 @@ options:
     type: path
   folders:
     description:
-      - Folders the server's files live in; those that are not folders are listed in RV(folders_missing).
+      - Folders the server's files live in; those that are not folders are listed in RV(folders_missing), those
+        another user could write into in RV(folders_untrusted).
       - Read in the same round trip as the server, so that a caller needs no C(stat) per folder.
     type: list
     elements: path
@@ -176,7 +177,9 @@ pid:
   returned: always
   type: int
 healthy:
-  description: Whether C(/health) answered 200.
+  description:
+    - Whether C(/health) answered 200, from a socket the server's own processes hold.
+    - A port another process holds is not asked (nor sent the API key) and adds a warning naming that process.
   returned: always
   type: bool
 mismatches:
@@ -251,6 +254,28 @@ folders_missing:
   returned: always
   type: list
   elements: str
+folders_untrusted:
+  description:
+    - The paths of O(folders) that another user could write into, in their order, each with why. The rule is the
+      guard's, every folder from C(/) down to the path is owned by this module's user or root and writable by
+      neither its group nor others (a folder not made yet counts as trusted, only its parent's owner can make it).
+      One exception, for Ubuntu's C(/var/log) (C(root:syslog), mode 0775), a folder writable by its group is
+      trusted when it has no ACL and every account that writes through that group is a system account (uid 1 to
+      999, daemons such as C(syslog)).
+    - In such a folder another user could link the server's log to a file of root's, and the server's output,
+      appended as root, would land in that file (systemd's C(StandardOutput=append:) follows the link).
+    - The role's preflight (M(gpuops.sglang.sglang_decision)) refuses the host when this is not empty.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    folder:
+      description: The path as given in O(folders).
+      type: str
+    why:
+      description: Which folder on the way fails the rule, and its owner or mode.
+      type: str
+  sample: [{folder: /var/log/sglang, why: "/var/log is writable by its group (mode 0775)"}]
 launcher_current:
   description: Whether O(launcher.path) holds O(launcher.content) with mode C(0755); null when O(launcher) is not given.
   returned: always
@@ -270,7 +295,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import read_bytes
+from ansible_collections.gpuops.sglang.plugins.module_utils._files import distrust, read_bytes
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
@@ -345,6 +370,17 @@ def folders_missing(folders):
     return [path for path in folders if not os.path.isdir(path)]
 
 
+def folders_untrusted(folders):
+    """[{folder, why}] for the folders another user could write into (the guard's trust rule, _files.distrust):
+    the server's output is appended there as root, the pid file and the configuration written there."""
+    refused = []
+    for path in folders:
+        why = distrust(path, system_group_writers=True)
+        if why:
+            refused.append({'folder': path, 'why': why})
+    return refused
+
+
 def launcher_current(launcher):
     """Whether the launcher is installed as wanted (None when not asked): its bytes, and 0755."""
     if launcher is None:
@@ -383,10 +419,12 @@ def adaptive_tiers(commands, python, tmpdir, site_packages=None):
     return adaptive_tiers_supported(site_packages)
 
 
-def read_server(server, params, result):
+def read_server(module, server, params, result):
     result['pid'] = server.main_pid()
     result['running'] = result['pid'] is not None
     result['healthy'] = result['running'] and server.health() == 200
+    if server.foreign_listener_named():
+        module.warn(server.foreign_listener)
     if result['healthy'] and server.serves_http and (params['expected_server_info'] or params['expected_environment']):
         result['mismatches'] = server.settings_or_why(params['expected_server_info'],
                                                       params['expected_environment'])[1]
@@ -412,8 +450,9 @@ def read_state(module, commands, server, result):
         result['python_exists'] = os.path.exists(params['python'])
     result['configs_changed'] = configs_changed(params['configs'], result['service_manager'])
     result['folders_missing'] = folders_missing(params['folders'])
+    result['folders_untrusted'] = folders_untrusted(params['folders'])
     result['launcher_current'] = launcher_current(params['launcher'])
-    read_server(server, params, result)
+    read_server(module, server, params, result)
     result['patch'] = patch_state(params['patch_content'], params['patch_stamp'], params['python'])
     if params['check_adaptive_tiers']:
         result['adaptive_tiers'] = adaptive_tiers(commands, params['python'], module.tmpdir,
@@ -436,7 +475,7 @@ def main():
     result = new_result(service_manager=manager, python_exists=True, running=False, pid=None,
                         healthy=False, mismatches=[], configs_changed=[], guard_armed_by=None, guard_last_fired=None,
                         patch=patch_state(None, None, None), adaptive_tiers=None, generates=None,
-                        generate_error=None, sglang_version=None, folders_missing=[],
+                        generate_error=None, sglang_version=None, folders_missing=[], folders_untrusted=[],
                         launcher_current=None, cmd=[])
     server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
                     params['url'], runner=commands.as_runner())

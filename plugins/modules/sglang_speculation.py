@@ -21,7 +21,9 @@ description:
     every level. RV(recommended.adaptive_config) has a tier at the first level and at each level where the
     fastest mode's draft steps change, with that step count (0 is no drafting).
   - Writes the table to O(report_dir)/<host>.speculation.json and the role variables that apply it to
-    O(report_dir)/<host>.speculation.vars.yml, for C(ansible-playbook playbooks/redeploy.yml -e @FILE).
+    O(report_dir)/<host>.speculation.vars.yml, for C(ansible-playbook playbooks/redeploy.yml -e @FILE); <host> is
+    O(host) percent-encoded but for letters, digits, C(_.-~:) (and a leading C(.) encoded), so any inventory name
+    stays one file inside O(report_dir); an ordinary name is kept as it is.
   - Used by C(playbooks/tune_speculation.yml) (the C(gpuops.sglang.sglang) role's C(tune) entry point).
   - Runs on the controller, in-process (an action plugin); nothing runs on the host.
 author:

@@ -23,7 +23,9 @@ Per check:
   They do not decide: a slower tail (a few requests much slower) moves the p95, hardly the mean.
 
 Verdict: ``fail`` when a check fails; else ``inconclusive`` when either side served fewer than ``min_requests``
-(or the canary exports no figures, or there is no baseline); else ``pass``. Pure functions; test_bake.py.
+(or the canary exports no figures, or there is no baseline), or when the latencies cannot be compared though both
+sides served enough: a side without a single latency sample, or a latency with samples on one side only (a check
+that cannot run is never a pass); else ``pass``. Pure functions; test_bake.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -125,6 +127,26 @@ def rank_test(canary, baseline):
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
+def _samples(histogram):
+    return sum(_counts(histogram))
+
+
+def _latency_gaps(canary, baseline, mine, theirs):
+    """Why the latencies cannot be compared though both sides served enough requests: a side without any latency
+    sample (its histograms empty or not exported), or a latency measured on one side only. A latency neither side
+    has is no gap: a server answers non-streamed requests in one piece, and SGLang then records no inter-token
+    latency on either side."""
+    empty = ['%s served %d requests but has no latency samples (its histograms are empty or not exported)'
+             % (label, figures['requests'])
+             for label, side, figures in (('the canary', canary, mine), ('the baseline', baseline, theirs))
+             if not any(_samples(side.get(key)) for key, dummy in LATENCIES)]
+    if empty:
+        return empty
+    return ['%s has samples on one side only (the canary %d, the baseline %d)' % (
+        title, _samples(canary.get(key)), _samples(baseline.get(key)))
+        for key, title in LATENCIES if (_samples(canary.get(key)) > 0) != (_samples(baseline.get(key)) > 0)]
+
+
 def summary(side):
     """A side's figures for the report: requests, errors, error rate, p95s and exact means (seconds)."""
     if not side:
@@ -196,6 +218,8 @@ def verdict(canary, baselines, settings=None):
     if not lacking:
         problems.append(_error_problem(mine, theirs, errors))
         problems.extend(_latency_problem(key, title, canary, baseline, tolerance, alpha) for key, title in LATENCIES)
+        # Each latency check needs samples on both sides: without them it would have passed unseen.
+        lacking.extend(_latency_gaps(canary, baseline, mine, theirs))
     elif mine['requests'] >= min_requests and mine['error_rate'] > errors:
         # Errors need no baseline to be wrong: a canary that fails its requests fails the bake on its own.
         problems.append('errors %.1f%% of %d requests (tolerance %g%%, no baseline to compare with)' % (

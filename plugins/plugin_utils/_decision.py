@@ -9,11 +9,21 @@ __metaclass__ = type
 
 
 def host_problems(state, python, host, adaptive):
-    """What the gathered state refuses before anything moves: a missing interpreter, or adaptive mode on an
-    sglang that would ignore batch-size tiers (0.5.12.post1: drafting would never stop at the threshold)."""
+    """What the gathered state refuses before anything moves: a missing interpreter, a folder of the server's files
+    that another user could write into, or adaptive mode on an sglang that would ignore batch-size tiers
+    (0.5.12.post1: drafting would never stop at the threshold)."""
     if not state.get('python_exists'):
         return ('sglang_python %s does not exist on %s; point it at the interpreter whose site-packages holds'
                 ' sglang.' % (python, host))
+    untrusted = state.get('folders_untrusted') or []
+    if untrusted:
+        # The server's output is appended to its log as root, by the module's open or by systemd's
+        # StandardOutput=append:, which follows a link: in such a folder another user links server.log to a file of
+        # root's, and the next start writes into it. Refused before anything stops.
+        return ('the server\'s files on %s would live in folders another user could write into: %s. Use folders that'
+                ' root owns, with every folder above them root\'s and writable by neither group nor others (chmod'
+                ' go-w, chown root), or set sglang_config_dir, sglang_run_dir and sglang_log_file to such folders.'
+                % (host, '; '.join('%s, as %s' % (entry.get('folder'), entry.get('why')) for entry in untrusted)))
     if adaptive and state.get('adaptive_tiers') is not True:
         found = ('reads one flat list of candidate steps and would ignore them' if state.get('adaptive_tiers') is False
                  else 'could not be read')

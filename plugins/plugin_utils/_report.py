@@ -7,8 +7,9 @@
 stop, killed, released, started, patched, patch_state, router_before, router_removed, router_readmitted,
 rollback, slot, takeover, gpu_probe, after_failure, state, performance, group (the plan's); failure, skip_reason,
 reasons, redeploy_needed, window_opened, run_id, manager, check_mode. `settings` holds host, patch_file, router_url,
-rollback_deadline and perf_gate. Every report has the same keys, whatever happened; the dashboard and the tests read
-the messages, so they stay word for word.
+rollback_deadline, perf_gate, and the plan's server_info and environment (what the server must report). Every
+report has the same keys, whatever happened; the dashboard and the tests read the messages, so they stay word for
+word.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,6 +20,7 @@ import re
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import FAILED
 
 SLOT_KEYS = ('slot', 'waited_s', 'held_by', 'unavailable')
@@ -32,7 +34,7 @@ RESULTS = ('stop', 'killed', 'released', 'started', 'patched', 'router_before', 
 def report_files(host, status):
     """The report's file names: HOST.json, and HOST.last-redeploy.json after a redeploy (what the performance
     gate's stored baseline reads)."""
-    names = [host + '.json']
+    names = [host_file(host, 'report')]
     if status == 'redeployed':
         names.append(last_redeploy_file(host))
     return names
@@ -40,7 +42,7 @@ def report_files(host, status):
 
 def last_redeploy_file(host):
     """The report of the host's last redeploy, kept until the next one (the performance gate's stored baseline)."""
-    return host + '.last-redeploy.json'
+    return host_file(host, 'last_redeploy')
 
 
 def run_of(results, check_mode):
@@ -180,6 +182,7 @@ def base(run, settings):
         # The canary bake's verdict (sglang_canary_verdict's `bake`); null where no bake ran.
         'bake': _get(run, 'bake').get('bake'),
         'group': group_block(run.get('group')),
+        'verified_settings': None,
     }
 
 
@@ -277,10 +280,29 @@ def _guard_acts(settings):
     return '%s s after the window opened' % as_text(settings['rollback_deadline'])
 
 
+def verified_settings(run, settings, ended):
+    """{server_info, environment}: what the run saw the server report on the host, or None where it saw nothing.
+
+    `settings` server_info and environment are the plan's expected values; a healthy server on which this run
+    found nothing to change (its read compared them) or which it redeployed (the start fails on a mismatch)
+    reported exactly those. The dashboard shows them for a server it may not ask with its key. A rank > 0 of a
+    server group serves no HTTP: its settings are verified on rank 0.
+    """
+    expected = {'server_info': dict(settings.get('server_info') or {}),
+                'environment': dict(settings.get('environment') or {})}
+    if ended['status'] not in ('unchanged', 'redeployed') or ended['healthy'] is not True \
+            or (run.get('check_mode') and run.get('redeploy_needed')) or not any(expected.values()):
+        return None
+    if (run.get('group') or {}).get('rank') not in (None, 0):
+        return None
+    return expected
+
+
 def report(run, settings):
     """The whole report: base() with outcome() over it."""
     whole = base(run, settings)
     whole.update(outcome(run, settings))
+    whole['verified_settings'] = verified_settings(run, settings, whole)
     return whole
 
 

@@ -141,6 +141,19 @@ def _timing_problems(settings):
     ]
 
 
+def _time_bound_problems(settings):
+    """Every time variable within its maximum (_timing.TIME_BOUNDS); below its floor the other rules speak. A value
+    that is not a number reads as 0 (Jinja's float); NaN and the infinities are never within a range."""
+    problems = []
+    for name, bound in _timing.TIME_BOUNDS.items():
+        if bound.auto and _timing.is_auto(settings[name]):
+            continue
+        if not as_float(settings[name]) <= bound.most:
+            problems.append(('%s (%s) must be %s: %s.' % (name, as_text(settings[name]), bound.words(), bound.why),
+                             True))
+    return problems
+
+
 def _size_problems(settings):
     numbers = ('sglang_speculative_num_steps', 'sglang_speculative_eagle_topk', 'sglang_speculative_num_draft_tokens')
     return [
@@ -256,7 +269,8 @@ def variable_problems(settings, inventory):
     rules = [('sglang_model_path is empty; set the model the server loads.', len(settings['sglang_model_path']) == 0)]
     rules += _speculation_problems(settings)
     rules += _inventory_problems(settings, inventory)
-    rules += _timing_problems(settings) + _size_problems(settings) + _fleet_problems(settings)
+    rules += _timing_problems(settings) + _time_bound_problems(settings) + _size_problems(settings)
+    rules += _fleet_problems(settings)
     rules += _key_problems(settings) + _folder_problems(settings) + _bake_problems(settings)
     rules += _deadline_problems(settings)
     rules += _lease_problems(settings, inventory.get('controller'))

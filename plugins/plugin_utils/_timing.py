@@ -8,9 +8,11 @@ against these (plugin_utils/_rules.py); the plan hands them to the role's tasks 
 no arithmetic of their own. Pure functions over the role's settings; table-tested in test_timing.py.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 __metaclass__ = type
+
+from dataclasses import dataclass
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
@@ -30,6 +32,65 @@ ADMISSION_SLACK_S = 30
 LOCK_SLACK_S = 60
 # Each /metrics reading of the canary's bake (sglang_canary_bake's timeout).
 BAKE_READ_TIMEOUT_S = 10
+
+HOUR_S = 3600.0
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class TimeBound:
+    """The range of one of the role's time variables, in seconds, and why its maximum is that."""
+    least: float
+    most: float
+    why: str
+    # False: the least is itself refused (the value must be above it).
+    least_allowed: bool = True
+    # True: "auto" is taken too (the plan computes the value from the other, bounded, settings).
+    auto: bool = False
+
+    def holds(self, seconds: float) -> bool:
+        """Whether `seconds` is within the range; NaN and the infinities never are."""
+        above = seconds >= self.least if self.least_allowed else seconds > self.least
+        return above and seconds <= self.most
+
+    def words(self) -> str:
+        """The range as the messages and the argument spec say it: "from 0 to 3600 s", "above 0, at most 60 s"."""
+        words = ('from %g to %g s' if self.least_allowed else 'above %g, at most %g s') % (self.least, self.most)
+        return words + (', or auto' if self.auto else '')
+
+
+# Every time bound the role takes, with its range: the plan refuses a value outside it before anything stops
+# (_rules._time_bound_problems, for the inventory, -e and the dashboard alike), the dashboard answers 422 for one
+# before it starts a run (gpuops_dashboard/extra_vars.py reads this table), and the argument spec states each range.
+# A bound without a maximum is a host left down: a run started with sglang_rollback_idle of 1e12 and then cancelled
+# after the stop leaves the server down for 30,000 years. The floors are the rules' own (_rules.py).
+TIME_BOUNDS = {
+    'sglang_term_timeout': TimeBound(0, HOUR_S, 'SIGTERM lets SGLang finish what it holds; a server not gone after an'
+                                               ' hour is stuck, and SIGKILL is the answer'),
+    'sglang_health_timeout': TimeBound(0, 4 * HOUR_S, 'a model load: the largest checkpoints, read from network storage,'
+                                                      ' load within an hour or two', least_allowed=False),
+    'sglang_health_poll_interval': TimeBound(0, 60, 'a poll a minute at the slowest: a longer pause only delays the'
+                                                    ' new server\'s confirmation', least_allowed=False),
+    'sglang_gpu_release_timeout': TimeBound(0, HOUR_S, 'the driver frees a process\'s memory within seconds of its'
+                                                       ' exit; an hour covers a slow container teardown many times',
+                                            least_allowed=False),
+    'sglang_router_timeout': TimeBound(0, 600, 'the router shows a removal or an addition within seconds'),
+    'sglang_drain_timeout': TimeBound(0, HOUR_S, 'the longest generations already routed to the server finish within'
+                                                 ' minutes; past an hour the server is stopped anyway'),
+    'sglang_fleet_wait_timeout': TimeBound(0, DAY_S, 'nothing is stopped while a host waits for room; a rollout that'
+                                                     ' finds none in a day is better started again'),
+    'sglang_perf_timeout': TimeBound(0, HOUR_S, 'one level of a benchmark; the window holds two per level',
+                                     least_allowed=False),
+    'sglang_tune_timeout': TimeBound(0, HOUR_S, 'one level of the speculation tuner, whose host is off its server for'
+                                                ' every level of every mode', least_allowed=False),
+    'sglang_canary_bake': TimeBound(0, DAY_S, 'a day of live traffic shows every hour\'s load; 0 turns the bake off'),
+    'sglang_rollback_idle': TimeBound(0, HOUR_S, 'how long a host stays down after its controller is gone (killed,'
+                                                 ' cancelled, cut off) before it restores the previous server itself',
+                                      least_allowed=False),
+    'sglang_rollback_deadline': TimeBound(0, 2 * DAY_S, 'the longest window the other maxima allow (a day\'s bake,'
+                                                        ' four hours of model load, benchmarks, drain, stop) fits in'
+                                                        ' two days', least_allowed=False, auto=True),
+}
 
 
 def _router(settings):

@@ -22,7 +22,6 @@ from gpuops_dashboard import __main__ as main_module
 from gpuops_dashboard import extra_vars, inventory as host_inventory, performance, redeploy, store, timeline
 from gpuops_dashboard.app import RedeployRequest, host_allowed
 from helpers.dashboard_http import post
-from helpers.http_responder import HttpResponder, Reply
 
 # The token tests/dashboard/conftest.py gives the apps it serves.
 TOKEN = 'test-token'
@@ -242,6 +241,36 @@ def test_the_api_answers_422_naming_the_refused_key_and_starts_nothing(dashboard
     assert json.loads(request(dashboard_offline.url + '/api/redeploys')[1])['redeploys'] == []
 
 
+# The plan's own table: the dashboard holds no copy of a number (_timing.TIME_BOUNDS).
+TIME_BOUNDS = extra_vars.TIME_BOUNDS
+
+
+@pytest.mark.parametrize('name', sorted(TIME_BOUNDS))
+def test_a_time_bound_out_of_its_range_is_refused_naming_the_range(name):
+    bound = TIME_BOUNDS[name]
+    for given in (1e12, bound.most + 1, bound.least - 1):
+        with pytest.raises(extra_vars.InvalidExtraVars) as refused:
+            extra_vars.validate({name: given})
+        assert str(refused.value).startswith('extra_vars.%s: must be %s' % (name, bound.words())), refused.value
+        assert refused.value.key == name and bound.why in str(refused.value)
+    assert extra_vars.validate({name: bound.most}) == {name: bound.most}
+    if not bound.least_allowed:
+        with pytest.raises(extra_vars.InvalidExtraVars):
+            extra_vars.validate({name: bound.least})
+
+
+@pytest.mark.parametrize('extra', [{'sglang_rollback_idle': 1e12}, {'sglang_rollback_deadline': 1e12},
+                                   {'sglang_rollback_deadline': 10 ** 12}, {'sglang_canary_bake': 86401}],
+                         ids=['idle', 'deadline', 'deadline-int', 'bake'])
+def test_the_api_answers_422_for_a_time_bound_out_of_its_range_and_starts_nothing(dashboard_offline, extra):
+    name = next(iter(extra))
+    status, body, _ = post(dashboard_offline.url + '/api/redeploys', TOKEN, {'extra_vars': extra})
+    assert status == 422
+    assert any('extra_vars.%s: must be %s' % (name, TIME_BOUNDS[name].words()) in problem['msg']
+               for problem in body['detail']), body
+    assert json.loads(request(dashboard_offline.url + '/api/redeploys')[1])['redeploys'] == []
+
+
 @pytest.mark.parametrize('patch', ['/root/.ssh/id_ed25519', os.path.join(FILES, '..', 'README.md'),
                                    'eagle_dynamic_spec_threshold.diff', FILES])
 def test_a_patch_outside_the_patch_folders_is_refused_naming_them_and_starts_nothing(dashboard_offline, patch):
@@ -438,37 +467,21 @@ def test_hosts_that_listen_on_every_address_are_asked_at_their_inventory_address
     assert sorted(hosts) == ['gpu-metal-01.example.internal', 'sglang-01.example.internal',
                              'sglang-02.example.internal']
     assert [hosts[name]['address'] for name in sorted(hosts)] == sorted(hosts)
-    # inventory/example's key comes from a vault variable the dashboard has no password for: said, not guessed.
-    for variables in hosts.values():
-        assert variables['api_key'] is None
-        assert "sglang_api_key cannot be read here" in variables['api_key_error']
-        assert 'vault_sglang_api_key' in variables['api_key_error']
+    # inventory/example's key comes from a vault variable the dashboard has no password for: still a key.
+    assert [variables['has_api_key'] for variables in hosts.values()] == [True] * 3
 
 
-def test_server_info_gets_the_inventorys_key_and_a_401_shows_as_unauthorized(tmp_path):
-    with HttpResponder() as responder:
-        responder.route('GET', '/health', status=200)
-        responder.route('GET', '/server_info', handler=lambda request, match: Reply(
-            200, json={'speculative_algorithm': 'EAGLE3', 'max_running_requests': 96})
-            if request.headers.get('Authorization') == 'Bearer k1' else Reply(401, json={'error': 'no'}))
-        port = int(responder.url.rsplit(':', 1)[1])
-        base = {'sglang_host': '0.0.0.0', 'sglang_port': port, 'sglang_model_path': '/m'}
-        folder = write_inventory(str(tmp_path / 'inventory'), {
-            'keyed': dict(base, ansible_host='127.0.0.1', sglang_api_key='k1'),
-            'keyless': dict(base, ansible_host='127.0.0.1'),
-            'wrong': dict(base, ansible_host='127.0.0.1', sglang_api_key='k2'),
-            'vaulted': dict(base, ansible_host='127.0.0.1', sglang_api_key='{{ vault_missing }}')})
-        cards = dict((card['name'], card) for card in host_inventory.HostDirectory(folder).state())
-    assert cards['keyed']['address'] == '127.0.0.1' and cards['keyed']['settings']['speculative_algorithm'] == 'EAGLE3'
-    assert cards['keyed']['settings_error'] is None
-    assert cards['keyless']['settings'] is None
-    assert cards['keyless']['settings_error'].startswith('unauthorized: /server_info answered 401')
-    assert 'gives no sglang_api_key' in cards['keyless']['settings_error']
-    assert 'was refused' in cards['wrong']['settings_error']
-    assert 'cannot be read here' in cards['vaulted']['settings_error'] and cards['vaulted']['api_key_error']
-    assert [request.headers.get('Authorization') for request in responder.requests_to('GET', '/health')] == [None] * 4
-    # The key itself is in no card.
-    assert 'k1' not in json.dumps(cards) and 'k2' not in json.dumps(cards)
+def test_the_dashboard_resolves_whether_a_server_has_a_key_never_the_key(tmp_path):
+    folder = write_inventory(str(tmp_path / 'inventory'), {
+        'keyed': {'ansible_host': '127.0.0.1', 'sglang_api_key': 'k1-secret'},
+        'empty': {'ansible_host': '127.0.0.1', 'sglang_api_key': ''},
+        'none': {'ansible_host': '127.0.0.1'},
+        'vaulted': {'ansible_host': '127.0.0.1', 'sglang_api_key': '{{ vault_missing }}'}})
+    hosts = host_inventory.resolve_hosts(folder)
+    assert {name: variables['has_api_key'] for name, variables in hosts.items()} == {
+        'empty': False, 'keyed': True, 'none': False, 'vaulted': True}
+    assert 'k1-secret' not in json.dumps(hosts) and not [name for variables in hosts.values()
+                                                         for name in variables if 'key' in name and name != 'has_api_key']
 
 
 # -- 7. smaller doors -------------------------------------------------------------------------------------
@@ -477,6 +490,16 @@ def test_server_info_gets_the_inventorys_key_and_a_401_shows_as_unauthorized(tmp
 def test_an_empty_or_file_limit_is_refused(dashboard_offline, limit):
     status, body, _ = post(dashboard_offline.url + '/api/redeploys', TOKEN, {'limit': limit})
     assert status == 422 and 'limit' in json.dumps(body)
+    assert json.loads(request(dashboard_offline.url + '/api/redeploys')[1])['redeploys'] == []
+
+
+@pytest.mark.parametrize('limit', ['gpu2,@/etc/hostname', 'gpu2:@/etc/hostname', ' gpu1 , @x', 'gpu2:&@x'])
+def test_a_file_anywhere_in_the_limit_is_refused_naming_the_rule(dashboard_offline, limit):
+    # ansible-playbook reads an @FILE item wherever it stands and prints the file's first line in its warning.
+    status, body, _ = post(dashboard_offline.url + '/api/redeploys', TOKEN, {'limit': limit})
+    assert status == 422
+    assert any(problem['loc'] == ['body', 'limit'] and 'no "@" anywhere in it' in problem['msg']
+               for problem in body['detail']), body
     assert json.loads(request(dashboard_offline.url + '/api/redeploys')[1])['redeploys'] == []
 
 

@@ -100,6 +100,11 @@ class HttpResponder(object):
         """Base URL, without a trailing slash."""
         return 'http://127.0.0.1:%d' % self._server.server_address[1]
 
+    def fileno(self):
+        """The listening socket's descriptor: a process started with it (Popen's pass_fds) holds the port as the
+        server it stands for would, so _server's check of whose port it is finds that process."""
+        return self._server.fileno()
+
     def route(self, method, path, status=200, json=None, body=None, delay=0.0, headers=None, replies=None,
               handler=None):
         """Script what METHOD PATH answers.

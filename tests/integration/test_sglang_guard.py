@@ -7,6 +7,7 @@ the detached process in its own session, the path of hosts without systemd.
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import urllib.request
 import pytest
 
 from helpers.ansible_run import run_task
+from helpers.http_responder import HttpResponder, RouterImitation
+from helpers.port_owner import Squatter
 from helpers.router import Router
 from helpers.simulated import detached_server_args, free_port, wait_for
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture)
@@ -241,6 +244,39 @@ def test_a_restore_puts_the_previous_server_back_into_its_router(deployment, tmp
         router.stop()
 
 
+@pytest.mark.slow
+def test_a_restore_never_takes_a_squatter_for_the_previous_server_nor_hands_the_router_its_key(deployment, tmp_path):
+    # Issue 41: while the previous server loads its model, another user's process binds its port and answers as
+    # it would. The restore reported it healthy and put it back into the router with the worker's key, which the
+    # router would then send to the squatter with every request.
+    loading = tmp_path / 'model-loading'
+    keys = tmp_path / 'server.yaml'
+    keys.write_text('api-key: "worker-key"\n')
+    keys.chmod(0o600)
+    deployment.write_launch(64, ['--load-hold-file', str(loading), '--config', str(keys)])
+    worker = deployment.server['base_url']
+    with HttpResponder() as responder:
+        router = RouterImitation(responder, [worker])
+        armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                         deployment.guard_args(state='armed', run_id='run-q', deadline=600, health_timeout=3,
+                                               router={'url': responder.url, 'worker_url': worker, 'timeout': 10}),
+                         name='arm')
+        assert not armed.failed, armed.get('msg')
+        loading.write_text('')
+        with Squatter(deployment.port, {'max_running_requests': 64}) as squatter:
+            restored = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                                deployment.guard_args(state='restored', run_id='run-q', reason='the confirm failed'),
+                                name='restore')
+    fired = restored['fired']
+    assert fired['healthy'] is False and fired['router_readmitted'] is False
+    assert fired['router_problem'] == 'the restored server is not healthy, so it was not put back'
+    assert any('the previous server is not healthy: port %d is held by PID %d (user ' % (deployment.port, squatter.pid)
+               in problem for problem in fired['problems']), fired['problems']
+    # Out of the router, and never back in: no admission, so the router never got the worker's key.
+    assert [call for call in router.calls() if not call.startswith('GET')] == ['DELETE /workers/w-0']
+    assert squatter.requests == [] and 'Bearer worker-key' not in squatter.authorizations()
+
+
 def guard_option(deployment, run_id):
     return {'folder': str(deployment.guard_dir), 'run_id': run_id}
 
@@ -263,15 +299,18 @@ def test_guard_restores_when_nothing_renews_its_lease_for_the_idle_bound(deploym
     query = run_task(tmp_path, 'gpuops.sglang.sglang_guard', deployment.guard_args(state='query'), name='query')
     lease = query['lease']
     assert lease['renewed_by'] == 'sglang_server stopped (done)'
-    assert lease['expires_at'] == lease['renewed_at'] + 8 and lease['acts_at'] == lease['expires_at']
-    assert lease['deadline_at'] == pytest.approx(lease['armed_at'] + 600)
+    assert lease['expires_at_boot'] == lease['renewed_at_boot'] + 8 and lease['acts_at'] == lease['expires_at']
+    # The wall-clock times to come are the boot clock's carried over at the query: the same, but for drift.
+    assert lease['expires_at'] == pytest.approx(lease['renewed_at'] + 8, abs=1)
+    assert lease['deadline_at'] == pytest.approx(lease['armed_at'] + 600, abs=1)
     # Dropping the guard removes state.json, then the backups, then lease.json: wait for the last of them.
     wait_for(lambda: (deployment.guard_dir / 'fired.json').exists() and not
              (deployment.guard_dir / 'state.json').exists() and not (deployment.guard_dir / 'lease.json').exists(),
              8 + 30, 'the guard acting at its idle bound')
     report = json.loads((deployment.guard_dir / 'fired.json').read_text())
     assert report['bound'] == 'idle' and report['acted_by'] == 'idle' and report['healthy']
-    assert report['started_at'] >= lease['expires_at'], 'the guard acted before its lease lapsed'
+    # The watcher counts on the boot clock; a wall clock slewed by NTP may differ from it by milliseconds here.
+    assert report['started_at'] >= lease['expires_at'] - 0.05, 'the guard acted before its lease lapsed'
     assert 'idle bound (8s)' in report['reason']
     assert health(deployment.port) == 200 and deployment.module_file.read_bytes() == b'# pre-run bytes \xe2\x9c\x93\n'
     assert not (deployment.guard_dir / 'lease.json').exists()
@@ -328,6 +367,7 @@ def test_rollback_playbook_needs_a_limit_restores_on_demand_and_guard_status_sho
     assert status.rc == 0, status.stdout[-2000:]
     [shown] = debug_messages(status, 'Show it (host clock, UTC)')
     assert shown.startswith('armed by run run-9 since ') and 'by arm the guard; idle bound 600.0 s' in shown
+    assert re.search(r"\(in \d+ s, counted on the host's boot clock\) unless renewed or confirmed", shown), shown
     assert 'unless renewed or confirmed; last restore: none' in shown
     refused = run_playbook(tmp_path, 'playbooks/rollback.yml', str(inventory), name='no-limit')
     assert refused.rc != 0 and (deployment.guard_dir / 'state.json').exists()

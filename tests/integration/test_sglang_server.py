@@ -1,6 +1,7 @@
 """sglang_server's stop that does not wait (wait=false), against tiny_server.py run detached."""
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import pytest
 
 from helpers.ansible_run import run_task
 from helpers.http_responder import HttpResponder, Reply
+from helpers.port_owner import Squatter
 from helpers.simulated import wait_for
 from helpers.tiny import TINY_SERVER, alive, session_members
 
@@ -195,5 +197,36 @@ def test_a_200_from_another_process_on_the_port_is_not_the_started_servers_healt
                            name='start')
     assert started.failed
     assert 'did not become healthy: the server exited with status 1' in started['msg'], started['msg']
-    assert '%s/health answered 200 from another process' % server.url in started['msg']
+    assert 'port %d is held by PID %d (user %s, command ' % (port, os.getpid(), pwd.getpwuid(os.geteuid()).pw_name) \
+        in started['msg'] and 'not by the started server' in started['msg']
     assert started['healthy'] is False and started['running'] is False
+
+
+@pytest.mark.slow
+def test_a_squatter_on_the_port_is_never_taken_for_the_started_server_nor_sent_its_key(tmp_path, servers):
+    # Issue 41: while the new server loads its model (SGLang binds its port only after the load), a local user binds
+    # the port first and answers as the server would (its settings can be read in /proc). The start took it for the
+    # server: healthy, no mismatch, ready, and it sent the squatter the server's key on /server_info and
+    # /health_generate.
+    loading = tmp_path / 'model-loading'
+    loading.write_text('')
+    keys = tmp_path / 'server.yaml'
+    keys.write_text('api-key: "the-servers-key"\n')
+    keys.chmod(0o600)
+    server = servers('a', '--load-hold-file', str(loading), '--config', str(keys))
+    wanted = dict(expected_server_info={'max_running_requests': 1}, ready_checks=2, generate_probe=True)
+    with Squatter(server.port, {'max_running_requests': 1, 'text': ' pong'}) as squatter:
+        started = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                           server.args(state='started', health_timeout=3, health_interval=0.2, **wanted), name='start')
+    assert started.failed and started['healthy'] is False and started['readiness'] is None
+    assert ('the server tiny did not become healthy: port %d is held by PID %d (user %s, command %s -c '
+            % (server.port, squatter.pid, pwd.getpwuid(squatter.uid).pw_name, squatter.python)) in started['msg'], \
+        started['msg']
+    assert started['msg'].endswith(', not by the started server')
+    # Never asked: no /health believed, no key sent.
+    assert squatter.requests == [] and 'Bearer the-servers-key' not in squatter.authorizations()
+    # The squatter gone and the model loaded, the server binds its port: the same task now finds it its own.
+    loading.unlink()
+    again = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started', **wanted), name='again')
+    assert not again.failed, again['msg']
+    assert again['healthy'] is True and again['readiness']['ready'] is True and again['mismatches'] == []

@@ -8,7 +8,8 @@ POST /generate (answered after --generate-delay seconds and once --hold-file is 
 requests overlap. On SIGTERM it refuses new generations, lets the ones in flight finish, then exits,
 as SGLang does; with --drain-hold-file it also waits while that file exists. With --leave-child it starts
 a child in its own session that ignores SIGTERM and is left behind when it exits (the orphaned scheduler a
-crashed SGLang leaves). Exits 2 on an unknown flag, as argparse does.
+crashed SGLang leaves). With --load-hold-file it binds its port only once that file is gone, as SGLang binds
+only after its model load. Exits 2 on an unknown flag, as argparse does.
 """
 import argparse
 import json
@@ -35,6 +36,10 @@ def main():
     # An older server: neither /v1/loads nor /get_load.
     parser.add_argument('--no-loads', action='store_true')
     parser.add_argument('--drain-hold-file')
+    # SGLang binds its HTTP port only once its model is loaded: while this file exists the server "loads", unbound.
+    parser.add_argument('--load-hold-file')
+    # The file the modules read the server's API key from, as SGLang's --config (the key is not enforced here).
+    parser.add_argument('--config')
     parser.add_argument('--leave-child', action='store_true')
     args = parser.parse_args()
     ready_at = time.monotonic() + args.warmup
@@ -96,6 +101,8 @@ def main():
         def log_message(self, *args):
             pass
 
+    while args.load_hold_file and os.path.exists(args.load_hold_file):
+        time.sleep(0.02)
     server = ThreadingHTTPServer(('127.0.0.1', args.port), Handler)
 
     if args.leave_child:

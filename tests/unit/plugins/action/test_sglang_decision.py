@@ -46,7 +46,10 @@ def test_changed_files_are_written_and_a_due_patch_is_applied(run_action):
 @pytest.mark.parametrize('state, adaptive, words', [
     ({'python_exists': False}, False, 'sglang_python /opt/py does not exist on gpu1'),
     ({'adaptive_tiers': False}, True, 'reads one flat list of candidate steps and would ignore them'),
-], ids=['no-interpreter', 'no-tiers'])
+    ({'folders_untrusted': [{'folder': '/var/log/sglang', 'why': '/var/log is writable by its group (mode 0775)'}]},
+     False, "the server's files on gpu1 would live in folders another user could write into: /var/log/sglang, as"
+            " /var/log is writable by its group (mode 0775). Use folders that root owns"),
+], ids=['no-interpreter', 'no-tiers', 'untrusted-folder'])
 def test_a_host_that_could_not_run_the_server_is_refused(run_action, state, adaptive, words):
     decision = decide(run_action, arguments(state, adaptive=adaptive))
     assert decision['failed'] is True and words in decision['msg']

@@ -12,6 +12,7 @@ from role_settings import NEEDED, role_defaults  # noqa: E402  pylint: disable=w
 from ansible.template import trust_as_template  # noqa: E402
 
 from ansible_collections.gpuops.sglang.plugins.action.sglang_plan import ActionModule  # noqa: E402
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _timing  # noqa: E402
 
 
 def host_vars(**overrides):
@@ -224,3 +225,17 @@ def test_a_canary_bakes_against_the_fleets_other_servers_and_every_server_export
     plain = run_action(ActionModule, host_vars())
     assert plain['bake'] == {'seconds': 0, 'baselines': {}} and '--enable-metrics' not in plain['args']
     assert 'enable_metrics' not in plain['expected_server_info']
+
+
+@pytest.mark.parametrize('name, given, shown', [
+    # As the inventory writes it (a number), as -e hands it over (a string), as a template renders it.
+    ('sglang_rollback_idle', 1e12, '1000000000000.0'),
+    ('sglang_rollback_deadline', '1e12', '1e12'),
+    ('sglang_health_timeout', 'nan', 'nan'),
+    ('sglang_canary_bake', trust_as_template('{{ 86400 * 2 }}'), '172800'),
+], ids=['idle-inventory', 'deadline-extra-var', 'health-nan', 'bake-templated'])
+def test_a_time_bound_over_its_maximum_fails_the_plan_naming_it(run_action, name, given, shown):
+    plan = run_action(ActionModule, host_vars(**{name: given}))
+    assert plan['failed'] is True
+    said = '%s (%s) must be %s' % (name, shown, _timing.TIME_BOUNDS[name].words())
+    assert any(problem.startswith(said) for problem in plan['problems']), plan['problems']

@@ -1,11 +1,13 @@
 """sglang_report builds the role's report from the step results and settings it is given, writes it and publishes it
 (no task variable is read: the runs below have none but hostvars)."""
 import json
+import os
 
 import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpuops.sglang.plugins.action.sglang_report import ActionModule
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _report
 
 SETTINGS = {'patch_file': '', 'router_url': '', 'rollback_deadline': 1800, 'rollback_idle': 90,
             'guard_dir': '/var/lib/gpuops-sglang/sglang'}
@@ -129,3 +131,15 @@ def test_the_group_stage_before_the_report_is_refused(run_action):
 def test_a_report_without_settings_is_refused(run_action):
     with pytest.raises(AnsibleActionFail, match='takes the run.s settings'):
         run_action(ActionModule, {}, args={'host': 'gpu1', 'run': RUN})
+
+
+@pytest.mark.parametrize('host', ['../../escaped', 'a/b', '..', '.hidden'])
+def test_a_host_name_that_leads_out_of_the_folder_keeps_its_reports_inside_it(run_action, tmp_path, host):
+    # Ansible accepts '../../escaped' as an inventory name: joined as it was, the report went two folders up.
+    reports = tmp_path / 'a' / 'b' / 'reports'
+    result = build(run_action, host=host, report_dir=str(reports))
+    assert os.listdir(str(tmp_path)) == ['a'] and os.listdir(str(tmp_path / 'a')) == ['b']
+    assert os.listdir(str(reports.parent)) == ['reports']
+    names = sorted(path.name for path in reports.iterdir())
+    assert names == sorted(_report.report_files(host, 'redeployed')) and not any(name.startswith('.') for name in names)
+    assert result['written'] == [str(reports / name) for name in _report.report_files(host, 'redeployed')]

@@ -8,6 +8,7 @@ import yaml
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.gpuops.sglang.plugins.action.sglang_speculation import ActionModule
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 
 MODES = [{'name': 'plain', 'steps': 0}, {'name': 'eagle3', 'steps': 3}]
 
@@ -66,3 +67,15 @@ def test_nothing_compared_is_refused_and_nothing_is_written(run_action, tmp_path
     with pytest.raises(AnsibleActionFail, match='no level was served in time and without errors'):
         run_action(ActionModule, {}, args=args(tmp_path, measured={'plain': timed_out, 'eagle3': timed_out}))
     assert os.listdir(str(tmp_path)) == []
+
+
+@pytest.mark.parametrize('host', ['../../escaped', 'a/b', '..'])
+def test_a_host_name_that_leads_out_of_the_folder_keeps_its_table_inside_it(run_action, tmp_path, host):
+    # Ansible accepts '../../escaped' as an inventory name: joined as it was, the table went two folders up.
+    folder = tmp_path / 'a' / 'b' / 'reports'
+    result = run_action(ActionModule, {}, args=args(folder, host=host))
+    assert os.listdir(str(tmp_path)) == ['a'] and os.listdir(str(tmp_path / 'a')) == ['b']
+    assert os.listdir(str(folder.parent)) == ['reports']
+    assert sorted(os.listdir(str(folder))) == sorted([host_file(host, 'speculation'), host_file(host, 'speculation_vars')])
+    assert result['file'] == str(folder / host_file(host, 'speculation'))
+    assert json.loads((folder / host_file(host, 'speculation')).read_text())['host'] == host

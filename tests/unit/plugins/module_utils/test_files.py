@@ -1,6 +1,8 @@
 """_files: the one lock and the one atomic write the patch transaction, the guard and the server share."""
+import fcntl
 import json
 import os
+import re
 import stat
 
 import pytest
@@ -70,3 +72,90 @@ def test_the_lock_is_waited_for_while_its_holder_lets_go(tmp_path):
     waiter = files.FileLock(str(tmp_path), 5, clock=lambda: clock[0], sleep=sleep).acquire()
     assert waiter.fd is not None and 0 < clock[0] < 5
     waiter.release()
+
+
+def target_of_roots(tmp_path):
+    target = tmp_path / 'root-only'
+    target.write_bytes(b'secret\n')
+    os.chmod(str(target), 0o600)
+    return target
+
+
+@pytest.mark.parametrize('plant, why', [
+    (lambda log, target: log.symlink_to(target), 'is a symlink'),
+    (lambda log, target: log.symlink_to(target.parent / 'made-through-the-link'), 'is a symlink'),
+    (lambda log, target: os.link(str(target), str(log)), 'has 2 names (hard links)'),
+    (lambda log, target: os.mkfifo(str(log)), 'is not a regular file (a FIFO or a socket)'),
+], ids=['symlink', 'dangling-symlink', 'hard-link', 'fifo-without-reader'])
+def test_a_log_opened_for_appending_never_follows_a_link_or_writes_a_file_of_another_kind(tmp_path, plant, why):
+    target = target_of_roots(tmp_path)
+    log = tmp_path / 'server.log'
+    plant(log, target)
+    with pytest.raises(files.UntrustedPath, match='^' + re.escape('%s %s' % (log, why))):
+        files.open_append_no_follow(str(log))
+    assert target.read_bytes() == b'secret\n' and not (tmp_path / 'made-through-the-link').exists()
+
+
+def test_a_log_opened_for_appending_is_made_when_missing_and_appended_to_blocking(tmp_path):
+    log = tmp_path / 'server.log'
+    for line in (b'first\n', b'second\n'):
+        descriptor = files.open_append_no_follow(str(log))
+        try:
+            os.write(descriptor, line)
+            # What the server inherits is an ordinary descriptor: O_NONBLOCK (against a FIFO) is cleared.
+            assert not fcntl.fcntl(descriptor, fcntl.F_GETFL) & os.O_NONBLOCK
+        finally:
+            os.close(descriptor)
+    assert log.read_bytes() == b'first\nsecond\n'
+
+
+def _group_of(members, primaries):
+    """A fake group database entry and account database with members and accounts whose primary group it is."""
+    import grp
+    import pwd
+    accounts = {name: uid for name, uid in list(members.items()) + list(primaries.items())}
+    group = grp.struct_group(('logs', 'x', 4242, list(members)))
+    entries = [pwd.struct_passwd((name, 'x', uid, 4242 if name in primaries else 1, '', '/', '/bin/sh'))
+               for name, uid in accounts.items()]
+    return group, entries
+
+
+@pytest.mark.parametrize('members, primaries, trusted', [
+    ({'syslog': 104}, {}, True),                  # Ubuntu's /var/log: root:syslog 0775
+    ({}, {'syslog': 104}, True),                  # the daemon's own primary group
+    ({'syslog': 104, 'alice': 1000}, {}, False),  # a person among the writers
+    ({}, {'bob': 1001}, False),                   # a person whose primary group it is
+    ({'nobody': 65534}, {}, False),               # nobody is nobody's system account
+    ({}, {}, False),                              # a group of no one: nothing says whose it is
+])
+def test_a_folder_writable_by_its_group_is_trusted_for_the_servers_files_only_when_daemons_alone_write_through_it(
+        tmp_path, monkeypatch, members, primaries, trusted):
+    import grp
+    import pwd
+    group, entries = _group_of(members, primaries)
+    monkeypatch.setattr(grp, 'getgrgid', lambda gid: group if gid == 4242 else (_ for _ in ()).throw(KeyError(gid)))
+    monkeypatch.setattr(pwd, 'getpwall', lambda: entries)
+    monkeypatch.setattr(pwd, 'getpwnam', lambda name: next(entry for entry in entries if entry.pw_name == name))
+    logs = tmp_path / 'log'
+    logs.mkdir()
+    os.chown(str(logs), 0, 4242)
+    os.chmod(str(logs), 0o775)
+    why = files._problem(str(logs), os.lstat(str(logs)), (0,), system_group_writers=True)
+    assert (why is None) is trusted, why
+    # The guard's folder keeps the strict rule, whoever the group's members are.
+    assert 'writable by its group' in files._problem(str(logs), os.lstat(str(logs)), (0,))
+
+
+def test_a_group_writable_folder_with_an_acl_is_never_trusted_for_its_group(tmp_path, monkeypatch):
+    import grp
+    import pwd
+    group, entries = _group_of({'syslog': 104}, {})
+    monkeypatch.setattr(grp, 'getgrgid', lambda gid: group)
+    monkeypatch.setattr(pwd, 'getpwall', lambda: entries)
+    monkeypatch.setattr(pwd, 'getpwnam', lambda name: entries[0])
+    logs = tmp_path / 'log'
+    logs.mkdir()
+    os.chmod(str(logs), 0o775)
+    # An ACL's mask is what the group bits show: the ACL may grant a person write.
+    monkeypatch.setattr(files, '_has_acl', lambda path: True)
+    assert 'writable by its group' in files._problem(str(logs), os.lstat(str(logs)), (0,), system_group_writers=True)

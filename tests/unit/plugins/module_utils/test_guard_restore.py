@@ -88,7 +88,8 @@ import stat  # noqa: E402
 
 from ansible_collections.gpuops.sglang.plugins.module_utils import _lease  # noqa: E402
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError  # noqa: E402
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import watch  # noqa: E402
+from ansible_collections.gpuops.sglang.plugins.module_utils._guard import WATCH_INTERVAL, watch  # noqa: E402
+from helpers.stepped_clock import WALL_AT_BOOT, SteppedClock  # noqa: E402
 from helpers.trusted_folder import trusted_dir  # noqa: E402,F401  (the fixture)
 
 GONE_PID = 2 ** 22 + 3
@@ -238,24 +239,26 @@ class FlakyGuard(object):
         return item
 
 
+# Armed at 0 s on the boot clock, with a deadline of 100 s and no idle bound.
+DEADLINE_ONLY = {'run_id': 'run1', 'armed_at': WALL_AT_BOOT, 'deadline': WALL_AT_BOOT + 100.0, 'idle': None,
+                 'boot_id': 'boot-1', 'armed_at_boot': 0.0, 'deadline_boot': 100.0}
+
+
 def test_a_state_that_cannot_be_read_for_a_while_is_read_again_not_taken_for_confirmed():
-    due_state = {'run_id': 'run1', 'armed_at': 0.0, 'deadline': 100.0, 'idle': None}
     guard = FlakyGuard([OSError(errno.EIO, 'Input/output error'), OSError(errno.EMFILE, 'Too many open files'),
-                        due_state])
-    assert watch(guard, 'run1', clock=lambda: 100.0, sleep=lambda seconds: None) == 'deadline'
-    assert watch(FlakyGuard([None]), 'run1', clock=lambda: 0.0, sleep=lambda seconds: None) is None
+                        DEADLINE_ONLY])
+    assert watch(guard, 'run1', clock=SteppedClock(100.0), sleep=lambda seconds: None) == 'deadline'
+    assert watch(FlakyGuard([None]), 'run1', clock=SteppedClock(0.0), sleep=lambda seconds: None) is None
 
 
-def test_a_state_that_stays_unreadable_past_the_deadline_is_given_up_on():
-    now = [50.0]
-    guard = FlakyGuard([{'run_id': 'run1', 'armed_at': 0.0, 'deadline': 100.0, 'idle': None},
-                        OSError(errno.EIO, 'Input/output error')])
-
-    def sleep(seconds):
-        now[0] += 10
+@pytest.mark.parametrize('wall_step', [0.0, -3600.0], ids=['wall-kept', 'wall-stepped-back'])
+def test_a_state_that_stays_unreadable_past_the_deadline_is_given_up_on(wall_step):
+    clock = SteppedClock(50.0, limit=200.0)
+    clock.step_wall(51.0, wall_step)
+    guard = FlakyGuard([DEADLINE_ONLY, OSError(errno.EIO, 'Input/output error')])
     with pytest.raises(GuardError, match='up to the deadline: OSError'):
-        watch(guard, 'run1', clock=lambda: now[0], sleep=sleep)
-    assert now[0] >= 100.0
+        watch(guard, 'run1', clock=clock, sleep=clock.sleep)
+    assert 100.0 <= clock.boot() <= 100.0 + WATCH_INTERVAL
 
 
 def test_only_a_missing_state_file_reads_as_none(tmp_path):

@@ -277,6 +277,79 @@ def test_a_refused_connection_is_an_http_error(servers):
         fetch('GET', closed_port_url() + '/health', TIMEOUT)
 
 
+# -- a name: resolution and every address share the one deadline ---------------------------------------------------
+
+@pytest.fixture
+def silent_address():
+    """A loopback address whose connect never completes: a listener with a full backlog (one connection queued,
+    never accepted) drops every further SYN, so a connect waits until its timeout, as an unreachable host's does."""
+    listener = socket.socket()
+    listener.bind(('127.0.0.1', 0))
+    listener.listen(0)
+    queued = socket.create_connection(listener.getsockname(), 5)
+    yield listener.getsockname()
+    queued.close()
+    listener.close()
+
+
+@pytest.fixture
+def resolver(monkeypatch):
+    """A fake getaddrinfo: names map to the loopback addresses a test gives (a list), to 'hang' (a lookup that waits
+    as a dead DNS server makes it wait, released when the test ends) or to nothing (the name does not exist).
+    Addresses written as numbers go to the real getaddrinfo, which never asks a resolver for them."""
+    real, names, released = socket.getaddrinfo, {}, threading.Event()
+
+    def getaddrinfo(host, port, family=0, kind=0, proto=0, flags=0):
+        if flags & socket.AI_NUMERICHOST or host not in names:
+            return real(host, port, family, kind, proto, flags)
+        if names[host] == 'hang':
+            released.wait(4 * TIMEOUT)
+            raise socket.gaierror(socket.EAI_AGAIN, 'Temporary failure in name resolution')
+        if not names[host]:
+            raise socket.gaierror(socket.EAI_NONAME, 'Name or service not known')
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, '', address) for address in names[host]]
+    monkeypatch.setattr(socket, 'getaddrinfo', getaddrinfo)
+    yield names
+    released.set()
+
+
+def responder_address(responder):
+    return ('127.0.0.1', int(responder.url.rsplit(':', 1)[1]))
+
+
+def test_a_name_the_resolver_never_answers_ends_by_the_deadline(resolver):
+    resolver['dns-down.test'] = 'hang'
+    failure, took = timed(lambda: fetch('GET', 'http://dns-down.test:30000/health', TIMEOUT))
+    assert isinstance(failure, HttpTimeout)
+    assert str(failure) == 'no complete answer within 2s (timed out resolving dns-down.test)'
+    assert took < BOUND
+
+
+def test_a_name_that_does_not_resolve_is_an_http_error_naming_it(resolver):
+    resolver['nowhere.test'] = []
+    with pytest.raises(HttpError, match='^resolving nowhere.test: .*Name or service not known'):
+        fetch('GET', 'http://nowhere.test:30000/health', TIMEOUT)
+
+
+def test_a_later_address_of_a_name_gets_only_the_time_the_earlier_ones_left(resolver, silent_address, http_responder):
+    http_responder.route('GET', '/health', status=200)
+    resolver['two.test'] = [silent_address, responder_address(http_responder)]
+    failure, took = timed(lambda: fetch('GET', 'http://two.test:30000/health', TIMEOUT))
+    # The first address took all the time there was: the second is never asked after the deadline.
+    assert isinstance(failure, HttpTimeout)
+    assert str(failure) == 'no complete answer within 2s (timed out connecting to two.test:30000)'
+    assert http_responder.requests == []
+    assert took < BOUND
+
+
+def test_a_refused_address_of_a_name_gives_way_to_the_next(resolver, http_responder):
+    from helpers.http_responder import closed_port_url
+    http_responder.route('GET', '/health', status=200)
+    closed = ('127.0.0.1', int(closed_port_url().rsplit(':', 1)[1]))
+    resolver['two.test'] = [closed, responder_address(http_responder)]
+    assert fetch('GET', 'http://two.test:30000/health', TIMEOUT) == (200, b'')
+
+
 @pytest.fixture
 def tls_trickle():
     """A listener on 127.0.0.1 that answers a ClientHello with the 5-byte header of a 16 KiB TLS handshake record,

@@ -120,3 +120,29 @@ def test_a_series_that_appears_between_the_scrapes_counts_from_zero():
     served = _live_metrics.difference(_live_metrics.snapshot(''), _live_metrics.snapshot(SCRAPE))
     assert served['requests'] == 15.0 and served['itl']['counts'] == [4.0, 4.0, 2.0]
     assert _live_metrics.difference(_live_metrics.snapshot(SCRAPE), _live_metrics.snapshot(''))['requests'] is None
+
+
+@pytest.mark.parametrize('line, series', [
+    # float() takes every one of these; each would turn a check of the verdict off.
+    ('sglang:num_requests_total{model_name="m"} NaN', 'sglang:num_requests_total{model_name="m"} reads nan'),
+    ('sglang:num_aborted_requests_total{model_name="m"} +Inf', 'sglang:num_aborted_requests_total{model_name="m"} reads inf'),
+    ('sglang:generation_tokens_total 1e309', 'sglang:generation_tokens_total{} reads inf'),
+    ('sglang:inter_token_latency_seconds_bucket{model_name="m",tp_rank="0",le="0.01"} NaN',
+     'sglang:inter_token_latency_seconds_bucket{le="0.01",model_name="m",tp_rank="0"} reads nan'),
+    ('sglang:inter_token_latency_seconds_sum{model_name="m",tp_rank="0"} -Inf',
+     'sglang:inter_token_latency_seconds_sum{model_name="m",tp_rank="0"} reads -inf'),
+    ('sglang:e2e_request_latency_seconds_count nan', 'sglang:e2e_request_latency_seconds_count{} reads nan'),
+], ids=['nan-counter', 'inf-counter', 'overflowing-counter', 'nan-bucket', 'infinite-sum', 'nan-count'])
+def test_a_sample_that_is_not_a_finite_number_is_refused_naming_its_series(line, series):
+    with pytest.raises(_live_metrics.LiveMetricsError) as refused:
+        _live_metrics.snapshot(SCRAPE + line + '\n')
+    assert str(refused.value).startswith(series + ', not a finite number')
+
+
+@pytest.mark.parametrize('line', [
+    'sglang:gen_throughput{model_name="m"} NaN',  # a gauge of SGLang's that the bake does not read
+    'process_cpu_seconds_total +Inf',
+    'sglang:num_requests_total{model_name="m"} NaNx',  # not a number at all: not a sample, as before
+])
+def test_a_series_the_bake_does_not_read_may_hold_anything(line):
+    assert _live_metrics.snapshot(SCRAPE + line + '\n')['requests'] == 15.0

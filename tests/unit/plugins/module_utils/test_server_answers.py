@@ -1,18 +1,23 @@
 """_server's reads of a server's answers (/server_info, the load endpoints, one generation, /health) against a
 broken or hostile server on loopback: each is a clear ServerError or a reading that says why, within its
 timeout, never a RecursionError or an unbounded read."""
+import pwd
 import time
 
 import pytest
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import NotOurListener, Server, ServerError
 from helpers.hostile_http import (  # noqa: F401  (hostile_http: the fixture)
     endless_line, hostile_http, huge_length, listing, nested_brackets, trickle)
+from helpers.port_owner import Squatter, this_process_systemctl
+from helpers.simulated import free_port
 
 
 def server_at(url):
-    return Server('detached', 'sglang', '/nonexistent/launch.json', '/nonexistent/pid', '/dev/null', url)
+    # The server's main process is this test's, which listens on the hostile peer's port: the port is the server's.
+    return Server('systemd', 'sglang', '/nonexistent/launch.json', '/nonexistent/pid', '/dev/null', url,
+                  runner=this_process_systemctl)
 
 
 @pytest.mark.parametrize('behaviour, said', [
@@ -46,3 +51,38 @@ def test_a_trickling_health_endpoint_is_no_answer_within_the_probe_timeout(hosti
     assert server.health(timeout=1.0) == NO_ANSWER
     assert time.monotonic() - begun < 3 * 1.0
 
+
+
+@pytest.mark.parametrize('running', [True, False], ids=['running', 'down'])
+def test_a_port_held_by_another_process_is_never_asked_and_every_read_says_whose_it_is(running):
+    # Issue 41: a process that bound the server's port first (while it loaded its model, or while it is down) got
+    # /health believed and every keyed request. Nothing goes to it now, and each read names it.
+    port = free_port()
+    url = 'http://127.0.0.1:%d' % port
+    with Squatter(port, {'max_running_requests': 64, 'text': 'x', 'aggregate': {'total_reqs': 0}}) as squatter:
+        server = server_at(url) if running else Server('detached', 'sglang', '/nonexistent/launch.json',
+                                                       '/nonexistent/pid', '/dev/null', url)
+        held = 'port %d is held by PID %d (user %s, command %s -c ' % (
+            port, squatter.pid, pwd.getpwuid(squatter.uid).pw_name, squatter.python)
+        said = ', not by the started server' + ('' if running else ' (the server is not running)')
+        # A probe only says another process holds it; naming it searches every process's open files, done once.
+        assert server.health(1) == NO_ANSWER and server.foreign_listener == 'port %d is held by another process%s' % (
+            port, said)
+        assert server.foreign_listener_named().startswith(held) and server.foreign_listener.endswith(said)
+        with pytest.raises(NotOurListener) as refused:
+            server.server_info()
+        assert str(refused.value) == server.foreign_listener
+        assert server.in_flight() == (None, server.foreign_listener)
+        generated = server.generate_once(1)
+        assert (generated['ok'], generated['status'], generated['why']) == (False, NO_ANSWER, server.foreign_listener)
+        assert server.wait_ready(1, 0.3, 0.1)['why'].endswith('(last: %s)' % server.foreign_listener)
+        assert server.wait_healthy(0.3, 0.1)['why'] == server.foreign_listener
+    assert squatter.requests == []
+
+
+def test_a_port_nothing_listens_on_is_not_asked_and_says_so(tmp_path):
+    server = server_at('http://127.0.0.1:%d' % free_port())
+    assert server.health(1) == NO_ANSWER and server.foreign_listener is None
+    with pytest.raises(NotOurListener) as refused:
+        server.server_info()
+    assert str(refused.value) == 'nothing listens at %s' % server.base_url

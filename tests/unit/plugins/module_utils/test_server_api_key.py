@@ -25,6 +25,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
     read_config_keys,
 )
 from helpers.ansible_run import REPO
+from helpers.port_owner import this_process_systemctl
 
 
 def load_standin():
@@ -166,7 +167,8 @@ def server_for(tmp_path, url, key):
     keys = tmp_path / 'server.yaml'
     keys.write_text(render_keys(key))
     launch = write_launch(tmp_path, ['--model-path', '/m', '--config', str(keys)])
-    return Server('detached', 'sglang', launch, str(tmp_path / 'pid'), os.devnull, url)
+    # The server's main process is this test's, which listens on the recorder's port: the port is the server's.
+    return Server('systemd', 'sglang', launch, str(tmp_path / 'pid'), os.devnull, url, runner=this_process_systemctl)
 
 
 def test_verification_load_and_generate_requests_send_the_key_as_a_bearer_token(tmp_path, keyed_server):

@@ -5,10 +5,12 @@ event); the HTTP tests answer SGLang's event stream from a real listener, so the
 counting, the time bound and the /metrics read are the library's own code end to end.
 """
 import json
+import re
 import time
 
 import pytest
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._live_metrics import LiveMetricsError
 from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark import (
     generate_body,
     parse_event,
@@ -280,3 +282,18 @@ def test_an_event_line_without_end_stops_at_the_line_cap(hostile_http):
 def test_metrics_over_their_cap_are_no_metrics(hostile_http):
     server = hostile_http(huge_length())
     assert read_metrics_from(server.url, 5) is None
+
+
+@pytest.mark.parametrize('text, series', [
+    ('sglang:gen_throughput{model_name="m"} NaN\n', 'sglang:gen_throughput{model_name="m"} reads nan'),
+    ('sglang:gen_throughput 10\nsglang:spec_accept_length{dp_rank="1"} 1e309\n',
+     'sglang:spec_accept_length{dp_rank="1"} reads inf'),
+])
+def test_a_gauge_that_is_not_a_finite_number_is_refused_naming_it(text, series):
+    with pytest.raises(LiveMetricsError, match=re.escape(series)):
+        parse_metrics(text)
+
+
+def test_metrics_holding_a_nan_are_no_metrics(http_responder):
+    http_responder.route('GET', '/metrics', replies=[Reply(body='sglang:gen_throughput{model_name="m"} NaN\n')])
+    assert read_metrics_from(http_responder.url, 5) is None

@@ -14,7 +14,7 @@ from helpers.ansible_run import REPO
 # With the guard's runtime: its watcher runs those files with a bare interpreter at the deadline, and an
 # Ansible import there would break the rollback itself.
 STDLIB_ONLY = sorted(set(['_polling.py', '_processes.py', '_procfs.py', '_nvidia.py', '_command.py', '_http.py',
-                          '_files.py'] + list(RUNTIME_FILES)))
+                          '_files.py', '_sockets.py'] + list(RUNTIME_FILES)))
 PROBE = '''
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     DEFAULT_SGLANG_PATTERNS, ProcessRecord, compile_patterns, select, terminate)
@@ -40,6 +40,15 @@ with FileLock('lock', 1):
     write_atomic('state.json', b'{"armed": true}')
 assert read_json('state.json') == {'armed': True}
 assert http_get('http://127.0.0.1:9/', 1)[0] == NO_ANSWER
+# The server's port is believed only once this process's own socket is found listening there.
+from ansible_collections.gpuops.sglang.plugins.module_utils._sockets import held_sockets, read_listeners, reached
+import socket
+listening = socket.socket()
+listening.bind(('127.0.0.1', 0))
+listening.listen(1)
+port = listening.getsockname()[1]
+inodes = [listener.inode for listener in reached(read_listeners(port), '127.0.0.1', port)]
+assert len(inodes) == 1 and held_sockets([os.getpid()], inodes) == set(inodes)
 print('ok')
 '''
 

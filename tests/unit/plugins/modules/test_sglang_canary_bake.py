@@ -24,17 +24,20 @@ def no_commands(argv):
 
 class Exporter(object):
     """A server whose /metrics grows by `step` requests (and 16 inter-token samples each) on every reading;
-    `status` other than 200 answers that; `restart` sets the counters back to zero after the first reading."""
+    `status` other than 200 answers that; `restart` sets the counters back to zero after the first reading;
+    `replace` (old, new) rewrites every answer (a broken exporter)."""
 
-    def __init__(self, step=5, status=200, restart=False):
+    def __init__(self, step=5, status=200, restart=False, replace=('', '')):
         self.step, self.status, self.restart, self.readings = step, status, restart, 0
+        self.replace = replace
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 exporter.readings += 1
                 served = 0 if exporter.restart and exporter.readings > 1 else exporter.readings * exporter.step
-                body = (FIGURES % (served, served * 15, served * 16, served * 0.08, served * 16)).encode()
+                body = (FIGURES.replace(*exporter.replace) % (
+                    served, served * 15, served * 16, served * 0.08, served * 16)).encode()
                 self.send_response(exporter.status)
                 self.send_header('Content-Length', str(len(body)))
                 self.end_headers()
@@ -104,3 +107,32 @@ def test_bad_input_is_refused_before_anything_is_read(run_module, exporters, arg
     canary = exporters()
     result, dummy = run_module(sglang_canary_bake.main, dict(args, url=canary.url), no_commands)
     assert result['failed'] is True and message in result['msg'] and canary.readings == 0
+
+
+NAN_BUCKET = ('le="0.01"} %d', 'le="0.01"} NaN %d')  # NaN, then the timestamp column the %d fills
+NAN_COUNTER = ('is_streaming="true"} %d', 'is_streaming="true"} NaN %d')
+NAN_MESSAGES = {
+    'nan-buckets': 'sglang:inter_token_latency_seconds_bucket{le="0.01",model_name="m"} reads nan, not a finite number',
+    'nan-counter': 'sglang:num_requests_total{is_streaming="true",model_name="m"} reads nan, not a finite number',
+}
+
+
+@pytest.mark.parametrize('replace', [NAN_BUCKET, NAN_COUNTER], ids=list(NAN_MESSAGES))
+def test_a_canary_exporting_nan_fails_the_reading_naming_the_series(run_module, exporters, replace, request):
+    canary = exporters(replace=replace)
+    result, dummy = run_module(sglang_canary_bake.main, {'url': canary.url, 'seconds': 0.1}, no_commands)
+    message = NAN_MESSAGES[request.node.callspec.id]
+    assert result['failed'] is True and result['msg'] == 'the canary %s did not give its live figures: %s' % (
+        canary.url, message) + ': the reading is refused (a broken exporter, or not SGLang answering there; look at its' \
+        ' /metrics)', result['msg']
+    assert 'Traceback' not in str(result) and result['measured'] is False and result['canary'] is None
+    assert set(result) >= {'measured', 'canary', 'baselines', 'baseline_problems', 'seconds', 'msg'}
+
+
+@pytest.mark.parametrize('replace', [NAN_BUCKET, NAN_COUNTER], ids=list(NAN_MESSAGES))
+def test_a_baseline_exporting_nan_is_left_out_with_its_reason(run_module, exporters, replace, request):
+    canary, broken = exporters(), exporters(replace=replace)
+    result, dummy = run_module(sglang_canary_bake.main, {
+        'url': canary.url, 'baselines': {'gpu2': broken.url}, 'seconds': 0.1}, no_commands)
+    assert result['failed'] is False and result['baselines'] == {}, result
+    assert NAN_MESSAGES[request.node.callspec.id] in result['baseline_problems']['gpu2']

@@ -13,7 +13,7 @@ import pytest
 from helpers.http_responder import Reply, closed_port_url, http_responder  # noqa: F401  (the fixture)
 from helpers.module_runner import run_action
 from ansible_collections.gpuops.sglang.plugins.action.sglang_fleet_slot import ActionModule
-from ansible_collections.gpuops.sglang.plugins.module_utils._fleet import slot_file_name
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 
 KEYS = {'changed', 'slot', 'held_by', 'unavailable', 'waited_s'}
 HOSTS = ('gpu1', 'gpu2', 'gpu3')
@@ -308,7 +308,7 @@ def test_a_host_name_with_a_slash_keeps_its_slot_inside_the_folder(fleet, host):
     held = fleet.acquire(host)
     assert not held['failed'] and held['slot'] is True
     slots = os.listdir(str(fleet.folder))
-    assert sorted(slots) == sorted(['.lock', slot_file_name(host)]) and '/' not in slot_file_name(host)
+    assert sorted(slots) == sorted(['.lock', host_file(host, 'slot')]) and '/' not in host_file(host, 'slot')
     assert not os.path.exists(str(fleet.folder.parent.parent / 'escaped.json'))
     refused = fleet.acquire('gpu2')
     assert refused['failed'] and refused['held_by'] == [host]
@@ -318,5 +318,5 @@ def test_a_host_name_with_a_slash_keeps_its_slot_inside_the_folder(fleet, host):
 
 def test_slot_file_names_are_distinct_per_host():
     names = ['rack/gpu1', 'rack%2Fgpu1', 'rack_gpu1', 'group:big', '.', '..', '.lock']
-    assert len(set(slot_file_name(name) for name in names)) == len(names)
-    assert slot_file_name('group:big') == 'group:big.json' and slot_file_name('rack/gpu1') == 'rack%2Fgpu1.json'
+    assert len(set(host_file(name, 'slot') for name in names)) == len(names)
+    assert host_file('group:big', 'slot') == 'group:big.json' and host_file('rack/gpu1', 'slot') == 'rack%2Fgpu1.json'

@@ -151,7 +151,10 @@ def test_arming_keeps_the_files_and_starts_a_watcher(run_module, deployment):
     assert_watcher_started(deployment, armed)
     query = deployment.guard(run_module, 'query')
     assert not query['failed'] and query['changed'] is False
-    assert (query['armed'], query['armed_by'], query['deadline_at']) == (True, 'run-1', armed['deadline_at'])
+    assert (query['armed'], query['armed_by']) == (True, 'run-1')
+    # On the wall clock as it reads at each query (carried over from the boot clock): the same but for its drift.
+    assert query['deadline_at'] == pytest.approx(armed['deadline_at'], abs=1)
+    assert query['lease']['deadline_at_boot'] == armed['lease']['deadline_at_boot']
 
 
 def test_arming_in_check_mode_says_it_would_and_keeps_nothing(run_module, deployment):
@@ -400,18 +403,25 @@ def test_an_arm_with_an_idle_bound_reports_its_lease_and_the_arm_as_the_first_re
     armed = deployment.arm(run_module, 'run-20', idle=90, after=30)
     lease = armed['lease']
     assert lease['idle'] == 90 and lease['renewed_by'] == 'arm the guard'
-    # The step after the arm (out of the router) cannot renew: its 30 s come on top of the idle bound.
-    assert lease['expires_at'] == lease['renewed_at'] + 30 + 90
+    # The step after the arm (out of the router) cannot renew: its 30 s come on top of the idle bound, counted on
+    # the boot clock; the wall-clock times show the same, but for the wall clock's drift since the arm.
+    assert lease['expires_at_boot'] == lease['renewed_at_boot'] + 30 + 90
+    assert lease['acts_at_boot'] == lease['expires_at_boot'] and lease['armed_at_boot'] == lease['renewed_at_boot']
+    assert lease['expires_at'] == pytest.approx(lease['renewed_at'] + 30 + 90, abs=1)
     assert lease['deadline_at'] == armed['deadline_at'] and lease['acts_at'] == lease['expires_at']
-    assert lease['armed_at'] <= lease['renewed_at']
+    assert lease['armed_at'] <= lease['renewed_at'] and 0 < lease['acts_in'] <= 30 + 90
+    assert lease['boot_id'] == open('/proc/sys/kernel/random/boot_id').read().strip()
     query = deployment.guard(run_module, 'query', check_mode=True)
-    assert query['lease'] == lease and query['changed'] is False
+    assert query['changed'] is False
+    boot_clock = ('boot_id', 'armed_at', 'renewed_at', 'renewed_by', 'idle', 'armed_at_boot', 'renewed_at_boot',
+                  'expires_at_boot', 'deadline_at_boot', 'acts_at_boot')
+    assert {key: query['lease'][key] for key in boot_clock} == {key: lease[key] for key in boot_clock}
 
 
 def test_an_arm_without_an_idle_bound_acts_only_at_its_deadline(run_module, deployment):
     armed = deployment.arm(run_module, 'run-21')
     assert armed['lease']['idle'] is None and armed['lease']['expires_at'] is None
-    assert armed['lease']['acts_at'] == armed['deadline_at']
+    assert armed['lease']['acts_at'] == armed['deadline_at'] and armed['lease']['expires_at_boot'] is None
     assert not (deployment.folder / 'lease.json').exists()
 
 

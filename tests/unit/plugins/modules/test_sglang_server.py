@@ -278,7 +278,8 @@ def test_a_rank_without_http_that_exits_at_once_fails_without_waiting(run_module
 # --- the systemd manager: systemctl scripted at the command edge, the server a responder ---------------------
 
 class Systemd(object):
-    """Answers systemctl as systemd would for one unit whose main PID is `pid` (0: not running)."""
+    """Answers systemctl as systemd would for one unit whose main PID is `pid` (0: not running); once started, its
+    main process is this test's, which holds the responder's listening socket (the port is the server's)."""
 
     def __init__(self, pid=0, stop_rc=0):
         self.pid = pid
@@ -298,7 +299,7 @@ class Systemd(object):
             self.pid = 0
             return 0, '', ''
         if argv[1] == 'start':
-            self.pid = 4711
+            self.pid = os.getpid()
             return 0, '', ''
         if argv[1] in ('enable', 'daemon-reload'):
             return 0, '', ''
@@ -318,7 +319,7 @@ def test_a_systemd_start_enables_starts_and_waits_for_health(run_module, tmp_pat
     result, calls = run_module(sglang_server.main, systemd_args(tmp_path, http_responder.url, daemon_reload=True),
                                Systemd(pid=0))
     assert not result['failed'], result['msg']
-    assert result['changed'] is True and result['healthy'] is True and result['pid'] == 4711
+    assert result['changed'] is True and result['healthy'] is True and result['pid'] == os.getpid()
     # What changes systemd, in order (the reads of the unit's state in between are the module's own affair).
     assert [call for call in calls if call[1] != 'show'] == [[SYSTEMCTL, 'daemon-reload'],
                                                              [SYSTEMCTL, 'enable', '--no-reload', 'sglang'],

@@ -3,6 +3,7 @@ its HTTP side a responder, its configuration files and patch stamp real files in
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -12,13 +13,15 @@ import pytest
 from helpers.http_responder import Reply, http_responder  # noqa: F401  (the fixture)
 from helpers.module_runner import ansiballz_package_data, run_module  # noqa: F401  (the fixtures)
 from helpers.module_runner import kill_children_naming, real_commands
+from helpers.port_owner import Squatter
+from helpers.simulated import free_port
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture; the guard refuses /tmp)
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import LAUNCH_MARK, SERVICE_MARK
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_patch, sglang_server_info
 
 KEYS = {'changed', 'service_manager', 'python_exists', 'running', 'pid', 'healthy', 'mismatches', 'configs_changed',
         'guard_armed_by', 'guard_last_fired', 'patch', 'adaptive_tiers', 'generates', 'generate_error',
-        'sglang_version', 'folders_missing', 'launcher_current', 'cmd'}
+        'sglang_version', 'folders_missing', 'folders_untrusted', 'launcher_current', 'cmd'}
 PATCH_KEYS = {'proven', 'why', 'patch_sha256', 'site_packages', 'files', 'sglang_version'}
 SERVER_INFO = {'max_running_requests': 64, 'model_path': '/models/m',
                'environment': {'SGLANG_ENABLE_TORCH_COMPILE': '0'}}
@@ -32,9 +35,10 @@ def no_commands(argv):
 class Host(object):
     """The detached server's files in tmp_path; `start()` runs a real process in its own session for it."""
 
-    def __init__(self, tmp_path, url):
+    def __init__(self, tmp_path, url, listener):
         self.root = tmp_path
         self.url = url
+        self.listener = listener
         self.pidfile = tmp_path / 'sglang.pid'
         self.launch = tmp_path / 'launch.json'
         self.launch.write_text(json.dumps({'python': sys.executable, 'module': 'sglang.launch_server',
@@ -43,10 +47,11 @@ class Host(object):
 
     def start(self):
         # Its own session and marks, as the module starts a detached server: the pid file names the session leader,
-        # believed only for a process with this service's and launch file's marks.
+        # believed only for a process with this service's and launch file's marks. It holds the responder's listening
+        # socket, as a server holds its own: the port is the server's.
         env = dict(os.environ, **{SERVICE_MARK: 'sglang', LAUNCH_MARK: str(self.launch)})
         proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', 'sglang-of', str(self.root)],
-                                start_new_session=True, env=env)
+                                start_new_session=True, env=env, pass_fds=(self.listener,))
         self.procs.append(proc)
         # Until the child has exec'd, /proc/PID/environ is still the forked test's, without the marks: a module run
         # in between would rightly not believe the pid file (seen on a loaded machine). Wait for the exec.
@@ -71,7 +76,7 @@ class Host(object):
 
 @pytest.fixture
 def host(tmp_path, http_responder):
-    made = Host(tmp_path, http_responder.url)
+    made = Host(tmp_path, http_responder.url, http_responder.fileno())
     yield made
     made.stop()
 
@@ -88,6 +93,26 @@ def test_a_server_that_does_not_run_is_neither_running_nor_healthy_and_is_not_as
     assert result['running'] is False and result['pid'] is None and result['healthy'] is False
     assert result['changed'] is False and result['mismatches'] == [] and result['service_manager'] == 'detached'
     assert http_responder.requests == []
+
+
+@pytest.mark.parametrize('running', [True, False], ids=['running', 'down'])
+def test_a_squatter_on_the_port_is_not_healthy_not_read_and_never_sent_the_key(run_module, host, tmp_path, running):
+    # Issue 41: another user's process holds the server's port (bound first while the server loaded its model, or
+    # while it is down) and answers as the server would. It was reported healthy, its /server_info was the server's
+    # settings, and it got the server's key.
+    keys = tmp_path / 'server.yaml'
+    keys.write_text('api-key: "server-key"\n')
+    port = free_port()
+    host.launch.write_text(json.dumps({'python': sys.executable, 'module': 'sglang.launch_server',
+                                       'args': ['--port', port, '--config', str(keys)], 'environment': {}}))
+    host.url = 'http://127.0.0.1:%d' % port
+    with Squatter(port, dict(SERVER_INFO, text='x')) as squatter:
+        if running:
+            host.start()
+        result = info(run_module, host, expected_server_info={'max_running_requests': 64}, generate_probe=True)
+    assert not result['failed'] and result['running'] is running
+    assert result['healthy'] is False and result['generates'] is False and result['mismatches'] == []
+    assert squatter.requests == [] and 'Bearer server-key' not in squatter.authorizations()
 
 
 def test_a_pid_file_naming_a_process_that_is_gone_is_not_running(run_module, host):
@@ -254,6 +279,20 @@ def test_folders_that_are_not_folders_are_listed_in_order_and_left_as_they_are(r
     assert not result['failed'] and result['changed'] is False
     assert result['folders_missing'] == [str(missing), str(a_file), str(dangling)]
     assert not missing.exists() and a_file.read_text() == 'not a folder'
+
+
+def test_folders_another_user_could_write_are_listed_with_why_and_left_as_they_are(run_module, host, trusted_dir):
+    sound, shared, foreign = (trusted_dir / name for name in ('sound', 'shared', 'foreign'))
+    for folder in (sound, shared, foreign):
+        folder.mkdir(mode=0o750)
+    os.chmod(str(shared), 0o775)
+    os.chown(str(foreign), 65534, 65534)
+    folders = [str(sound), str(sound / 'not-made-yet'), str(shared / 'log'), str(foreign)]
+    result = info(run_module, host, folders=folders)
+    assert not result['failed'] and result['folders_untrusted'] == [
+        {'folder': str(shared / 'log'), 'why': '%s is writable by its group (mode 0775)' % shared},
+        {'folder': str(foreign), 'why': '%s belongs to uid 65534, not to uid 0' % foreign}]
+    assert stat.S_IMODE(os.stat(str(shared)).st_mode) == 0o775 and not (shared / 'log').exists()
 
 
 LAUNCHER = '#!/usr/bin/python3\nprint("launch")\n'
@@ -463,22 +502,30 @@ def test_check_mode_reads_the_same_and_changes_nothing(run_module, host, http_re
     assert real == check and check['changed'] is False and check['healthy'] is True
 
 
+MAIN_PID = ['systemctl', 'show', '--property=MainPID', '--value', 'sglang']
+CONTROL_GROUP = ['systemctl', 'show', '--property=ControlGroup', '--value', 'sglang']
+
+
 def systemctl_main_pid(answer):
-    """systemctl as systemd answers `show --property=MainPID --value UNIT` with (rc, stdout)."""
+    """systemctl as systemd answers `show --property=MainPID --value UNIT` with (rc, stdout), and the unit's control
+    group with nothing (its main process alone is then the server's own)."""
     def respond(argv):
-        assert argv == ['systemctl', 'show', '--property=MainPID', '--value', 'sglang'], argv
-        return answer[0], answer[1], ''
+        assert argv in (MAIN_PID, CONTROL_GROUP), argv
+        return (answer[0], answer[1], '') if argv == MAIN_PID else (0, '\n', '')
     return respond
 
 
-@pytest.mark.parametrize('answer, pid', [((0, '4711\n'), 4711), ((0, '0\n'), None)])
-def test_under_systemd_the_units_main_pid_says_whether_it_runs(run_module, host, http_responder, answer, pid):
+@pytest.mark.parametrize('running', [True, False])
+def test_under_systemd_the_units_main_pid_says_whether_it_runs(run_module, host, http_responder, running):
     http_responder.route('GET', '/health', status=200)
+    # The unit's main process is this test's, which holds the responder's listening socket.
+    pid = os.getpid() if running else None
     result, calls = run_module(sglang_server_info.main, host.args(service_manager='systemd'),
-                               systemctl_main_pid(answer))
+                               systemctl_main_pid((0, '%d\n' % (pid or 0))))
     assert not result['failed'] and result['service_manager'] == 'systemd'
-    assert result['pid'] == pid and result['running'] is (pid is not None) and result['healthy'] is (pid is not None)
-    assert result['cmd'] == calls == [['systemctl', 'show', '--property=MainPID', '--value', 'sglang']]
+    assert result['pid'] == pid and result['running'] is running and result['healthy'] is running
+    # A running unit's port is checked to be its own before /health is believed: its main PID and control group.
+    assert result['cmd'] == calls == [MAIN_PID] + ([MAIN_PID, CONTROL_GROUP] if running else [])
 
 
 def test_under_systemd_the_unit_file_is_compared_too(run_module, host, tmp_path):

@@ -134,3 +134,39 @@ def test_settings_move_the_bounds():
     assert _bake.verdict(canary, baseline)['verdict'] == 'fail'
     assert _bake.verdict(canary, baseline, {'latency_tolerance': 1.0})['verdict'] == 'pass'
     assert _bake.verdict(side(15, 0.03), baseline, {'min_requests': 10})['verdict'] == 'pass'
+
+
+def without(figures, *keys):
+    """A side's figures with the histograms `keys` gone (not exported), or all three."""
+    return dict(figures, **{key: None for key in keys or ('ttft', 'itl', 'e2e')})
+
+
+def emptied(figures, *keys):
+    """A side's figures with the histograms `keys` exported but holding no sample (a NaN bucket read as 0 did)."""
+    return dict(figures, **{key: dict(figures[key], counts=[0] * len(figures[key]['counts']), sum=0.0)
+                            for key in keys or ('ttft', 'itl', 'e2e')})
+
+
+@pytest.mark.parametrize('canary, baseline, outcome, reason', [
+    # The issue's canary: 100 requests, its buckets read as no sample; every latency check skipped, then "pass".
+    (emptied(side(100, 0.15)), side(60, 0.03, seed=2), 'inconclusive',
+     'the canary served 100 requests but has no latency samples (its histograms are empty or not exported)'),
+    (without(side(100, 0.15)), side(60, 0.03, seed=2), 'inconclusive', 'the canary served 100 requests but has no'),
+    (side(60, 0.03), without(side(60, 0.03, seed=2)), 'inconclusive', 'the baseline served 60 requests but has no'),
+    (side(60, 0.03), emptied(side(60, 0.03, seed=2), 'ttft'), 'inconclusive',
+     'time to first token has samples on one side only (the canary 60, the baseline 0)'),
+    (without(side(60, 0.03), 'e2e'), side(60, 0.03, seed=2), 'inconclusive',
+     'end-to-end latency has samples on one side only (the canary 0, the baseline 60)'),
+    # Non-streamed traffic: SGLang records no inter-token latency on either side, the other checks still run.
+    (without(side(60, 0.03), 'itl'), without(side(60, 0.03, seed=2), 'itl'), 'pass', 'within the tolerances'),
+    (without(side(60, 0.03, e2e=4.5), 'itl'), without(side(60, 0.03, seed=2), 'itl'), 'fail', 'p95 end-to-end'),
+    # A failed check still fails: the gap only keeps a bake from passing.
+    (without(side(54, 0.03, aborted=6), 'ttft'), side(60, 0.03, seed=2), 'fail', 'errors 10.0% of 60 requests'),
+    # Too few requests says so, not the samples.
+    (without(side(10, 0.03)), side(60, 0.03, seed=2), 'inconclusive', 'the canary served 10 requests, fewer than 20'),
+], ids=['canary-nan-buckets', 'canary-no-histograms', 'baseline-no-histograms', 'ttft-baseline-only',
+        'e2e-canary-none', 'non-streamed-pass', 'non-streamed-fail', 'errors-still-fail', 'few-requests'])
+def test_a_latency_check_that_cannot_run_is_never_a_pass(canary, baseline, outcome, reason):
+    found = _bake.verdict(canary, [baseline])
+    assert found['verdict'] == outcome, found['reason']
+    assert reason in found['reason'], found['reason']

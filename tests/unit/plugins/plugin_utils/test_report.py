@@ -27,6 +27,26 @@ def test_report_of_each_kind_of_run(case):
     assert _report.report(run, settings) == case['report']
 
 
+EXPECTED = {'server_info': {'speculative_algorithm': 'EAGLE3', 'speculative_num_steps': 3, 'max_running_requests': 96},
+            'environment': {'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE': '24'}}
+# The runs that saw the healthy server report the plan's settings: its read (nothing to change) or its start.
+VERIFIED = {'no-op', 'redeployed-behind-the-router', 'redeployed-where-the-stop-saw-it-gone-at-once'}
+
+
+@pytest.mark.parametrize('case', CASES, ids=[case['id'] for case in CASES])
+def test_a_report_keeps_the_settings_only_where_the_run_saw_the_server_report_them(case):
+    run, settings = as_the_action_reads(case)
+    found = _report.report(run, dict(settings, **EXPECTED))['verified_settings']
+    # Not a failed or rolled-back run, a skipped host, a check run that would redeploy, nor a rank > 0 of a group
+    # (only rank 0 serves /server_info).
+    assert found == (EXPECTED if case['id'] in VERIFIED else None)
+
+
+def test_a_plan_without_settings_verifies_nothing():
+    run, settings = as_the_action_reads(next(case for case in CASES if case['id'] == 'no-op'))
+    assert _report.report(run, dict(settings, server_info={}, environment={}))['verified_settings'] is None
+
+
 def test_every_report_has_the_same_keys():
     keys = set(CASES[0]['report'])
     assert all(set(case['report']) == keys for case in CASES)

@@ -1,9 +1,11 @@
 """The preflight's rules, one case per broken rule, with the exact message the operator reads."""
 import argparse
+import os
 
 import pytest
+import yaml
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _rules
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _rules, _speculation, _timing
 
 TIERS_WITHOUT_3 = {'1': {'candidate_steps': [1, 2]}, '8': {'candidate_steps': [0]}, 'ema_alpha': 0.3}
 ADAPTIVE = {'sglang_dynamic_spec_mode': 'adaptive'}
@@ -282,3 +284,73 @@ def test_a_system_folder_as_one_of_the_roles_folders_is_refused(settings, overri
 def test_a_dedicated_subfolder_of_a_system_folder_passes(settings, overrides):
     settings.update(overrides)
     assert _rules.variable_problems(settings, PVE) == []
+
+
+def bound_message(name, given):
+    bound = _timing.TIME_BOUNDS[name]
+    return '%s (%s) must be %s: %s.' % (name, given, bound.words(), bound.why)
+
+
+# A bound's relations (the deadline covers the window, the bake needs a router and a canary) are other rules': each
+# case sets what they need, so that only the range speaks.
+ROOM = {'sglang_rollback_deadline': 'auto', 'sglang_router_url': 'http://127.0.0.1:30080', 'sglang_canary': 1}
+
+
+@pytest.mark.parametrize('name', sorted(_timing.TIME_BOUNDS))
+@pytest.mark.parametrize('given', [1e12, '1e12', 'nan', float('nan'), 'inf', '1e309', 'most+1'],
+                         ids=['1e12', '1e12-from-e', 'nan-from-e', 'nan', 'inf-from-e', 'overflow-from-e', 'just-over'])
+def test_a_time_bound_over_its_maximum_is_refused_naming_it_its_value_and_its_range(settings, name, given):
+    if given == 'most+1':
+        given = _timing.TIME_BOUNDS[name].most + 1
+    settings.update(ROOM, **{name: given})
+    assert bound_message(name, given) in _rules.variable_problems(settings, PVE)
+
+
+@pytest.mark.parametrize('name', sorted(_timing.TIME_BOUNDS))
+def test_a_time_bound_at_its_maximum_passes(settings, name):
+    settings.update(ROOM, **{name: _timing.TIME_BOUNDS[name].most})
+    assert _rules.variable_problems(settings, PVE) == []
+
+
+@pytest.mark.parametrize('name', sorted(_timing.TIME_BOUNDS))
+def test_a_time_bound_under_its_floor_is_refused_by_the_plan(settings, name):
+    """The table's floors (what the dashboard and the argument spec say) are the rules' own."""
+    bound = _timing.TIME_BOUNDS[name]
+    # The gate on (its timeout is checked with it), the tuner's folder set (its timeout is the tuner's).
+    settings.update(ROOM, sglang_perf_gate=True, sglang_report_dir='/var/lib/reports',
+                    **{name: bound.least - (1 if bound.least_allowed else 0)})
+    found = _rules.variable_problems(settings, PVE) + _speculation.problems(settings)
+    assert any(name in message for message in found), found
+    if name in ('sglang_rollback_deadline', 'sglang_rollback_idle'):
+        return  # just above the floor is still refused: the window and the renewal gap ask more (other rules)
+    settings[name] = bound.least if bound.least_allowed else bound.least + 0.5
+    assert _rules.variable_problems(settings, PVE) + _speculation.problems(settings) == []
+
+
+def test_the_deadlines_maximum_covers_the_longest_window_the_other_maxima_allow(settings):
+    settings.update({name: bound.most for name, bound in _timing.TIME_BOUNDS.items()})
+    settings.update(ROOM, sglang_perf_gate=True, sglang_perf_levels=[1, 2, 4, 8, 16, 32, 64],
+                    sglang_perf_requests=64, sglang_fleet_hosts=['gpu%d' % n for n in range(16)])
+    assert _timing.window_budget(settings) <= _timing.TIME_BOUNDS['sglang_rollback_deadline'].most
+
+
+def test_the_argument_spec_states_every_time_bounds_range_from_the_table():
+    specs_file = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'sglang', 'meta',
+                              'argument_specs.yml')
+    with open(specs_file) as handle:
+        entry_points = yaml.safe_load(handle)['argument_specs']
+    stated = {}
+    for entry in entry_points.values():
+        for name, spec in entry['options'].items():
+            if name in _timing.TIME_BOUNDS:
+                description = spec['description']
+                stated.setdefault(name, []).append(' '.join(description if isinstance(description, list)
+                                                            else [description]))
+    assert sorted(stated) == sorted(_timing.TIME_BOUNDS)
+    # A new time variable (documented in seconds) gets its row in the table, or this fails.
+    in_seconds = set(name for entry in entry_points.values() for name, spec in entry['options'].items()
+                     if str(spec['description']).lstrip("['\"").startswith('Seconds'))
+    assert in_seconds <= set(_timing.TIME_BOUNDS), in_seconds - set(_timing.TIME_BOUNDS)
+    for name, descriptions in stated.items():
+        for description in descriptions:
+            assert 'Range: %s' % _timing.TIME_BOUNDS[name].words() in description, (name, description)

@@ -1,6 +1,9 @@
 """Every time bound of the window from one module (plugin_utils/_timing.py): the window's budget, the lease's
 hand-overs (`after`) of each step and the controller's renewal gap, derived here from the settings by hand."""
+import os
+
 import pytest
+import yaml
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _timing
@@ -125,3 +128,36 @@ MODE = (60 + 60) + (60 + 80 + 60) + (60 + 900) + (7 * 300 + 10) + 6 * 30.0
 def test_a_tuning_run_has_room_for_every_mode(settings, overrides, modes, budget):
     settings.update(overrides)
     assert _timing.tune_budget(settings, [{}] * modes) == budget
+
+
+@pytest.mark.parametrize('bound, seconds, holds', [
+    (_timing.TimeBound(0, 60, 'why'), 0, True),
+    (_timing.TimeBound(0, 60, 'why'), 60, True),
+    (_timing.TimeBound(0, 60, 'why'), 60.001, False),
+    (_timing.TimeBound(0, 60, 'why'), -0.001, False),
+    (_timing.TimeBound(0, 60, 'why', least_allowed=False), 0, False),
+    (_timing.TimeBound(0, 60, 'why', least_allowed=False), 0.001, True),
+    # NaN compares false with every bound: a range that let it through would have no maximum at all.
+    (_timing.TimeBound(0, 60, 'why'), float('nan'), False),
+    (_timing.TimeBound(0, 60, 'why'), float('inf'), False),
+    (_timing.TimeBound(0, 60, 'why'), float('-inf'), False),
+])
+def test_a_time_bound_holds_its_range_only(bound, seconds, holds):
+    assert bound.holds(seconds) is holds
+
+
+@pytest.mark.parametrize('bound, words', [
+    (_timing.TimeBound(0, 3600, 'why'), 'from 0 to 3600 s'),
+    (_timing.TimeBound(0, 0.5, 'why', least_allowed=False), 'above 0, at most 0.5 s'),
+    (_timing.TimeBound(0, 172800, 'why', least_allowed=False, auto=True), 'above 0, at most 172800 s, or auto'),
+])
+def test_a_time_bound_says_its_range(bound, words):
+    assert bound.words() == words
+
+
+def test_every_time_bound_says_why_and_holds_the_roles_default():
+    with open(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'sglang', 'defaults',
+                           'main.yml')) as handle:
+        defaults = yaml.safe_load(handle)
+    for name, bound in _timing.TIME_BOUNDS.items():
+        assert bound.why and bound.holds(float(defaults[name])), name
