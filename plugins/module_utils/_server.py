@@ -493,8 +493,8 @@ class Server(object):
         # Why the last check of the server's port found it held by another process than the server's (None when it
         # did not): what a wait that ran out of time says, and what a read-only report warns of.
         self.foreign_listener = None
-        # False only for a caller that knows the server's URL and nothing of its processes (sglang_benchmark), whose
-        # requests are the URL's whoever listens there.
+        # False only for a caller that knows the server's URL and nothing of its processes (sglang_benchmark given the
+        # URL alone), whose requests are the URL's whoever listens there.
         self.check_listener = check_listener
         self.driver = DRIVERS[manager](self)
 

@@ -21,6 +21,10 @@ Bounded: requests_per_level requests per level, and a level stops at timeout_s (
 are cut, it reports ``timed_out``): every exchange ends by the level's deadline, however the server paces
 its bytes, and reads at most MAX_EVENT_LINE for one event (_http). The connections go straight to the server
 (never an http_proxy from the environment), with the API key as a Bearer token.
+
+Whose port: a caller that knows the server's processes hands run_benchmark a check of the socket listening at the
+URL (_server's Server.listener_not_ours), asked before each level and before /metrics: a server that died between
+levels leaves its port to whoever binds it next, and the next level's requests carry the key.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -256,8 +260,19 @@ def run_level(base_url, concurrency, requests, body, timeout_s, api_key, on_prog
     return summarize_level(concurrency, requests, outcomes, wall, timed_out)
 
 
+class ListenerRefused(RuntimeError):
+    """The check of run_benchmark found the socket listening at the URL not the server's: nothing more was sent."""
+
+
+def _checked(listener_check, before):
+    """Raise ListenerRefused, saying before what, when listener_check (if any) finds the port not the server's."""
+    why = listener_check() if listener_check is not None else None
+    if why is not None:
+        raise ListenerRefused('before %s, nothing sent: %s' % (before, why))
+
+
 def run_benchmark(base_url, levels, requests_per_level, max_new_tokens, prompt, timeout_s,
-                  api_key=None, read_metrics=True, on_progress=None, clock=time.monotonic):
+                  api_key=None, read_metrics=True, on_progress=None, clock=time.monotonic, listener_check=None):
     """Measure levels (concurrencies) in order, then read /metrics where asked.
 
     -> {'levels': [{'concurrency', 'requests', 'completed', 'errors', 'output_tokens', 'wall_s',
@@ -269,11 +284,20 @@ def run_benchmark(base_url, levels, requests_per_level, max_new_tokens, prompt, 
     'metrics' is SGLang's gauges as the server last logged them (during the last level); None when
     read_metrics is false or the server exports none. on_progress() is called about every second
     while a level runs (a caller renews a lease there).
+
+    listener_check() -> None, or why the socket listening at base_url is not the server's: asked before each level
+    and before /metrics, its why raised as ListenerRefused (the levels measured before it are dropped).
     """
     started = clock()
     base_url = base_url.rstrip('/')
     body = generate_body(prompt, max_new_tokens)
-    results = [run_level(base_url, int(concurrency), int(requests_per_level), body, float(timeout_s), api_key,
-                         on_progress, clock, int(max_new_tokens)) for concurrency in levels]
-    metrics = read_metrics_from(base_url, min(10.0, float(timeout_s)), api_key) if read_metrics else None
+    results = []
+    for concurrency in levels:
+        _checked(listener_check, 'concurrency %d' % concurrency)
+        results.append(run_level(base_url, int(concurrency), int(requests_per_level), body, float(timeout_s),
+                                 api_key, on_progress, clock, int(max_new_tokens)))
+    metrics = None
+    if read_metrics:
+        _checked(listener_check, 'the /metrics read')
+        metrics = read_metrics_from(base_url, min(10.0, float(timeout_s)), api_key)
     return {'levels': results, 'metrics': metrics, 'elapsed_s': round(clock() - started, 3)}

@@ -23,10 +23,19 @@ description:
   - Runs on the gpu host against the server's own address, like its health checks. The
     C(gpuops.sglang.sglang) role's performance gate runs it on the old and the new server and judges them
     (docs/performance-gate.md).
+  - Given the server's identity (O(manager) with O(service_name), O(launch_file) and O(pidfile), as
+    M(gpuops.sglang.sglang_server_info) takes it; the role always gives it), it sends nothing (no drain read, no
+    request, no API key) until the socket listening where O(url) connects is held by the server's own processes,
+    and checks that again before each level and before the C(/metrics) read. Another process holding the port
+    (a local user may bind it once the server is gone) is named, by PID, user and command, and the module fails
+    with nothing measured.
+  - Without O(manager) (an ad-hoc call with O(url) alone), nothing says whose port it is, and the URL is
+    trusted as given - whoever listens there gets the load, and the API key of O(launch_file) when one is given.
 author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
+  - gpuops.sglang.server
   - gpuops.sglang.server_api_key
   - gpuops.sglang.guard_lease
 attributes:
@@ -39,13 +48,27 @@ attributes:
   platform:
     platforms: posix
 options:
-  url:
-    description: Base URL the server answers at.
+  manager:
+    description:
+      - How the server runs (the same option as M(gpuops.sglang.sglang_server)'s); V(auto) picks V(systemd) where
+        the host runs it, V(detached) elsewhere.
+      - Given, the server's identity is O(manager), O(service_name), O(launch_file) and O(pidfile) (all required
+        then), and the socket listening at O(url) must be the server's own before anything is sent.
+      - Left out, O(url) is trusted as given (O(pidfile) must be left out too), and O(launch_file) is optional (it
+        only gives the API key).
     type: str
-    required: true
+    choices: [auto, systemd, detached]
+  url:
+    description:
+      - Base URL the server answers at, for example V(http://127.0.0.1:30000).
+      - With O(manager), nothing is sent to it (no drain read, no request, no API key) until the socket listening
+        where it connects is held by the server's own processes, as M(gpuops.sglang.sglang_server_info) checks it;
+        without O(manager), it is trusted as given.
   launch_file:
-    description: The live C(launch.json), where the server's API key is read (none without it).
-    type: path
+    # Where the server's API key is read (none without it); optional without O(manager).
+    required: false
+  pidfile:
+    required: false
   levels:
     description: Concurrency levels, each measured in turn.
     type: list
@@ -87,14 +110,22 @@ seealso:
 '''
 
 EXAMPLES = r'''
-- name: Benchmark the server at concurrency 1 and 16
+- name: Benchmark the server at concurrency 1 and 16 (only while its port is its own, as the role runs it)
   gpuops.sglang.sglang_benchmark:
-    url: http://127.0.0.1:30000
+    manager: systemd
+    service_name: sglang
     launch_file: /etc/sglang/launch.json
+    pidfile: /run/sglang/sglang.pid
+    url: http://127.0.0.1:30000
     levels: [1, 16]
     requests: 32
     max_new_tokens: 64
   register: benchmark
+
+- name: Benchmark whatever answers at a URL (trusted as given, no API key)
+  gpuops.sglang.sglang_benchmark:
+    url: http://127.0.0.1:30000
+    levels: [1]
 
 - name: Show the throughput per level
   ansible.builtin.debug:
@@ -173,7 +204,9 @@ drain:
   returned: always
   type: dict
 msg:
-  description: What was measured, or why nothing was.
+  description:
+    - What was measured, or why nothing was (with O(manager), a port held by another process names it by PID, user
+      and command).
   returned: always
   type: str
 '''
@@ -183,14 +216,18 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, require_positive, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, launch_api_key
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVER_OPTIONS, Server, ServerError
 from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark import run_benchmark
 
 ARGUMENT_SPEC = dict(
-    url=dict(type='str', required=True),
-    launch_file=dict(type='path'),
+    SERVER_OPTIONS,
+    # The server's identity, as sglang_server_info takes it; all of it or none (an ad-hoc call knows only the URL).
+    manager=dict(type='str', choices=['auto', 'systemd', 'detached']),
+    launch_file=dict(SERVER_OPTIONS['launch_file'], required=False),
+    pidfile=dict(SERVER_OPTIONS['pidfile'], required=False),
     levels=dict(type='list', elements='int', required=True),
     requests=dict(type='int', default=32),
     # A count of tokens, not a secret.
@@ -201,6 +238,8 @@ ARGUMENT_SPEC = dict(
     drain_timeout=dict(type='float', default=0),
     guard=GUARD_OPTION,
 )
+# Without the manager the rest of the identity is no check, and a pid file alone would look like one.
+REQUIRED_BY = {'manager': ['launch_file', 'pidfile'], 'pidfile': ['manager']}
 
 
 def bound(params):
@@ -208,13 +247,20 @@ def bound(params):
     return params['drain_timeout'] + len(params['levels']) * params['timeout'] + 10
 
 
-def drain(params, lease):
-    """Wait until the server holds no request (only its HTTP side is used: nothing is started or stopped)."""
-    # Only the URL is known here, not the server's processes: whose port it is cannot be checked (issue 41).
-    server = Server('detached', 'sglang', params['launch_file'] or os.devnull, os.devnull, os.devnull, params['url'],
-                    check_listener=False)
-    server.progress = lease.tick
-    return server.wait_idle(params['drain_timeout'])
+def server_of(module):
+    """The server the benchmark talks to (only its HTTP side and whose port it is: nothing is started or stopped)."""
+    params = module.params
+    if params['manager'] is None:
+        # An ad-hoc call with the URL alone: nothing names the server's processes, so whose port it is cannot be
+        # checked, and the URL is trusted as given (documented).
+        return Server('detached', params['service_name'], params['launch_file'] or os.devnull, os.devnull,
+                      os.devnull, params['url'], check_listener=False)
+    manager = params['manager']
+    if manager == 'auto':
+        manager = 'systemd' if os.path.isdir('/run/systemd/system') else 'detached'
+    # One deadline per command (systemctl show): a wedged systemd must not hang the benchmark.
+    return Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
+                  params['url'], runner=CommandRunner(module, 30).as_runner())
 
 
 def level_line(level):
@@ -226,6 +272,7 @@ def level_line(level):
 
 def measure(module, result, lease):
     params = module.params
+    server = server_of(module)
     for name in ('requests', 'max_new_tokens', 'timeout'):
         require_positive(params, name)
     if not params['levels'] or min(params['levels']) <= 0:
@@ -233,16 +280,22 @@ def measure(module, result, lease):
     if module.check_mode:
         result['msg'] = 'check mode: nothing was measured (a benchmark is load on the server)'
         return
+    # Issue 41: a local user holding the server's port (bound once the server was gone) would get the load and the
+    # key. Nothing is sent, not even the drain's read, unless the socket listening at the URL is the server's own.
+    not_ours = server.listener_not_ours()
+    if not_ours is not None:
+        fail('%s: nothing was measured or sent (the server must hold its own port: see whether it still runs, and'
+             ' what else holds the port)' % not_ours)
     # Inside the window the guard's lease is held for the whole bounded benchmark, and renewed while it runs.
     lease.renew(bound(params))
     if params['drain_timeout'] > 0:
-        result['drain'] = drain(params, lease)
-    api_key = launch_api_key(params['launch_file']) if params['launch_file'] else None
+        server.progress = lease.tick
+        result['drain'] = server.wait_idle(params['drain_timeout'])
     try:
         found = run_benchmark(params['url'], params['levels'], params['requests'], params['max_new_tokens'],
-                              params['prompt'], params['timeout'], api_key=api_key,
+                              params['prompt'], params['timeout'], api_key=server.api_key(),
                               read_metrics=params['read_metrics'],
-                              on_progress=lambda: lease.tick(bound(params)))
+                              on_progress=lambda: lease.tick(bound(params)), listener_check=server.listener_not_ours)
     except (OSError, ValueError, RuntimeError) as exc:
         fail('benchmarking the server at %s failed: %s' % (params['url'], to_native(exc)))
     result.update(measured=True, levels=found['levels'], metrics=found['metrics'], elapsed_s=found['elapsed_s'])
@@ -251,12 +304,13 @@ def measure(module, result, lease):
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_by=REQUIRED_BY, supports_check_mode=True)
     # msg is set by measure() on success, by the failure otherwise.
     result = new_result(measured=False, levels=[], metrics=None, elapsed_s=0.0, drain=None)
     lease = Renewer.from_option(None if module.check_mode else module.params['guard'], 'sglang_benchmark')
-    # LeaseError: the guard restored while this ran; its message says so.
-    run_module(module, result, lambda: measure(module, result, lease), errors=(LeaseError,))
+    # LeaseError: the guard restored while this ran; its message says so. ServerError: systemd did not say whether
+    # the server runs, so whose port it is is unknown; its message says what failed.
+    run_module(module, result, lambda: measure(module, result, lease), errors=(LeaseError, ServerError))
 
 
 if __name__ == '__main__':

@@ -12,6 +12,7 @@ import pytest
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._live_metrics import LiveMetricsError
 from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark import (
+    ListenerRefused,
     generate_body,
     parse_event,
     parse_metrics,
@@ -170,6 +171,32 @@ def chunked(text, size=7):
     data = text.encode()
     parts = [data[i:i + size] for i in range(0, len(data), size)]
     return b''.join(b'%x\r\n%s\r\n' % (len(part), part) for part in parts) + b'0\r\n\r\n'
+
+
+@pytest.mark.parametrize('checks, refused_before, generates, metrics_read', [
+    # The port is the server's before every level and /metrics: the whole run.
+    ([None, None, None], None, 4, 1),
+    # The server died after the first level and left its port: no more requests, no key.
+    ([None, 'port P is held by PID 7'], 'concurrency 3', 2, 0),
+    # ... or during the last level: /metrics (keyed) is not read.
+    ([None, None, 'nothing listens at U'], 'the /metrics read', 4, 0),
+], ids=['ours-throughout', 'gone-between-levels', 'gone-before-metrics'])
+def test_the_listener_is_checked_before_each_level_and_the_metrics_read(http_responder, checks, refused_before,
+                                                                        generates, metrics_read):
+    http_responder.route('POST', '/generate', body=sse(2))
+    http_responder.route('GET', '/metrics', body=METRICS_TEXT)
+    answers = iter(checks)
+    if refused_before is None:
+        result = run_benchmark(http_responder.url, [1, 3], 2, 2, 'x', 30, api_key='k',
+                               listener_check=lambda: next(answers))
+        assert [lvl['completed'] for lvl in result['levels']] == [2, 2] and result['metrics'] is not None
+    else:
+        with pytest.raises(ListenerRefused) as refused:
+            run_benchmark(http_responder.url, [1, 3], 2, 2, 'x', 30, api_key='k', listener_check=lambda: next(answers))
+        assert str(refused.value) == 'before %s, nothing sent: %s' % (refused_before, checks[-1])
+    assert next(answers, 'no check left') == 'no check left'
+    assert len(http_responder.requests_to('POST', '/generate')) == generates
+    assert len(http_responder.requests_to('GET', '/metrics')) == metrics_read
 
 
 def test_a_chunked_stream_is_read_through_its_transfer_encoding(http_responder):

@@ -1,11 +1,15 @@
 """sglang_benchmark's main() against a responder that streams /generate as SGLang does: what it measures and
 sends (the key from the launch configuration), check mode, the drain first, and how it refuses bad levels."""
 import json
+import os
+import pwd
 
 import pytest
 
 from helpers.http_responder import Reply, http_responder  # noqa: F401  (the fixture)
 from helpers.module_runner import run_module  # noqa: F401  (the fixture)
+from helpers.port_owner import Squatter, this_process_systemctl
+from helpers.simulated import free_port
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import read_lease
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_benchmark
 
@@ -122,3 +126,98 @@ def test_inside_the_window_the_benchmark_renews_the_guards_lease(run_module, htt
                                 no_commands)
     assert refused['failed'] and 'the rollback guard of run run-2 is not armed' in refused['msg']
     assert refused['measured'] is False and len(http_responder.requests_to('POST', '/generate')) == 4
+
+
+# --- whose port (issue 41): given the server's identity, the load and the key go only to the server's own socket ---
+
+MAIN_PID = ['systemctl', 'show', '--property=MainPID', '--value', 'sglang']
+
+
+def the_unit_is_this_process(argv):
+    """systemctl for a running unit whose main process is this test's (which holds the responder's socket)."""
+    return this_process_systemctl(argv, None)
+
+
+def identity(launch, url, manager='systemd', **extra):
+    """The server's identity as the role hands it (_sglang_server), with the benchmark's own options."""
+    return dict(extra, manager=manager, service_name='sglang', launch_file=launch,
+                pidfile='/nonexistent/sglang.pid', url=url)
+
+
+@pytest.mark.parametrize('manager, said', [
+    ('systemd', ', not by the started server'),
+    # A detached server whose pid file names nothing: it is gone, and its port is someone else's.
+    ('detached', ', not by the started server (the server is not running)'),
+])
+@pytest.mark.parametrize('drain_timeout', [0, 10], ids=['no-drain', 'drain'])
+def test_a_squatter_on_the_port_gets_no_request_and_no_key_and_is_named(run_module, launch, manager, said,
+                                                                         drain_timeout):
+    # Issue 41: a local user bound the server's port (between the start's verification and the performance gate,
+    # say) and answers as SGLang would. The benchmark sent it the drain's reads, every /generate and the server's
+    # key, and measured it as the server.
+    port = free_port()
+    with Squatter(port, {'aggregate': {'total_reqs': 0}, 'text': 'x'}) as squatter:
+        result, calls = run_module(sglang_benchmark.main, identity(
+            launch, 'http://127.0.0.1:%d' % port, manager, levels=[1, 2], requests=2, max_new_tokens=2,
+            drain_timeout=drain_timeout), the_unit_is_this_process if manager == 'systemd' else no_commands)
+    assert result['failed'] and set(result) - {'failed'} == KEYS
+    assert (result['measured'], result['levels'], result['metrics'], result['drain']) == (False, [], None, None)
+    assert result['msg'].startswith('port %d is held by PID %d (user %s, command %s -c ' % (
+        port, squatter.pid, pwd.getpwuid(squatter.uid).pw_name, squatter.python))
+    assert said + ': nothing was measured or sent' in result['msg']
+    assert squatter.requests == [] and 'Bearer s3cret' not in squatter.authorizations()
+
+
+@pytest.mark.parametrize('drain_timeout, drain_reads', [(0, 0), (10, 2)], ids=['no-drain', 'drain'])
+def test_the_servers_own_listener_is_measured_with_its_key(run_module, http_responder, launch, drain_timeout,
+                                                           drain_reads):
+    # The unit's main process is this test's, which holds the responder's listening socket: the port is the server's.
+    http_responder.route('GET', '/v1/loads', json={'aggregate': {'total_reqs': 0}})
+    http_responder.route('POST', '/generate', body=sse(4))
+    http_responder.route('GET', '/metrics', body=METRICS_TEXT)
+    result, calls = run_module(sglang_benchmark.main, identity(launch, http_responder.url, levels=[1, 2], requests=4,
+                                                               max_new_tokens=4, drain_timeout=drain_timeout),
+                               the_unit_is_this_process)
+    assert not result['failed'] and set(result) - {'failed'} == KEYS and result['measured'] is True
+    assert [(level['completed'], level['errors']) for level in result['levels']] == [(4, 0), (4, 0)]
+    assert result['metrics']['gen_throughput'] == 401.5
+    assert (result['drain'] or {}).get('idle', False) is bool(drain_timeout)
+    generates = http_responder.requests_to('POST', '/generate')
+    assert len(generates) == 8 and {request.headers['Authorization'] for request in generates} == {'Bearer s3cret'}
+    # Checked before anything was sent, before each of the drain's reads (two zeros in a row), before each level and
+    # before /metrics: systemd named the unit's main PID each time.
+    assert len(http_responder.requests_to('GET', '/v1/loads')) == drain_reads
+    assert calls.count(MAIN_PID) == 1 + drain_reads + 2 + 1
+
+
+def test_a_server_gone_between_levels_gets_no_more_requests(run_module, http_responder, launch):
+    # After the first level systemd says the unit is gone (MainPID 0): whatever holds its port now (this test's
+    # responder) is not the server, and the next level's requests, with the key, are not sent.
+    http_responder.route('POST', '/generate', body=sse(2))
+    main_pids = []
+
+    def the_unit_dies_after_the_first_level(argv):
+        if argv == MAIN_PID:
+            main_pids.append(argv)
+            if len(main_pids) > 2:
+                return 0, '0\n', ''
+        return this_process_systemctl(argv, None)
+    result, calls = run_module(sglang_benchmark.main, identity(launch, http_responder.url, levels=[1, 2], requests=2,
+                                                               max_new_tokens=2), the_unit_dies_after_the_first_level)
+    assert result['failed'] and set(result) - {'failed'} == KEYS and result['measured'] is False
+    assert result['msg'].startswith('benchmarking the server at %s failed: before concurrency 2, nothing sent: port'
+                                    ' %s is held by PID %d (user ' % (http_responder.url,
+                                                                      http_responder.url.rsplit(':', 1)[1],
+                                                                      os.getpid()))
+    assert result['msg'].endswith(', not by the started server (the server is not running)')
+    assert len(http_responder.requests_to('POST', '/generate')) == 2
+
+
+def test_the_servers_identity_is_all_or_nothing(run_module, http_responder, launch):
+    # A pid file without the manager would look checked and not be; a manager without the pid file names no server.
+    for args, missing in ((dict(pidfile='/run/sglang.pid'), "missing parameter(s) required by 'pidfile': manager"),
+                          (dict(manager='detached', launch_file=launch),
+                           "missing parameter(s) required by 'manager': pidfile")):
+        result, dummy = run_module(sglang_benchmark.main, dict(args, url=http_responder.url, levels=[1]), no_commands)
+        assert result['failed'] and result['msg'] == missing
+    assert http_responder.requests == []
