@@ -10,7 +10,7 @@ and fsynced, given its mode and owner, then renamed over the target: a reader se
 the new ones, never half of them, and a crash leaves at most a temp file whose suffix names its writer.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 __metaclass__ = type
 

@@ -66,7 +66,7 @@ class TimeBound:
 # after the stop leaves the server down for 30,000 years. The floors are the rules' own (_rules.py).
 TIME_BOUNDS = {
     'sglang_term_timeout': TimeBound(0, HOUR_S, 'SIGTERM lets SGLang finish what it holds; a server not gone after an'
-                                               ' hour is stuck, and SIGKILL is the answer'),
+                                                ' hour is stuck, and SIGKILL is the answer'),
     'sglang_health_timeout': TimeBound(0, 4 * HOUR_S, 'a model load: the largest checkpoints, read from network storage,'
                                                       ' load within an hour or two', least_allowed=False),
     'sglang_health_poll_interval': TimeBound(0, 60, 'a poll a minute at the slowest: a longer pause only delays the'
