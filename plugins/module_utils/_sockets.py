@@ -77,6 +77,9 @@ def read_listeners(port: int, proc_root: str = '/proc') -> list[Listener]:
     OSError when /proc/net/tcp cannot be read; a host without IPv6 has no tcp6, which is no error.
     """
     listeners = []
+    # The kernel prints a port as %04X after the address's colon: only lines naming it are parsed (a busy host's
+    # table holds a line per connection, and this runs on every health probe).
+    mark = ':%04X ' % port
     for name in ('tcp', 'tcp6'):
         try:
             with open(os.path.join(proc_root, 'net', name), 'rb') as handle:
@@ -85,7 +88,8 @@ def read_listeners(port: int, proc_root: str = '/proc') -> list[Listener]:
             if name == 'tcp6':
                 continue
             raise
-        listeners.extend(listener for listener in parse_listeners(text) if listener.port == port)
+        lines = '\n'.join(line for line in text.splitlines() if mark in line)
+        listeners.extend(listener for listener in parse_listeners(lines) if listener.port == port)
     return listeners
 
 
