@@ -118,6 +118,10 @@ def _owners(euid):
     return (euid, 0) if euid != 0 else (0,)
 
 
+# The one folder the server's folders may lie under although its group may write it: Ubuntu's /var/log
+# (root:syslog 0775). Any other group-writable folder, a daemon's own included, is refused: a daemon that handles
+# untrusted input (www-data, mail, lp) is the local user the trust rule keeps out.
+SYSTEM_GROUP_WRITABLE = frozenset(['/var/log'])
 # Debian's and Ubuntu's SYS_UID_MAX (login.defs): accounts at or below it are the system's, made by packages for
 # their daemons; people get uids above it. nobody (65534) is above it, as it should be.
 SYS_UID_MAX = 999
@@ -158,8 +162,8 @@ def _problem(path, info, owners, want_dir=True, system_group_writers=False):
         return '%s is not a folder' % path
     if info.st_uid not in owners:
         return '%s belongs to uid %d, not to %s' % (path, info.st_uid, ' or '.join('uid %d' % uid for uid in owners))
-    if (system_group_writers and info.st_mode & 0o022 == 0o020 and not _has_acl(path)
-            and system_group_members(info.st_gid)):
+    if (system_group_writers and path in SYSTEM_GROUP_WRITABLE and info.st_mode & 0o022 == 0o020
+            and not _has_acl(path) and system_group_members(info.st_gid)):
         # Ubuntu's /var/log is root:syslog 0775: only the syslog daemon's account writes there besides root.
         return None
     if info.st_mode & 0o022:
@@ -180,9 +184,10 @@ def distrust(path, euid=None, system_group_writers=False):
     only its trusted parent's owner can create it. An ACL granting another user write shows in the
     group bits of the mode (its mask), so it is refused too.
 
-    With system_group_writers, a folder writable by its group is trusted too when it carries no ACL and only
-    system accounts write through that group (system_group_members): the server's folders may lie under Ubuntu's
-    /var/log (root:syslog 0775). The guard's own folder is held to the strict rule.
+    With system_group_writers, /var/log (SYSTEM_GROUP_WRITABLE, and only it) is trusted although its group may
+    write it, when it carries no ACL and only system accounts write through that group (system_group_members):
+    the server's log lies under Ubuntu's /var/log (root:syslog 0775). The guard's own folder is held to the strict
+    rule.
     """
     owners = _owners(os.geteuid() if euid is None else euid)
     if not os.path.isabs(path):
@@ -295,12 +300,13 @@ def read_json_trusted(path, euid=None):
         return json.loads(handle.read().decode('utf-8'))
 
 
-def open_append_no_follow(path, mode=0o666):
-    """A descriptor that appends to the regular file at path (made with mode less the umask when missing, as
-    open(path, 'ab') makes it), opened without following a link: UntrustedPath when path is a symlink, not a
-    regular file, or a file with another name too (a hard link), any of which could make a root process write
-    into a file of someone else's choosing (another user who may write the folder linked a server's log to a
-    root-owned file). The caller closes it."""
+def open_append_no_follow(path, mode=0o640):
+    """A descriptor that appends to the regular file at path (made 0640 less the umask when missing: the server
+    logs its arguments, keys included, at start), opened without following a link: UntrustedPath when path is a
+    symlink, not a regular file, a file with another name too (a hard link), another user's file or one others may
+    write, any of which could make a root process write into a file of someone else's choosing (another user who
+    may write the folder linked a server's log to a root-owned file) or hand them what it writes. The caller
+    closes it."""
     # O_NONBLOCK: a FIFO put there would block this open until someone reads it; it is refused below instead.
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOCTTY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
@@ -315,6 +321,11 @@ def open_append_no_follow(path, mode=0o666):
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
             raise UntrustedPath('%s is not a regular file (%s)' % (path, stat.filemode(info.st_mode)))
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            # Another user's file (made first in a folder they could write), or one they may write: what the server
+            # logs (its arguments, keys included, at start) would be theirs to read or to change.
+            raise UntrustedPath('%s belongs to uid %d or may be written by others (mode %04o): not a file of this'
+                                ' user\'s alone' % (path, info.st_uid, stat.S_IMODE(info.st_mode)))
         if info.st_nlink > 1:
             raise UntrustedPath('%s has %d names (hard links): what is written to it lands in a file known by'
                                 ' another name too' % (path, info.st_nlink))

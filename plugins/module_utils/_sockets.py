@@ -114,7 +114,8 @@ def reached(listeners: list[Listener], address: str, port: int) -> list[Listener
     if exact:
         return exact
     for every_address in (ANY_IPV4, ANY_IPV6) if target.version == 4 else (ANY_IPV6,):
-        wildcard = [listener for listener in on_port if listener.address == every_address]
+        # ::ffff:0.0.0.0 is the IPv4 wildcard too (an IPv6 socket bound to it takes IPv4 connections).
+        wildcard = [listener for listener in on_port if _plain(listener.address) == every_address]
         if wildcard:
             return wildcard
     return []

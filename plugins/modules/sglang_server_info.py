@@ -259,9 +259,9 @@ folders_untrusted:
     - The paths of O(folders) that another user could write into, in their order, each with why. The rule is the
       guard's, every folder from C(/) down to the path is owned by this module's user or root and writable by
       neither its group nor others (a folder not made yet counts as trusted, only its parent's owner can make it).
-      One exception, for Ubuntu's C(/var/log) (C(root:syslog), mode 0775), a folder writable by its group is
-      trusted when it has no ACL and every account that writes through that group is a system account (uid 1 to
-      999, daemons such as C(syslog)).
+      One exception, for Ubuntu's C(/var/log) (C(root:syslog), mode 0775), C(/var/log) itself (no other folder)
+      is trusted although its group may write it, when it has no ACL and every account that writes through that
+      group is a system account (uid 1 to 999, such as C(syslog)).
     - In such a folder another user could link the server's log to a file of root's, and the server's output,
       appended as root, would land in that file (systemd's C(StandardOutput=append:) follows the link).
     - The role's preflight (M(gpuops.sglang.sglang_decision)) refuses the host when this is not empty.

@@ -140,6 +140,7 @@ def test_a_folder_writable_by_its_group_is_trusted_for_the_servers_files_only_wh
     logs.mkdir()
     os.chown(str(logs), 0, 4242)
     os.chmod(str(logs), 0o775)
+    monkeypatch.setattr(files, 'SYSTEM_GROUP_WRITABLE', frozenset([str(logs)]))
     why = files._problem(str(logs), os.lstat(str(logs)), (0,), system_group_writers=True)
     assert (why is None) is trusted, why
     # The guard's folder keeps the strict rule, whoever the group's members are.
@@ -156,6 +157,43 @@ def test_a_group_writable_folder_with_an_acl_is_never_trusted_for_its_group(tmp_
     logs = tmp_path / 'log'
     logs.mkdir()
     os.chmod(str(logs), 0o775)
+    monkeypatch.setattr(files, 'SYSTEM_GROUP_WRITABLE', frozenset([str(logs)]))
     # An ACL's mask is what the group bits show: the ACL may grant a person write.
     monkeypatch.setattr(files, '_has_acl', lambda path: True)
     assert 'writable by its group' in files._problem(str(logs), os.lstat(str(logs)), (0,), system_group_writers=True)
+
+
+def test_a_log_another_user_made_first_or_others_may_write_is_refused(tmp_path):
+    theirs = tmp_path / 'theirs.log'
+    theirs.write_bytes(b'')
+    os.chown(str(theirs), 65534, 65534)
+    with pytest.raises(files.UntrustedPath, match='belongs to uid 65534'):
+        files.open_append_no_follow(str(theirs))
+    shared = tmp_path / 'shared.log'
+    shared.write_bytes(b'')
+    os.chmod(str(shared), 0o666)
+    with pytest.raises(files.UntrustedPath, match='mode 0666'):
+        files.open_append_no_follow(str(shared))
+    assert theirs.read_bytes() == shared.read_bytes() == b''
+
+
+def test_a_log_made_by_the_open_is_private_to_its_owner_and_group(tmp_path):
+    made = tmp_path / 'server.log'
+    os.close(files.open_append_no_follow(str(made)))
+    assert stat.S_IMODE(made.stat().st_mode) & 0o007 == 0
+
+
+def test_only_var_log_may_be_written_by_a_group_of_daemons(monkeypatch, tmp_path):
+    import grp
+    import pwd
+    group, entries = _group_of({'www-data': 33}, {})
+    monkeypatch.setattr(grp, 'getgrgid', lambda gid: group)
+    monkeypatch.setattr(pwd, 'getpwall', lambda: entries)
+    monkeypatch.setattr(pwd, 'getpwnam', lambda name: entries[0])
+    web = tmp_path / 'www'
+    web.mkdir()
+    os.chmod(str(web), 0o775)
+    # A daemon handling untrusted input (a web server) is the local user the rule keeps out: only /var/log is spared.
+    assert 'writable by its group' in files._problem(str(web), os.lstat(str(web)), (0,), system_group_writers=True)
+    monkeypatch.setattr(files, 'SYSTEM_GROUP_WRITABLE', frozenset([str(web)]))
+    assert files._problem(str(web), os.lstat(str(web)), (0,), system_group_writers=True) is None

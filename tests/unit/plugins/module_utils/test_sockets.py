@@ -84,6 +84,13 @@ def test_a_wildcard_ipv6_listener_takes_ipv4_when_no_ipv4_one_listens():
     assert reached(alone, '127.0.0.1', 30001) == alone
 
 
+def test_an_ipv6_socket_on_the_mapped_ipv4_wildcard_is_an_ipv4_wildcard():
+    # An IPv6-only server on [::] leaves ::ffff:0.0.0.0 free to another user, whose socket then takes every IPv4
+    # connection: it must be found as the listener an IPv4 client reaches (before issue 41's review, it was not).
+    sockets = [listener('::', 30001, 1), listener('::ffff:0.0.0.0', 30001, 2)]
+    assert [found.inode for found in reached(sockets, '127.0.0.1', 30001)] == [2]
+
+
 def test_sockets_sharing_a_port_are_all_returned():
     shared = [listener('127.0.0.1', 30000, 1), listener('127.0.0.1', 30000, 2), listener('0.0.0.0', 30000, 3)]
     assert [found.inode for found in reached(shared, '127.0.0.1', 30000)] == [1, 2]
