@@ -96,12 +96,15 @@ EXAMPLES = r'''
   gpuops.sglang.pct_exec_kill:
     vmid: 101
 
+# With several servers in one container, only the launch command line can tell them apart: the children's
+# sglang:: titles (sglang::scheduler_TP0, sglang::detokenizer) name no port, so 'sglang::' would match every
+# server's schedulers. The launch process ends its own children as it exits on SIGTERM.
 - name: Stop only the server on port 30000, giving it a minute to drain
   gpuops.sglang.pct_exec_kill:
     vmid: "{{ pve_vmid }}"
     kill_patterns:
-      - 'sglang\.launch_server .*--port 30000'
-      - 'sglang::'
+      # its launch line, with the port as a whole argument (--port 30000 or --port=30000, not --port 300001)
+      - '^(\S*/)?python[0-9.]* -m sglang\.launch_server( \S+)* --port[= ]30000( |$)'
     term_timeout: 60
   delegate_to: "{{ pve_node }}"
 '''

@@ -10,9 +10,11 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: sglang_canary_verdict
-short_description: The canary bake's verdict, a canary's live figures against the baseline servers'
+short_description: (internal to the sglang role) The canary bake's verdict, a canary's live figures against the baseline servers'
 version_added: 0.4.0
 description:
+  - Internal to the C(gpuops.sglang.sglang) role, called by its tasks, not by users; its options are the
+    role's to give and may change in any release.
   - Compares what the canary served during its bake with what the baseline servers served over the same window
     (an M(gpuops.sglang.sglang_canary_bake) result), as automated canary analysis does - the error rate, and the
     p95 of time to first token, inter-token latency and end-to-end latency, each read from SGLang's histograms.

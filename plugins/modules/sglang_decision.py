@@ -10,9 +10,11 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: sglang_decision
-short_description: Decide whether the sglang role redeploys a host's server, from what it gathered
+short_description: (internal to the sglang role) Decide whether the sglang role redeploys a host's server, from what it gathered
 version_added: 0.3.0
 description:
+  - Internal to the C(gpuops.sglang.sglang) role, called by its tasks, not by users; its options are the
+    role's to give and may change in any release.
   - A step of the C(gpuops.sglang.sglang) role, after C(sglang_plan), C(sglang_server_info) and the patch's dry
     run, whose results it takes as its options.
   - Fails, saying what to do, when the server's interpreter does not exist, when a folder of the server's files

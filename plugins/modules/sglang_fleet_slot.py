@@ -10,9 +10,11 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: sglang_fleet_slot
-short_description: Hold a slot in the fleet's budget of unavailable SGLang servers while one is redeployed
+short_description: (internal to the sglang role) Hold a slot in the fleet's budget of unavailable SGLang servers while one is redeployed
 version_added: 0.2.0
 description:
+  - Internal to the C(gpuops.sglang.sglang) role, called by its tasks, not by users; its options are the
+    role's to give and may change in any release.
   - Before a host takes its server down, O(state=acquired) counts, under one lock on the controller, the
     slots held by hosts now in their outage window (of this run or of another run on this controller) plus
     every other server of O(peers) that is unavailable right now (slots of hosts outside O(peers) do not count) (no 200 from C(/health), or, with

@@ -10,9 +10,11 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: sglang_group_barrier
-short_description: Fail every node of a server group when one node failed a step of the window
+short_description: (internal to the sglang role) Fail every node of a server group when one node failed a step of the window
 version_added: 0.3.0
 description:
+  - Internal to the C(gpuops.sglang.sglang) role, called by its tasks, not by users; its options are the
+    role's to give and may change in any release.
   - A step of the C(gpuops.sglang.sglang) role's window for a server that spans several hosts
     (C(sglang_server_group)), run on every node under the C(linear) strategy so that no node goes on before every
     node did the steps before it.

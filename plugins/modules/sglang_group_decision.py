@@ -10,9 +10,11 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: sglang_group_decision
-short_description: Decide once for a server that spans several hosts whether every node is redeployed
+short_description: (internal to the sglang role) Decide once for a server that spans several hosts whether every node is redeployed
 version_added: 0.3.0
 description:
+  - Internal to the C(gpuops.sglang.sglang) role, called by its tasks, not by users; its options are the
+    role's to give and may change in any release.
   - A step of the C(gpuops.sglang.sglang) role, after C(sglang_decision) on every node of a server group
     (C(sglang_server_group)). Takes this host's group, gate and decision as options; reads every node's plan, state and
     decision through C(hostvars), under the variable names O(from_nodes) gives (a task's options cannot hold what

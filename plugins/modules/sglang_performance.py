@@ -10,9 +10,11 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: sglang_performance
-short_description: The performance gate's verdict, a new server's benchmark against the old one's
+short_description: (internal to the sglang role) The performance gate's verdict, a new server's benchmark against the old one's
 version_added: 0.3.0
 description:
+  - Internal to the C(gpuops.sglang.sglang) role, called by its tasks, not by users; its options are the
+    role's to give and may change in any release.
   - Compares, level by level, the M(gpuops.sglang.sglang_benchmark) result of a new server (O(after)) with a
     baseline, the old server's (O(before)), or with O(baseline=stored) the C(after) figures of the host's last
     redeploy report (O(report_dir)/<host>.last-redeploy.json).

@@ -10,9 +10,11 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: sglang_plan
-short_description: Plan a host's redeploy from the sglang role's variables (gate, rules, flags, files, peers)
+short_description: (internal to the sglang role) Plan a host's redeploy from the sglang role's variables (gate, rules, flags, files, peers)
 version_added: 0.3.0
 description:
+  - Internal to the C(gpuops.sglang.sglang) role, called by its tasks, not by users; its options are the
+    role's to give and may change in any release.
   - The first step of the C(gpuops.sglang.sglang) role. Reads the role's variables and the fleet's hostvars on
     the controller and returns what the later steps use.
   - "The rollout gate: why this host is left alone (its C(sglang_redeploy_skip), a failed canary among the first
@@ -88,6 +90,13 @@ expected_environment:
   description: The environment the server must report (with C(sglang_verify_environment)).
   returned: when the host takes part and no rule is broken
   type: dict
+dynamic_spec_env_read_by:
+  description:
+    - Who reads C(sglang_dynamic_spec_env_name) in env mode, V(patch) (an added line of the patch names it) or
+      V(installed) (C(sglang_dynamic_spec_env_read_by), the operator's word); empty when env mode is off. Env mode
+      that nothing reads is one of the rules' refusals, before anything stops.
+  returned: when the host takes part and no rule is broken
+  type: str
 configs:
   description: The rendered files, as sglang_server_info compares them.
   returned: when the host takes part and no rule is broken

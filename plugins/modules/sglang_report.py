@@ -10,9 +10,11 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: sglang_report
-short_description: Write a host's redeploy report on the controller and into the run's artifacts
+short_description: (internal to the sglang role) Write a host's redeploy report on the controller and into the run's artifacts
 version_added: 0.2.0
 description:
+  - Internal to the C(gpuops.sglang.sglang) role, called by its tasks, not by users; its options are the
+    role's to give and may change in any release.
   - Without O(report), builds the report of the C(gpuops.sglang.sglang) role's run from its step results (O(run))
     and settings (O(settings)), the final one or, with O(stage=opened), the one a run cut off in its outage window
     leaves.
@@ -108,6 +110,11 @@ options:
         description: The environment the server must report (the plan's C(expected_environment)).
         type: dict
         default: {}
+      dynamic_spec_env_read_by:
+        description: Who reads the dynamic speculation variable in env mode (the plan's C(dynamic_spec_env_read_by)),
+          V(patch) or V(installed); empty when env mode is off. The report's C(dynamic_spec_env_read_by).
+        type: str
+        default: ''
   group:
     description: The server group (C(gpuops.sglang.sglang_plan)'s C(group)) for O(stage=group); none for a single-node server.
     type: dict
@@ -130,6 +137,8 @@ report:
       O(settings.environment) where this run saw the healthy server report them on the host (left unchanged, or
       redeployed); null otherwise (failed, rolled back, skipped, a check run that would redeploy, a rank > 0 of a
       server group). The dashboard shows them for a server it does not send its API key to.
+    - Its C(dynamic_spec_env_read_by) is V(patch) or V(installed), who reads the dynamic speculation variable in
+      env mode (the run refuses env mode that nothing reads), null when env mode is off.
   returned: always
   type: dict
 written:

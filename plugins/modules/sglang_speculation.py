@@ -10,9 +10,12 @@ __metaclass__ = type
 DOCUMENTATION = r'''
 ---
 module: sglang_speculation
-short_description: Where drafting stops paying - a server's benchmark in each speculation mode made into a recommendation
+short_description: (internal to the sglang role) Where drafting stops paying - a server's benchmark in each speculation mode made into a recommendation
 version_added: 0.4.0
 description:
+  - Internal to the C(gpuops.sglang.sglang) role, called by its C(tune) entry point (which
+    C(playbooks/tune_speculation.yml) runs), not by users; its options are the role's to give and may change
+    in any release.
   - Makes the M(gpuops.sglang.sglang_benchmark) results of one server measured in several speculation modes
     (O(modes)) into one table by concurrency level, and recommends from it the batch size at which drafting
     should stop and the batch-size tiers of SGLang's C(--speculative-adaptive-config).

@@ -1,4 +1,4 @@
-"""The README's ansible-runner example, run exactly as written from a clean shell at the repository root.
+"""The ansible-runner example of docs/dashboard.md (once the README's), run exactly as written from a clean shell at the repository root.
 
 The lab is shared: run under `flock /tmp/gpuops-lab.lock`.
 """
@@ -14,10 +14,10 @@ CLEAN_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 
 
 def readme_example():
-    with open(os.path.join(REPO, 'README.md')) as handle:
+    with open(os.path.join(REPO, 'docs', 'dashboard.md')) as handle:
         text = handle.read()
     found = re.search(r'<!-- runner-example: start -->\n```sh\n(.*?)```\n<!-- runner-example: end -->', text, re.S)
-    assert found, 'the README lost its runner example markers'
+    assert found, 'docs/dashboard.md lost its runner example markers'
     return found.group(1)
 
 

@@ -1,19 +1,19 @@
-"""The commands the README documents for a checkout work as written, from the repository root."""
+"""The commands docs/testing.md documents for a checkout work as written, from the repository root."""
 import os
 import re
 import subprocess
 
 from helpers.ansible_run import REPO
 
-# The block that follows this README sentence is run line by line, exactly as a user would paste it.
+# The block that follows this sentence of docs/testing.md is run line by line, exactly as a user would paste it.
 README_ANCHOR = 'so these work from the root:'
 
 
 def readme_block(anchor):
-    with open(os.path.join(REPO, 'README.md')) as readme:
+    with open(os.path.join(REPO, 'docs', 'testing.md')) as readme:
         text = readme.read()
     block = re.search(re.escape(anchor) + r'\s*```sh\n(.*?)```', text, re.S)
-    assert block, 'README no longer has a sh block after %r' % anchor
+    assert block, 'docs/testing.md no longer has a sh block after %r' % anchor
     return [line for line in block.group(1).splitlines() if line.strip() and not line.startswith('#')]
 
 

@@ -55,3 +55,30 @@ def test_every_list_of_dicts_return_says_what_it_contains(docs, module):
     bare = [key for key, value in returns_of(returns)
             if value.get('type') == 'list' and value.get('elements') == 'dict' and not value.get('contains')]
     assert not bare, bare
+
+
+# The role's internal steps are the modules backed by an action plugin (they run on the controller, their
+# options are the role's to give): `ansible-doc -l` must tell them from the modules a user calls.
+ROLE_INTERNAL = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, 'plugins', 'action'))
+                       if name.endswith('.py') and not name.startswith(('_', '.')))
+
+
+@pytest.mark.parametrize('module', MODULES)
+def test_only_the_role_internal_modules_say_so_first(docs, module):
+    doc = docs['gpuops.sglang.%s' % module]['doc']
+    internal = module in ROLE_INTERNAL
+    assert doc['short_description'].startswith('(internal to the sglang role) ') == internal, doc['short_description']
+    assert any('role, called by its' in line and 'not by users' in line for line in doc['description']) == internal
+
+
+def test_the_role_documentation_leads_with_its_required_variables():
+    with open(os.path.join(REPO, 'roles', 'sglang', 'meta', 'argument_specs.yml')) as handle:
+        main = yaml.safe_load(handle)['argument_specs']['main']
+    required = sorted(name for name, option in main['options'].items() if option.get('required'))
+    assert required, 'the role has no required variable: the first line below would lead with nothing'
+    first = main['description'][0]
+    assert first.startswith('Required: ') and all(name in first for name in required), first
+    with open(os.path.join(REPO, 'roles', 'sglang', 'README.md')) as handle:
+        readme = handle.read().split('\n\n')
+    # The README's first paragraph says what the role is; the second names what an inventory must set.
+    assert readme[2].startswith('**Required: ') and all('`%s`' % name in readme[2] for name in required), readme[2]

@@ -1,4 +1,7 @@
+import yaml
+
 from ansible_collections.gpuops.sglang.plugins.modules import pct_exec_kill
+from ansible_collections.gpuops.sglang.plugins.module_utils import _processes as processes
 from ansible_collections.gpuops.sglang.plugins.module_utils._pct import LIST_SCRIPT, SIGNAL_SCRIPT
 
 from helpers.module_runner import read_fixture
@@ -153,3 +156,23 @@ def test_bad_pattern_is_rejected_before_any_command(run_module):
     result, calls = run_module(pct_exec_kill.main, {'vmid': 101, 'patterns': ['(']}, container(),
                                bin_paths={'pct': PCT})
     assert result['failed'] and "invalid pattern '('" in result['msg'] and calls == []
+
+
+def test_the_one_server_example_matches_that_server_alone_among_several():
+    task = next(task for task in yaml.safe_load(pct_exec_kill.EXAMPLES) if 'port 30000' in task['name'])
+    patterns = processes.compile_patterns(task['gpuops.sglang.pct_exec_kill']['kill_patterns'])
+    venv = '/opt/sglang/venv/bin/python3'
+    # Two servers in one container, each with its scheduler and detokenizer children, and look-alikes.
+    command_lines = {
+        10: venv + ' -m sglang.launch_server --model-path /models/a --port 30000 --host 0.0.0.0',
+        11: 'sglang::scheduler_TP0',
+        12: 'sglang::detokenizer',
+        20: venv + ' -m sglang.launch_server --model-path /models/b --port 30001 --host 0.0.0.0',
+        21: 'sglang::scheduler_TP0',
+        22: 'sglang::detokenizer',
+        30: 'python3 -m sglang.launch_server --port=30000 --model-path /models/c',
+        40: venv + ' -m sglang.launch_server --model-path /models/d --port 300001',
+        50: 'tail -f /var/log/sglang.launch_server --port 30000',
+    }
+    records = [processes.ProcessRecord(pid, 1, 'S', line) for pid, line in command_lines.items()]
+    assert [record.pid for record in processes.select(records, patterns)] == [10, 30]
