@@ -8,7 +8,8 @@ ALLOW_JINJA_IN_EXTRA_VARS=template:
 - only the role's documented variables (roles/sglang/meta/argument_specs.yml, read at start so the list
   follows the role) and the playbook's documented `redeploy_*` variables are taken, each type-checked
   against its documented type and choices, and every time bound against its range (the plan's own table,
-  _timing.TIME_BOUNDS: a deadline of 1e12 would leave a cancelled run's hosts down for good); anything else
+  _timing.TIME_BOUNDS: a deadline of 1e12 would leave a cancelled run's hosts down for good), and every list
+  whose entries each add time to the window against its count (_timing.COUNT_BOUNDS); anything else
   (`ansible_*`, a typo) is refused, naming the key;
   documented variables that decide what runs as root on the GPU hosts, where the role writes, what it kills,
   which hosts make the fleet, where keys go, and the keys themselves are the inventory's alone (PINNED);
@@ -26,7 +27,7 @@ import re
 
 import yaml
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._timing import TIME_BOUNDS
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._timing import COUNT_BOUNDS, TIME_BOUNDS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGUMENT_SPECS = os.path.join(REPO, 'roles', 'sglang', 'meta', 'argument_specs.yml')
@@ -61,6 +62,10 @@ PINNED = {
     'sglang_environment': 'the environment of a root process (LD_PRELOAD, PYTHONPATH, ... run code)',
     'sglang_secret_environment': 'the environment of a root process, and secrets belong in the vault',
     'sglang_dynamic_spec_env_name': 'names a variable of a root process\'s environment (the patch defines it)',
+    'sglang_dynamic_spec_env_read_by': 'states what the installed sglang reads; it lifts the refusal of env mode'
+                                       ' that nothing reads',
+    'sglang_rollout_policy': 'playbooks/redeploy.yml decides it from redeploy_serial, redeploy_canary,'
+                             ' redeploy_max_unavailable and redeploy_max_fail_percentage: set those',
     'sglang_kill_patterns': 'what the run kills on the GPU hosts',
     'sglang_config_dir': _ROOT_WRITES,
     'sglang_run_dir': _ROOT_WRITES,
@@ -115,6 +120,7 @@ def allowed_variables(path=ARGUMENT_SPECS):
     allowed = dict((name, spec) for name, spec in role_variables(path).items() if name not in PINNED)
     allowed.update((name, dict(allowed[name], **spec)) for name, spec in RAW_VARIABLES.items() if name in allowed)
     allowed.update((name, dict(allowed[name], seconds=bound)) for name, bound in TIME_BOUNDS.items() if name in allowed)
+    allowed.update((name, dict(allowed[name], count=bound)) for name, bound in COUNT_BOUNDS.items() if name in allowed)
     allowed.update(PLAYBOOK_VARIABLES)
     return allowed
 
@@ -177,6 +183,9 @@ def _check(key, value, spec):
         raise InvalidExtraVars(key, 'has a type (%s) the dashboard cannot check' % kind)
     if not ok:
         raise InvalidExtraVars(key, 'must be %s, not %r' % (_KINDS.get(kind, kind), value))
+    count = spec.get('count')
+    if kind == 'list' and count is not None and not count.holds(value):
+        raise InvalidExtraVars(key, 'must have %s, not %d (%s)' % (count.words(), len(value), count.why))
     if kind == 'list' and spec.get('elements'):
         for index, item in enumerate(value):
             _check('%s[%d]' % (key, index), item, {'type': spec['elements']})

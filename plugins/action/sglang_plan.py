@@ -98,6 +98,11 @@ class ActionModule(ActionBase):
             return result
         patch, patch_problem = self._patch(as_text(settings['sglang_patch_file']))
         problems = _rules.variable_problems(settings, self._inventory(task_vars)) + group_problems + patch_problem
+        # The window as this host's rank sees it: the hand-overs of a rank > 0 grow with what rank 0 does meanwhile.
+        problems += _rules.window_problems(settings, group, perf_levels)
+        if not patch_problem:
+            # An unreadable patch is refused for that alone; its lines cannot be read for the variable.
+            problems += _rules.dynamic_spec_env_problems(settings, (patch or {}).get('content'))
         if problems:
             result.update(failed=True, problems=problems, msg=' '.join(problems))
             return result
@@ -114,6 +119,7 @@ class ActionModule(ActionBase):
             contents=dict((entry['label'], entry['content']) for entry in files),
             files=[dict((key, value) for key, value in entry.items() if key != 'content') for entry in files],
             peers=peers, perf_levels=perf_levels, patch=patch,
+            dynamic_spec_env_read_by=_rules.dynamic_spec_env_reader(settings, (patch or {}).get('content')),
             launcher={'path': where['launcher'], 'content': self._role_file('files', LAUNCHER)},
         )
         # The rendered files hold the keys or the secret environment: Ansible censors this result wherever it

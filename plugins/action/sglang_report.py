@@ -42,6 +42,7 @@ SETTINGS = dict(
     # The plan's expected /server_info and environment: the report's verified_settings where the run saw them.
     server_info=dict(type='dict', default={}),
     environment=dict(type='dict', default={}),
+    dynamic_spec_env_read_by=dict(type='str', default=''),
 )
 ARGUMENT_SPEC = dict(
     report=dict(type='dict'),

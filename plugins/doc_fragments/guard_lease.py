@@ -38,6 +38,8 @@ options:
         description:
           - Seconds the step after this one may take without renewing the lease (it runs elsewhere, such as the
             container kill on the Proxmox node or the router's admission). The last renewal of this step adds them.
+          - A renewal that would hold the host longer than 172800 s (two days, the guard's deadline maximum), this
+            O(guard.after) or the step's own bound, NaN included, is refused and the step fails before it acts.
         type: float
         default: 0
 '''

@@ -18,6 +18,12 @@ description:
     (each group's nodes together, in rank order; groups in order of first appearance).
   - The canary is the rollout's first O(canary) servers, the single-node servers first; what the single-node play
     lacks of it is the group play's first batch. A percentage in O(serial) is of the play's own servers.
+  - The rolling policy is the operator's where set (O(serial), O(canary), O(max_unavailable),
+    O(max_fail_percentage)); a knob left unset takes the safe default, a canary of one server, then batches of
+    25% of the servers (at least 1), at most 25% of the fleet's servers unavailable (at least 1; no such bound
+    when O(serial) is set: the batches are the bound asked for), the first failure stopping the rollout. The
+    whole fleet at once only when asked, C(-e redeploy_serial=100% -e redeploy_canary=0). RV(_value.policy)
+    says which applied and why.
   - Refuses (a filter error) a host named V(group:NAME) in a fleet that has a server group NAME, and a serial
     entry that is neither a number nor a percentage.
 author:
@@ -34,20 +40,31 @@ options:
     required: true
   serial:
     description: "As Ansible's C(serial): a number, a percentage such as V(50%), or a list of those (the last one
-      repeats); unset or empty: every server in one batch."
+      repeats); unset or empty: V(25%)."
     type: raw
   canary:
-    description: The canary's size in servers (0 or less, none).
+    description: The canary's size in servers (0 or less, none); unset or empty, V(1).
     type: int
-    default: 0
+  max_unavailable:
+    description: At most this many servers of the fleet unavailable at once (0, no limit); unset or empty, 25% of
+      the fleet's servers (at least 1) when O(serial) is unset too, else 0.
+    type: int
+  max_fail_percentage:
+    description: Stop the rollout once more than this share of the finished servers failed; unset or empty, V(0).
+    type: float
+  fleet:
+    description: The fleet's hosts (the role's C(sglang_fleet_hosts)), whose servers a percentage of the
+      unavailability budget is of; the play's hosts when unset.
+    type: list
+    elements: str
 '''
 
 EXAMPLES = r'''
 - name: Sort the servers into the single-node play and the group play
   ansible.builtin.set_fact:
     sglang_batches: >-
-      {{ ansible_play_hosts_all | gpuops.sglang.sglang_server_batches(hostvars, redeploy_serial | default('100%'),
-                                                                      redeploy_canary | default(0)) }}
+      {{ ansible_play_hosts_all | gpuops.sglang.sglang_server_batches(hostvars, redeploy_serial | default(none),
+                                                                      redeploy_canary | default(none)) }}
   run_once: true
 '''
 
@@ -81,16 +98,44 @@ _value:
       description: The hosts of the canary's servers.
       type: list
       elements: str
+    policy:
+      description: The rolling policy that applies.
+      type: dict
+      contains:
+        serial:
+          description: The batches' size, as Ansible's C(serial) reads it.
+          type: raw
+        canary:
+          description: The canary's size in servers.
+          type: int
+        max_unavailable:
+          description: At most this many servers of the fleet unavailable at once (0, no limit).
+          type: int
+        max_fail_percentage:
+          description: Stop once more than this share of the finished servers failed.
+          type: float
+        asked:
+          description: The playbook variables the operator set (C(redeploy_serial), ...); empty, the default policy.
+          type: list
+          elements: str
+        summary:
+          description: The policy in words, saying whether it is the default or asked, and how to go faster.
+          type: str
+          sample: "default (no redeploy_serial, ...): canary 1 server(s), then batches of 25% server(s), ..."
 '''
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import server_batches
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import rollout_plan
 
 
-def sglang_server_batches(play_hosts, hostvars, serial=None, canary=0):
+def sglang_server_batches(play_hosts, hostvars, serial=None, canary=None, max_unavailable=None,
+                          max_fail_percentage=None, fleet=None):
+    asked = {'serial': serial, 'canary': canary, 'max_unavailable': max_unavailable,
+             'max_fail_percentage': max_fail_percentage}
     try:
-        return server_batches(list(play_hosts), lambda name: hostvars.get(name) or {}, serial, canary)
+        return rollout_plan(list(play_hosts), lambda name: hostvars.get(name) or {}, asked,
+                            list(fleet) if fleet else None)
     except ValueError as exc:
         raise AnsibleFilterError('sglang_server_batches: %s' % exc)
 

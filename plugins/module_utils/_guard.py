@@ -51,6 +51,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._command import Boun
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import (
     HOST_CLOCK,
     LEASE_FILE,
+    arm_problem,
     armed_in_another_boot,
     deadline_passed,
     describe,
@@ -240,7 +241,7 @@ class Guard(object):
 
     def arm(self, run_id, deadline_s, files, server, host, python, settings, systemd, idle_s=None, after_s=0):
         """Snapshot files, record how to restore, start the watcher. Returns the state written."""
-        problem = service_name_problem(server.get('service_name'))
+        problem = service_name_problem(server.get('service_name')) or arm_problem(deadline_s, idle_s, after_s)
         if problem:
             raise GuardError(problem + '; the guard did nothing')
         self.make_folder()

@@ -37,6 +37,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import math
 import os
 import time
 from collections import namedtuple
@@ -52,6 +53,13 @@ RENEW_EVERY = 2.0
 # An arm or a confirm holds the guard's lock for seconds; a restore for minutes. A renewal that cannot get it
 # within this is refused: whatever holds it that long is the restore, and the run must not act under it.
 RENEW_LOCK_TIMEOUT = 10.0
+# The longest a guard may keep a host off its previous server (its deadline; any step's hand-over `after` or
+# horizon lies within it) and the longest a host stays down once nothing of its run renews (the idle bound): the
+# role's sglang_rollback_deadline and sglang_rollback_idle maxima, whose table (plugin_utils/_timing.TIME_BOUNDS)
+# reads these numbers. Checked again on the host: a value past the plan (a module called by hand, another
+# release's role) would otherwise leave the host down for as long as it says, and a NaN deadline never passes.
+MOST_DEADLINE_S = 2 * 86400.0
+MOST_IDLE_S = 3600.0
 
 
 BOOT_ID_FILE = '/proc/sys/kernel/random/boot_id'
@@ -105,6 +113,29 @@ def _read(path):
 
 def read_lease(folder):
     return _read(os.path.join(folder, LEASE_FILE))
+
+
+def duration_problem(name: str, seconds, most: float, above_zero: bool = False) -> str:
+    """Why `seconds` cannot be the guard's `name` ('' when it can): it must be a finite number of seconds from 0
+    (above 0 with above_zero) to `most`. NaN compares false with every bound, so it is refused by the shape of the
+    test: a NaN deadline would never pass."""
+    value = float(seconds)
+    if (value > 0 if above_zero else value >= 0) and value <= most:
+        return ''
+    return '%s (%g s) must be %s %g s (%s)' % (
+        name, value, 'above 0 and at most' if above_zero else 'from 0 to', most,
+        'the longest a rollback guard may keep a host off its previous server' if most == MOST_DEADLINE_S
+        else 'the longest a host may stay down once nothing of its run renews the guard')
+
+
+def arm_problem(deadline_s, idle_s=None, after_s=0.0) -> str:
+    """Why a guard cannot be armed with these bounds ('' when it can): the deadline above 0 and at most
+    MOST_DEADLINE_S, the idle bound (None or 0: no lease) at most MOST_IDLE_S, the arm's hand-over within the
+    deadline's maximum."""
+    problems = [duration_problem('deadline', deadline_s, MOST_DEADLINE_S, above_zero=True),
+                duration_problem('idle', 0.0 if idle_s is None else idle_s, MOST_IDLE_S),
+                duration_problem('after', after_s or 0.0, MOST_DEADLINE_S)]
+    return '; '.join(problem for problem in problems if problem)
 
 
 def lease_document(run_id, step, now, horizon_s, idle_s, holder=None):
@@ -172,6 +203,12 @@ def renew(folder, run_id, step, horizon_s=0.0, clock=HOST_CLOCK, holder=None, lo
     the lease again under the lock before it acts. So either this renewal lands first (and the watcher, seeing
     it, does not act) or the restore does (and this renewal is refused): never a step acting during a restore.
     """
+    if not math.isfinite(float(horizon_s)) or float(horizon_s) > MOST_DEADLINE_S:
+        # A negative horizon counts as 0 (lease_document); one past the deadline's maximum is a bound gone wrong.
+        raise LeaseError('%s asked the rollback guard of run %s in %s to hold the host for %s s more, beyond the %g s '
+                         'a guard may keep a host off its previous server: nothing was renewed; lower the step\'s '
+                         'timeouts or its `after` (sglang_plan\'s timing gives the role\'s)'
+                         % (step, run_id, folder, '%g' % float(horizon_s), MOST_DEADLINE_S))
     _check(_read(os.path.join(folder, STATE_FILE)), folder, run_id)
     try:
         with FileLock(os.path.join(folder, LOCK_FILE), lock_timeout, max_interval=0.5):
@@ -361,6 +398,11 @@ class Renewer(object):
         """Hold the lease for horizon_s more while this process runs (the idle bound after it is gone)."""
         if self.folder is None:
             return None
+        if duration_problem('after', self.after, MOST_DEADLINE_S):
+            # Checked at every renewal, the first at the step's start: refused before the step acts, not at its end.
+            raise LeaseError('%s: the guard option of %s (run %s in %s) is refused; nothing was renewed'
+                             % (duration_problem('after', self.after, MOST_DEADLINE_S), self.step, self.run_id,
+                                self.folder))
         lease = renew(self.folder, self.run_id, step or self.step, horizon_s, self.clock,
                       self.holder if holder else None)
         # The boot clock: a wall clock stepped back would stop the renewals of a long wait for the step's size.

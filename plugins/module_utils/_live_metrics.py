@@ -18,7 +18,10 @@ rank test, the sum the exact mean that the buckets' coarseness cannot distort.
 
 Every sample read must be a finite number: Python's float() takes ``NaN``, ``+Inf`` and ``1e309`` (infinity),
 which compare false with every bound and turn a verdict's checks off (a NaN bucket reads as no sample at all), so
-a reading that holds one is refused, naming the series (finite_samples, shared with _serving_benchmark).
+a reading that holds one is refused, naming the series (finite_samples, shared with _serving_benchmark). Finite
+samples may still add up past a float's range (two ranks exporting 1e308 sum to infinity, and infinity less
+infinity is NaN): every sum of a snapshot and every difference is checked too (_finite), so that nothing but finite
+numbers reaches the verdict.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -80,6 +83,15 @@ def finite_samples(text, names):
         yield sample
 
 
+def _finite(value, series, what):
+    """value, or LiveMetricsError naming the series when it is not a finite number (a sum or a difference of finite
+    samples beyond a float's range)."""
+    if not math.isfinite(value):
+        raise LiveMetricsError('%s %s to %s, not a finite number: the reading is refused (a broken exporter, or not'
+                               ' SGLang answering there; look at its /metrics)' % (series, what, value))
+    return value
+
+
 def _labels(text):
     """({label: value}, the text after the closing brace) of `a="x",b="y"} 1`; (None, '') when malformed."""
     labels, i = {}, 0
@@ -125,22 +137,23 @@ def snapshot(text):
     count_of = dict((name + '_count', key) for key, name in HISTOGRAMS)
     sums, samples = dict((key, None) for key, dummy in HISTOGRAMS), dict((key, 0.0) for key, dummy in HISTOGRAMS)
     wanted = set(counter_of) | set(bucket_of) | set(sum_of) | set(count_of)
+    summed = 'sums over its label sets'
     for name, labels, value in finite_samples(text, wanted):
         if name in counter_of:
             key = counter_of[name]
-            counters[key] = (counters[key] or 0.0) + value
+            counters[key] = _finite((counters[key] or 0.0) + value, name, summed)
         elif name in bucket_of and 'le' in labels:
             try:
                 bound = _bound(labels['le'])
             except ValueError:
                 continue
             buckets = cumulative[bucket_of[name]]
-            buckets[bound] = buckets.get(bound, 0.0) + value
+            buckets[bound] = _finite(buckets.get(bound, 0.0) + value, '%s{le="%s"}' % (name, labels['le']), summed)
         elif name in sum_of:
             key = sum_of[name]
-            sums[key] = (sums[key] or 0.0) + value
+            sums[key] = _finite((sums[key] or 0.0) + value, name, summed)
         elif name in count_of:
-            samples[count_of[name]] += value
+            samples[count_of[name]] = _finite(samples[count_of[name]] + value, name, summed)
     figures = dict(counters)
     for key, buckets in cumulative.items():
         if not buckets:
@@ -160,6 +173,7 @@ def _histogram(cumulative):
         raise LiveMetricsError('a histogram without its +Inf bucket')
     counts, below = [], 0.0
     for bound in bounds:
+        # Within [0, the largest float]: below is never negative, a negative overflow is clamped.
         counts.append(max(0.0, cumulative[bound] - below))
         below = max(below, cumulative[bound])
     return {'bounds': bounds, 'counts': counts}
@@ -178,7 +192,7 @@ def difference(before, after):
         elif after[key] < before[key]:
             raise LiveMetricsError('%s went down between the scrapes: the server restarted' % dict(COUNTERS)[key])
         else:
-            served[key] = after[key] - before[key]
+            served[key] = _finite(after[key] - before[key], dict(COUNTERS)[key], 'grew between the scrapes')
     for key, name in HISTOGRAMS:
         old, new = before[key], after[key]
         if new is None:
@@ -188,22 +202,28 @@ def difference(before, after):
             old = {'bounds': new['bounds'], 'counts': [0.0] * len(new['counts']), 'sum': 0.0}
         if old['bounds'] != new['bounds']:
             raise LiveMetricsError('%s changed its buckets between the scrapes' % name)
-        counts = [b - a for a, b in zip(old['counts'], new['counts'])]
+        counts = [_finite(b - a, name, 'grew between the scrapes') for a, b in zip(old['counts'], new['counts'])]
         if any(count < 0 for count in counts):
             raise LiveMetricsError('%s went down between the scrapes: the server restarted' % name)
         total = None
         if new.get('sum') is not None and old.get('sum') is not None:
             # Latencies are never negative, so their sum only grows; a float's rounding may still take a hair off.
-            total = max(0.0, new['sum'] - old['sum'])
+            total = max(0.0, _finite(new['sum'] - old['sum'], name + '_sum', 'grew between the scrapes'))
         served[key] = {'bounds': new['bounds'], 'counts': counts, 'sum': total}
     return served
 
 
 def jsonable(figures):
-    """The figures with +Inf written as the string "+Inf" (JSON has no infinity)."""
+    """The figures with +Inf written as the string "+Inf" (JSON has no infinity); LiveMetricsError naming a figure
+    that is not a finite number (Python's json writes NaN and Infinity, which no verdict can read)."""
     out = dict(figures)
-    for key, dummy in HISTOGRAMS:
+    for key, name in COUNTERS:
         if out.get(key) is not None:
+            _finite(out[key], name, 'came')
+    for key, name in HISTOGRAMS:
+        if out.get(key) is not None:
+            for value in list(out[key]['counts']) + [out[key].get('sum') or 0.0]:
+                _finite(value, name, 'came')
             out[key] = {'bounds': ['+Inf' if bound == math.inf else bound for bound in out[key]['bounds']],
                         'counts': list(out[key]['counts']), 'sum': out[key].get('sum')}
     return out

@@ -62,12 +62,25 @@ def not_free_message(proof, timeout, killed, compute_apps, still_holding):
     if missing:
         problems.append('is not listed any more for GPU(s) %s' % ', '.join(str(index) for index in missing))
     return ('GPU memory %s within %.1fs; %s.\n%s\n%s'
-            'compute apps: %s; processes holding the devices now: %s. With no process left, memory that stays '
+            'compute apps: %s; processes holding the devices now: %s. %sWith no process left, memory that stays '
             'used or a GPU that cannot be read is a driver-level problem: reset the GPU or reboot.'
             % (' and '.join(problems), timeout, signalled_summary(killed),
                format_gpu_table(gpus, proof.max_used_mib, proof.expected),
                'last nvidia-smi error: %s\n' % proof.last_error if proof.last_error else '',
-               compute_apps or 'none', still_holding or 'none'))
+               compute_apps or 'none', still_holding or 'none',
+               only_threshold_hint(proof, busy, compute_apps, still_holding) if not (sick or missing) else ''))
+
+
+def only_threshold_hint(proof, busy, compute_apps, still_holding):
+    """When nothing but the threshold failed (no compute app, no holder, every GPU read): the readings against
+    it, and the one setting to look at first, as some GPUs idle above 0 MiB (an idle H100 reads about 4)."""
+    if not busy or compute_apps or still_holding:
+        return ''
+    return ('Only the threshold failed: %s with no process left, above max_used_mib %d MiB (the role\'s '
+            'sglang_gpu_max_used_mib). If that is the idle reading of these GPUs, set the threshold above it, '
+            'well below one CUDA context (about 300 MiB). '
+            % (', '.join('GPU %s reads %s MiB' % (gpu['index'], gpu['memory_used_mib']) for gpu in busy),
+               proof.max_used_mib))
 
 
 class Timeline(object):

@@ -94,6 +94,10 @@ options:
     description:
       - A GPU counts as released when nvidia-smi reports at most this many MiB used. An idle H200 reads
         0; an idle H100 has been seen at about 4.
+      - The role passes C(sglang_gpu_max_used_mib), V(64) by default there, above every idle reading measured with a
+        margin and well below the about 300 MiB one process's CUDA context holds until it exits, so a process
+        left on the GPU still fails the release. A release that fails with no process left names each GPU's
+        reading and this threshold.
     type: int
     default: 0
   memory_timeout:

@@ -166,7 +166,8 @@ def bake(module, result, lease, clock=time.monotonic, sleep=time.sleep):
     try:
         canary = jsonable(difference(first, last)) if first is not None and last is not None else None
     except LiveMetricsError as exc:
-        fail('the canary %s restarted during the bake: %s' % (params['url'], exc))
+        # A restart (a counter went down), or figures past a float's range: the bake has nothing to judge.
+        fail('the canary %s gave no figures the bake can judge: %s' % (params['url'], exc))
     baselines = {}
     for host in sorted(params['baselines']):
         if host in problems:

@@ -21,7 +21,8 @@ description:
   - A latency fails when the canary's p95 exceeds the baseline's by more than O(latency_tolerance) and, where
     both sides have enough samples, a one-sided Mann-Whitney U test over the buckets finds the canary slower at
     O(alpha); the error rate fails when it exceeds the baseline's by more than O(error_tolerance). Fewer than
-    O(min_requests) on either side, no baseline, or a canary without figures make the verdict V(inconclusive).
+    O(min_requests) on either side, no baseline, or a canary without figures make the verdict V(inconclusive);
+    so do figures that are not finite numbers or add up past a float's range, named in the reason.
   - Fails when the verdict is V(fail), or V(inconclusive) with O(inconclusive=rollback), so that the
     C(gpuops.sglang.sglang) role's window rolls the canary back; RV(bake) is returned either way.
   - Runs on the controller, in-process (an action plugin); nothing runs on the host.

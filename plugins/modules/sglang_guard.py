@@ -69,20 +69,24 @@ options:
     description: Identifies the run that arms and confirms. Required for O(state=armed) and O(state=confirmed).
     type: str
   deadline:
-    description: Seconds after arming at which the guard restores unless confirmed (on the host's boot clock).
+    description:
+      - Seconds after arming at which the guard restores unless confirmed (on the host's boot clock).
+      - Above 0 and at most 172800 (two days, the role's C(sglang_rollback_deadline) maximum); anything else, NaN
+        included, is refused before anything is kept.
     type: float
     default: 1800
   idle:
     description:
       - Seconds without a renewal after which the watcher restores (O(state=armed)); the arm counts as the first
-        renewal. Unset or V(0), only O(deadline) counts (a guard without a lease).
+        renewal. Unset or V(0), only O(deadline) counts (a guard without a lease). At most 3600 (the role's
+        C(sglang_rollback_idle) maximum).
       - Must exceed what can pass between two renewals on the controller (ssh connect and retries, building the
         next module, a loaded controller); the role's C(sglang_rollback_idle) says how it was chosen.
     type: float
   after:
     description:
       - Seconds the step after the arm may take without renewing (O(state=armed)); taking the server out of its
-        router runs there.
+        router runs there. From 0 to 172800, as O(deadline).
     type: float
     default: 0
   trigger:
@@ -463,6 +467,7 @@ from ansible.module_utils.common.text.converters import to_native
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import (
     PACKAGE, Guard, GuardError, pending_message, service_name_problem)
+from ansible_collections.gpuops.sglang.plugins.module_utils._lease import arm_problem
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVER_OPTIONS
 
@@ -513,6 +518,8 @@ def arm(module, guard, current, result):
         fail('deadline must be above 0 seconds')
     if params['idle'] is not None and params['idle'] < 0:
         fail('idle must not be negative (0: no lease, only the deadline)')
+    if arm_problem(params['deadline'], params['idle'], params['after']):
+        fail(arm_problem(params['deadline'], params['idle'], params['after']) + '; nothing was armed')
     if current is not None:
         fail(pending_message(current))
     result['changed'] = True

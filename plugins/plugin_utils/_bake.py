@@ -25,7 +25,9 @@ Per check:
 Verdict: ``fail`` when a check fails; else ``inconclusive`` when either side served fewer than ``min_requests``
 (or the canary exports no figures, or there is no baseline), or when the latencies cannot be compared though both
 sides served enough: a side without a single latency sample, or a latency with samples on one side only (a check
-that cannot run is never a pass); else ``pass``. Pure functions; test_bake.py.
+that cannot run is never a pass); else ``pass``. A figure that is not a finite number (NaN, an infinity, or counts
+that add up past a float's range) makes the verdict ``inconclusive``, naming it: it would turn a check off (NaN compares
+false with every bound) or stop the verdict short (int(NaN)). Pure functions; test_bake.py.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -119,11 +121,16 @@ def rank_test(canary, baseline):
         u += mine * (below + theirs / 2.0)
         below += theirs
     total = n1 + n2
-    ties = sum((x + y) ** 3 - (x + y) for x, y in zip(a, b))
-    variance = n1 * n2 / 12.0 * ((total + 1) - ties / (total * (total - 1)))
-    if variance <= 0:
+    try:
+        ties = sum((x + y) ** 3 - (x + y) for x, y in zip(a, b))
+        variance = n1 * n2 / 12.0 * ((total + 1) - ties / (total * (total - 1)))
+        z = (u - n1 * n2 / 2.0) / math.sqrt(variance) if variance > 0 else math.nan
+    except OverflowError:
+        z = math.nan
+    if not math.isfinite(z):
+        # One bucket alone, or counts so large that their powers leave a float's range (** raises, * gives inf):
+        # no p-value, the ratio alone decides.
         return None
-    z = (u - n1 * n2 / 2.0) / math.sqrt(variance)
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
@@ -145,6 +152,38 @@ def _latency_gaps(canary, baseline, mine, theirs):
     return ['%s has samples on one side only (the canary %d, the baseline %d)' % (
         title, _samples(canary.get(key)), _samples(baseline.get(key)))
         for key, title in LATENCIES if (_samples(canary.get(key)) > 0) != (_samples(baseline.get(key)) > 0)]
+
+
+def _number(value):
+    """value as a float; NaN for what is no number at all (it is refused as NaN is)."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def not_finite(label, side):
+    """What of a side's figures is not a finite number, in words ([] when all are): each counter, requests and
+    errors together, each histogram's counts, their total and its sum."""
+    if not side:
+        return []
+    found = []
+    for key in ('requests', 'aborted', 'tokens'):
+        if side.get(key) is not None and not math.isfinite(_number(side[key])):
+            found.append('%s %s reads %s' % (label, key, side[key]))
+    if not found and not math.isfinite(_number(side.get('requests') or 0) + _number(side.get('aborted') or 0)):
+        found.append('%s requests and aborted add up past a float\'s range' % label)
+    for key, title in LATENCIES:
+        histogram = side.get(key)
+        if not histogram:
+            continue
+        counts = [_number(count) for count in histogram.get('counts') or []]
+        values = counts + ([_number(histogram['sum'])] if histogram.get('sum') is not None else [])
+        if not all(math.isfinite(value) for value in values) or not math.isfinite(sum(counts)):
+            found.append('%s %s histogram holds %s' % (label, title, ', '.join(
+                str(value) for value in values if not math.isfinite(value)) or 'counts that add up past a float\'s'
+                                                                                 ' range'))
+    return found
 
 
 def summary(side):
@@ -201,9 +240,19 @@ def verdict(canary, baselines, settings=None):
     min_requests = as_int(settings['min_requests'])
     tolerance, errors, alpha = (as_float(settings['latency_tolerance']), as_float(settings['error_tolerance']),
                                 as_float(settings['alpha']))
-    baseline = merged(baselines or [])
+    servers = len([b for b in baselines or [] if b])
+    broken = not_finite('the canary\'s', canary)
+    for index, figures in enumerate(baselines or []):
+        broken.extend(not_finite('baseline server %d\'s' % (index + 1), figures))
+    # Each server's figures finite, their sum may not be (two servers of 1e308 requests).
+    baseline = merged(baselines or []) if not broken else None
+    broken.extend(not_finite('the baseline servers\' merged', baseline))
+    if broken:
+        return {'canary': None, 'baseline': None, 'baseline_servers': servers, 'verdict': 'inconclusive',
+                'reason': 'the figures cannot be judged, a figure is not a finite number: %s (a broken exporter; look'
+                          ' at its /metrics)' % '; '.join(broken)}
     mine, theirs = summary(canary), summary(baseline)
-    result = {'canary': mine, 'baseline': theirs, 'baseline_servers': len([b for b in baselines or [] if b])}
+    result = {'canary': mine, 'baseline': theirs, 'baseline_servers': servers}
     if canary is None:
         return dict(result, verdict='inconclusive',
                     reason='the canary exports no live figures (/metrics without --enable-metrics?)')

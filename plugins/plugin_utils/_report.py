@@ -7,7 +7,8 @@
 stop, killed, released, started, patched, patch_state, router_before, router_removed, router_readmitted,
 rollback, slot, takeover, gpu_probe, after_failure, state, performance, group (the plan's); failure, skip_reason,
 reasons, redeploy_needed, window_opened, run_id, manager, check_mode. `settings` holds host, patch_file, router_url,
-rollback_deadline, perf_gate, and the plan's server_info and environment (what the server must report). Every
+rollback_deadline, perf_gate, the plan's server_info and environment (what the server must report) and
+dynamic_spec_env_read_by. Every
 report has the same keys, whatever happened; the dashboard and the tests read the messages, so they stay word for
 word.
 """
@@ -183,6 +184,8 @@ def base(run, settings):
         'bake': _get(run, 'bake').get('bake'),
         'group': group_block(run.get('group')),
         'verified_settings': None,
+        # Who reads the dynamic speculation variable in env mode (patch, installed); null when env mode is off.
+        'dynamic_spec_env_read_by': settings.get('dynamic_spec_env_read_by') or None,
     }
 
 

@@ -214,3 +214,72 @@ def server_batches(play_hosts, inventory_vars, serial, canary):
         'group_hosts': group_hosts, 'group_serial': group_serial, 'rollout_hosts': single + group_hosts,
         'canary_hosts': canary_hosts(single + group_hosts, canary, inventory_vars),
     }
+
+
+# The rolling policy when the operator sets none (Kubernetes' RollingUpdate default is 25% unavailable): one
+# canary server first, then a quarter of the servers at a time, at most a quarter down, the first failure stops.
+DEFAULT_POLICY = {'serial': '25%', 'canary': 1, 'max_unavailable': '25%', 'max_fail_percentage': 0}
+# The playbook's variable for each knob, in the order the plan names them.
+POLICY_VARIABLES = (('serial', 'redeploy_serial'), ('canary', 'redeploy_canary'),
+                    ('max_unavailable', 'redeploy_max_unavailable'),
+                    ('max_fail_percentage', 'redeploy_max_fail_percentage'))
+WHOLE_FLEET = '-e redeploy_serial=100% -e redeploy_canary=0'
+
+
+def _is_set(value):
+    return value is not None and value != ''
+
+
+def rollout_policy(asked, servers_count):
+    """The rolling policy from the knobs the operator set (`asked`: {serial, canary, max_unavailable,
+    max_fail_percentage}, None or '' for one not set) and the fleet's number of servers: {serial, canary,
+    max_unavailable (a count, 0 for no limit), max_fail_percentage, asked (the variables set), summary}.
+
+    A knob not set takes DEFAULT_POLICY's value, but max_unavailable only while redeploy_serial is not set
+    either: batches the operator sized are the bound they chose, and a quarter-of-the-fleet budget they never
+    asked for would make their larger batches wait and fail (0, no limit, as before).
+    """
+    chosen = dict((knob, asked.get(knob) if _is_set(asked.get(knob)) else DEFAULT_POLICY[knob])
+                  for knob, dummy in POLICY_VARIABLES)
+    if not _is_set(asked.get('max_unavailable')):
+        chosen['max_unavailable'] = (0 if _is_set(asked.get('serial'))
+                                     else _serial_count(DEFAULT_POLICY['max_unavailable'], servers_count))
+    for entry in _serial_entries(chosen['serial']):
+        # Refused here, even where the canary alone covers a small play and the entry would never be read.
+        _serial_count(entry, servers_count)
+    chosen['canary'] = max(0, as_int(chosen['canary']))
+    chosen['max_unavailable'] = max(0, as_int(chosen['max_unavailable']))
+    chosen['max_fail_percentage'] = as_float(chosen['max_fail_percentage'])
+    names = [name for knob, name in POLICY_VARIABLES if _is_set(asked.get(knob))]
+    chosen.update(asked=names, summary='%s: %s' % (
+        'asked (%s)' % ', '.join('%s=%s' % (name, _shown(asked[knob])) for knob, name in POLICY_VARIABLES
+                                 if _is_set(asked.get(knob))) if names
+        else 'default (no redeploy_serial, redeploy_canary, redeploy_max_unavailable or redeploy_max_fail_percentage'
+             ' set; the whole fleet at once: %s)' % WHOLE_FLEET,
+        _described(chosen, servers_count)))
+    return chosen
+
+
+def _shown(value):
+    return ','.join(as_text(entry) for entry in value) if isinstance(value, (list, tuple)) else as_text(value)
+
+
+def _described(policy, servers_count):
+    """The policy in the operator's words, e.g. "canary 1 server, then batches of 25%, at most 2 of 8 servers
+    unavailable, the first failure stops the rollout"."""
+    canary = 'canary %d server(s), then ' % policy['canary'] if policy['canary'] else 'no canary, '
+    bound = ('at most %d of %d server(s) unavailable' % (policy['max_unavailable'], servers_count)
+             if policy['max_unavailable'] else 'no bound on unavailable servers beyond the batches')
+    failure = ('the first failure stops the rollout' if policy['max_fail_percentage'] <= 0 else
+               'stops once more than %g%% of the finished servers failed' % policy['max_fail_percentage'])
+    return '%sbatches of %s server(s), %s, %s' % (canary, _shown(policy['serial']), bound, failure)
+
+
+def rollout_plan(play_hosts, inventory_vars, asked, fleet_hosts=None):
+    """server_batches under rollout_policy, with the policy under `policy`: a percentage of max_unavailable is of
+    the fleet's servers (`fleet_hosts`, the play's hosts when not given; a group counts once), as the budget is."""
+    fleet = servers(fleet_hosts or play_hosts, _node(inventory_vars))
+    policy = rollout_policy(asked, len(fleet))
+    plan = server_batches(play_hosts, inventory_vars, policy['serial'], policy['canary'])
+    plan['policy'] = policy
+    return plan

@@ -151,6 +151,9 @@ def _time_bound_problems(settings):
         if not as_float(settings[name]) <= bound.most:
             problems.append(('%s (%s) must be %s: %s.' % (name, as_text(settings[name]), bound.words(), bound.why),
                              True))
+    for name, count in _timing.COUNT_BOUNDS.items():
+        problems.append(('%s has %d entries; it must have %s: %s.' % (name, len(settings[name] or []), count.words(),
+                                                                     count.why), not count.holds(settings[name])))
     return problems
 
 
@@ -243,8 +246,29 @@ def _deadline_problems(settings):
                         + (' + 2 x levels x sglang_perf_timeout' if as_bool(settings['sglang_perf_gate']) else '')
                         + (' + sglang_canary_bake and its /metrics readings'
                            if as_float(settings['sglang_canary_bake']) > 0 else '')),
-         given < budget),
+         # A window longer than any deadline may be is window_problems' to say: no deadline could cover it.
+         given < budget <= _timing.TIME_BOUNDS['sglang_rollback_deadline'].most),
     ]
+
+
+def window_problems(settings, group, perf_levels):
+    """The window these settings make, and every hand-over of the lease in it (_timing.step_bounds), within the
+    longest a guard may keep a host off its previous server (sglang_rollback_deadline's maximum, which the host
+    refuses past too), naming the terms that made one long: each variable within its own range, their sum may not
+    be (2000 perf levels of an hour, thousands of fleet servers read twice by a bake). [] while a variable is out of
+    its own range: its own rule names it."""
+    if [message for message, broken in _time_bound_problems(settings) if broken]:
+        return []
+    most = _timing.TIME_BOUNDS['sglang_rollback_deadline']
+    problems = []
+    for name, seconds, terms in _timing.long_bounds(settings, group, perf_levels):
+        problems.append('%s lasts %g s (%.1f days), longer than a rollback guard may keep a host off its previous'
+                        ' server (%g s, sglang_rollback_deadline\'s maximum: %s); %s. Shorten the longest of these.'
+                        % (_timing.BOUND_WORDS.get(name, 'timing.' + name), seconds, seconds / _timing.DAY_S,
+                           most.most, most.why,
+                           'it adds up ' + ', '.join('%s: %g s' % term for term in terms) if terms
+                           else 'it derives from variables each within its range'))
+    return problems
 
 
 def _lease_problems(settings, controller):
@@ -262,6 +286,46 @@ def _lease_problems(settings, controller):
          ' (-f) to the batch size or make the batches smaller (redeploy_serial).' % (batch, forks),
          controller['strategy'] == 'free' and forks is not None and batch > as_int(forks)),
     ]
+
+
+# Who reads sglang_dynamic_spec_env_name in env mode (sglang_dynamic_spec_env_read_by): the patch's added lines, or
+# the installed sglang by the operator's word. Upstream SGLang ignores the variable.
+ENV_READERS = ('patch', 'installed')
+
+
+def added_lines(patch_content):
+    """The lines a unified diff adds (its `+` lines, the `+++` file headers left out), without the `+`."""
+    return [line[1:] for line in as_text(patch_content or '').splitlines()
+            if line.startswith('+') and not line.startswith('+++')]
+
+
+def dynamic_spec_env_reader(settings, patch_content):
+    """Who reads the dynamic speculation variable in env mode: 'patch' (an added line of the patch names it),
+    'installed' (the operator says the installed sglang reads it), None when nothing does (the server would run
+    with dynamic speculation silently off), "" when env mode is not on."""
+    if not as_bool(settings['sglang_dynamic_spec_enabled']) or settings['sglang_dynamic_spec_mode'] != 'env':
+        return ''
+    if settings['sglang_dynamic_spec_env_read_by'] == 'installed':
+        return 'installed'
+    name = re.compile(r'(?<![A-Za-z0-9_])%s(?![A-Za-z0-9_])' % re.escape(as_text(settings['sglang_dynamic_spec_env_name'])))
+    return 'patch' if any(name.search(line) for line in added_lines(patch_content)) else None
+
+
+def dynamic_spec_env_problems(settings, patch_content):
+    """The refusal of env mode that nothing reads, before anything stops (the patch is the plan's, read once)."""
+    reader = dynamic_spec_env_reader(settings, patch_content)
+    if settings['sglang_dynamic_spec_env_read_by'] not in ENV_READERS:
+        return ['sglang_dynamic_spec_env_read_by (%s) must be patch or installed.'
+                % as_text(settings['sglang_dynamic_spec_env_read_by'])]
+    if reader is not None:
+        return []
+    found = ('sglang_patch_file %s adds no line naming it' % as_text(settings['sglang_patch_file'])
+             if patch_content else 'sglang_patch_file is empty')
+    return ['sglang_dynamic_spec_mode env sets %s on the server, but nothing is known to read it: %s, and upstream'
+            ' SGLang ignores it, so dynamic speculation would be silently off while the report says healthy. Use a'
+            ' patch whose added lines read it, or sglang_dynamic_spec_mode: adaptive (upstream\'s, sglang 0.5.23 or'
+            ' later), or sglang_dynamic_spec_enabled: false; set sglang_dynamic_spec_env_read_by: installed only'
+            ' when the installed sglang already reads it.' % (as_text(settings['sglang_dynamic_spec_env_name']), found)]
 
 
 def variable_problems(settings, inventory):

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 from dataclasses import dataclass
 
+from ansible_collections.gpuops.sglang.plugins.module_utils._lease import MOST_DEADLINE_S, MOST_IDLE_S
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
@@ -84,12 +85,38 @@ TIME_BOUNDS = {
     'sglang_tune_timeout': TimeBound(0, HOUR_S, 'one level of the speculation tuner, whose host is off its server for'
                                                 ' every level of every mode', least_allowed=False),
     'sglang_canary_bake': TimeBound(0, DAY_S, 'a day of live traffic shows every hour\'s load; 0 turns the bake off'),
-    'sglang_rollback_idle': TimeBound(0, HOUR_S, 'how long a host stays down after its controller is gone (killed,'
-                                                 ' cancelled, cut off) before it restores the previous server itself',
-                                      least_allowed=False),
-    'sglang_rollback_deadline': TimeBound(0, 2 * DAY_S, 'the longest window the other maxima allow (a day\'s bake,'
-                                                        ' four hours of model load, benchmarks, drain, stop) fits in'
-                                                        ' two days', least_allowed=False, auto=True),
+    'sglang_rollback_idle': TimeBound(0, MOST_IDLE_S, 'how long a host stays down after its controller is gone'
+                                                      ' (killed, cancelled, cut off) before it restores the previous'
+                                                      ' server itself', least_allowed=False),
+    # The host refuses a guard beyond these two maxima too (module_utils/_lease.py holds the numbers).
+    'sglang_rollback_deadline': TimeBound(0, MOST_DEADLINE_S, 'a day\'s bake, four hours of model load, seven'
+                                                              ' benchmark levels of an hour, drain and stop fit in'
+                                                              ' two days; a window the settings make longer, auto'
+                                                              ' or not, is refused', least_allowed=False,
+                                          auto=True),
+}
+
+
+@dataclass(frozen=True)
+class CountBound:
+    """The most entries of a list of the role's whose every entry adds time to the window, and why."""
+    most: int
+    why: str
+
+    def holds(self, entries) -> bool:
+        return len(entries or []) <= self.most
+
+    def words(self) -> str:
+        return 'at most %d entries' % self.most
+
+
+# Lists that multiply a time bound, with their most entries: checked where TIME_BOUNDS is (the plan, the dashboard,
+# the argument spec). Each entry's time is bounded, their count was not: 2000 levels of a one-hour benchmark made
+# an auto deadline of 168 days. Even within these counts the other maxima together may make a window longer than a
+# guard may hold a host; the plan refuses that one naming what made it long (_rules.window_problems).
+COUNT_BOUNDS = {
+    'sglang_perf_levels': CountBound(16, 'each level is benchmarked twice inside the outage window, each within'
+                                         ' sglang_perf_timeout'),
 }
 
 
@@ -97,19 +124,34 @@ def _router(settings):
     return bool(as_text(settings['sglang_router_url']))
 
 
-def window_budget(settings):
-    """How long the outage window may last: 2 x term + GPU release + health (+ drain + 2 x router with a router,
-    + two benchmarks with the performance gate, + the canary's bake)."""
-    budget = (2 * as_float(settings['sglang_term_timeout']) + as_float(settings['sglang_gpu_release_timeout'])
-              + as_float(settings['sglang_health_timeout']))
+def window_terms(settings):
+    """[(words, seconds)] of the outage window, in the order they add up: 2 x term, GPU release, health (+ drain +
+    2 x router with a router, + two benchmarks with the performance gate, + the canary's bake)."""
+    terms = [('2 x sglang_term_timeout', 2 * as_float(settings['sglang_term_timeout'])),
+             ('sglang_gpu_release_timeout', as_float(settings['sglang_gpu_release_timeout'])),
+             ('sglang_health_timeout', as_float(settings['sglang_health_timeout']))]
     if _router(settings):
-        budget += as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])
+        terms.append(('sglang_drain_timeout + 2 x sglang_router_timeout',
+                      as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])))
     if as_bool(settings['sglang_perf_gate']):
         # The baseline and the candidate are benchmarked inside the window, each level within the timeout.
         levels = levels_to_measure(settings['sglang_perf_levels'], settings['sglang_dynamic_spec_batch_size_threshold'])
-        budget += 2 * len(levels) * as_float(settings['sglang_perf_timeout'])
-    budget += bake_bound(settings, len(settings['sglang_fleet_hosts'] or []) - 1)
-    return budget
+        terms.append(('2 benchmarks x %d levels (sglang_perf_levels) x sglang_perf_timeout %s s'
+                      % (len(levels), as_text(settings['sglang_perf_timeout'])),
+                      2 * len(levels) * as_float(settings['sglang_perf_timeout'])))
+    terms.append(_bake_term(settings))
+    return terms
+
+
+def window_budget(settings):
+    """How long the outage window may last: the sum of window_terms."""
+    return sum(seconds for dummy, seconds in window_terms(settings))
+
+
+def _bake_term(settings):
+    baselines = len(settings['sglang_fleet_hosts'] or []) - 1
+    return ('sglang_canary_bake %s s and 2 /metrics readings of the canary and each of %d other fleet servers'
+            % (as_text(settings['sglang_canary_bake']), max(baselines, 0)), bake_bound(settings, baselines))
 
 
 def bake_bound(settings, baselines=0):
@@ -155,6 +197,30 @@ def renewal_gap(controller):
     return as_float(controller['connect_timeout']) * (1 + as_int(controller['retries'])) + CONTROLLER_SLACK_S
 
 
+def peer_terms(group, settings, perf_levels):
+    """{armed, started}: [(words, seconds)] of peer_wait, in the order they add up ({armed: [], started: []} on
+    rank 0 and on a single-node server)."""
+    if group is None or group['rank'] == 0:
+        return {'armed': [], 'started': []}
+    router = _router(settings)
+    router_s = as_float(settings['sglang_router_timeout']) if router else 0
+    drain_s = as_float(settings['sglang_drain_timeout']) if router else 0
+    benchmark = ("rank 0's benchmark: %d levels (sglang_perf_levels) x sglang_perf_timeout %s s, and its drain"
+                 % (len(perf_levels), as_text(settings['sglang_perf_timeout'])),
+                 len(perf_levels) * as_float(settings['sglang_perf_timeout']) + drain_s
+                 if as_bool(settings['sglang_perf_gate']) else 0)
+    # Rank 0's stop: its drain, the command, SIGTERM's wait (the stop does not wait for SIGKILL's).
+    stop = ("rank 0's drain and stop", drain_s + COMMAND_TIMEOUT + as_float(settings['sglang_term_timeout']))
+    router_term = ("rank 0's removal from the router or admission (sglang_router_timeout)", router_s)
+    slack = ('the lockstep slack', LOCKSTEP_SLACK_S)
+    return {
+        'armed': [router_term, benchmark, stop, slack],
+        # The group as a canary: rank 0 bakes after its admission, before the guards are confirmed.
+        'started': [("rank 0's start (sglang_health_timeout)", as_float(settings['sglang_health_timeout'])),
+                    benchmark, router_term, _bake_term(settings), slack],
+    }
+
+
 def peer_wait(group, settings, perf_levels):
     """{armed, started}: how long a rank > 0 waits, after each of those steps of its own, for what rank 0 alone
     does in lockstep meanwhile (the group play runs each step on every node before the next), which its lease
@@ -162,21 +228,8 @@ def peer_wait(group, settings, perf_levels):
     and stop (the other ranks stop once rank 0 stopped); after the ranks' start, rank 0's start, health wait,
     verification, benchmark, admission and canary bake. Zeros on rank 0 and on a single-node server, whose own steps renew
     their own leases."""
-    if group is None or group['rank'] == 0:
-        return {'armed': 0, 'started': 0}
-    router = _router(settings)
-    router_s = as_float(settings['sglang_router_timeout']) if router else 0
-    drain_s = as_float(settings['sglang_drain_timeout']) if router else 0
-    benchmark_s = (len(perf_levels) * as_float(settings['sglang_perf_timeout']) + drain_s
-                   if as_bool(settings['sglang_perf_gate']) else 0)
-    # Rank 0's stop: its drain, the command, SIGTERM's wait (the stop does not wait for SIGKILL's).
-    stop_s = drain_s + COMMAND_TIMEOUT + as_float(settings['sglang_term_timeout'])
-    # The group as a canary: rank 0 bakes after its admission, before the guards are confirmed.
-    bake_s = bake_bound(settings, len(settings['sglang_fleet_hosts'] or []) - 1)
-    return {
-        'armed': router_s + benchmark_s + stop_s + LOCKSTEP_SLACK_S,
-        'started': as_float(settings['sglang_health_timeout']) + benchmark_s + router_s + bake_s + LOCKSTEP_SLACK_S,
-    }
+    return dict((key, sum(seconds for dummy, seconds in terms)) for key, terms in
+                peer_terms(group, settings, perf_levels).items())
 
 
 def step_bounds(settings, group, perf_levels):
@@ -206,6 +259,38 @@ def step_bounds(settings, group, perf_levels):
         'window_budget': window_budget(settings),
         'deadline': deadline(settings),
     }
+
+
+# What each of step_bounds' values is, as a refusal's sentence starts (_rules.window_problems).
+BOUND_WORDS = {
+    'window_budget': 'The outage window (timing.window_budget, the guard\'s deadline with sglang_rollback_deadline'
+                     ' auto)',
+    'arm_after': 'What this host waits for after its guard\'s arm without renewing it (timing.arm_after)',
+    'stop_after': 'What the stop hands the lease over for (timing.stop_after)',
+    'ranks_started_after': 'What this rank waits for after its start without renewing its guard'
+                           ' (timing.ranks_started_after)',
+    'readmit_after': 'What the step before the router\'s admission hands the lease over for (timing.readmit_after)',
+    'lock_timeout': 'How long the guard\'s restore waits for its lock (timing.lock_timeout)',
+}
+
+
+def long_bounds(settings, group, perf_levels):
+    """[(name, seconds, terms)]: every value of step_bounds longer than a guard may keep a host off its previous
+    server (MOST_DEADLINE_S, the host refuses it too), NaN included, with the terms that add up to it
+    ([(words, seconds)], longest first; [] for a value that is one variable's own). The deadline is left to the
+    window's entry when it is auto (the same number), and to its own range when given."""
+    bounds = step_bounds(settings, group, perf_levels)
+    peers = peer_terms(group, settings, perf_levels)
+    terms = {'window_budget': window_terms(settings), 'arm_after': peers['armed'],
+             'ranks_started_after': peers['started']}
+    found = []
+    for name, value in bounds.items():
+        seconds = max(value.values()) if isinstance(value, dict) else value
+        if name == 'deadline' or seconds <= MOST_DEADLINE_S:
+            continue
+        found.append((name, seconds, sorted((term for term in terms.get(name, []) if term[1]),
+                                            key=lambda term: term[1], reverse=True)))
+    return found
 
 
 def deadline(settings):

@@ -31,7 +31,9 @@ FILES = os.path.realpath(os.path.join(redeploy.REPO, 'files'))
 
 # A value that runs a command wherever Ansible templates it.
 MARK_NAME = 'templated-and-ran'
-PATCH = '--- a/sglang/x.py\n+++ b/sglang/x.py\n@@ -1 +1 @@\n-a\n+b\n'
+# It reads the dynamic-speculation variable, as the role's env mode requires of a patch (issue 43).
+PATCH = ('--- a/sglang/x.py\n+++ b/sglang/x.py\n@@ -1 +1 @@\n-a\n'
+         '+b = os.environ.get("SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE")\n')
 
 
 def lookup(mark):
@@ -91,7 +93,10 @@ def real_run(tmp_path_factory):
     body = {'extra_vars': {'sglang_patch_file': os.path.join(str(patches), '..', 'patches', 'threshold.diff'),
                            'sglang_model_path': lookup(base / MARK_NAME),
                            'sglang_dynamic_spec_adaptive_config': {'K': lookup(base / (MARK_NAME + '-config'))},
-                           'sglang_draft_model_path': lookup(base / (MARK_NAME + '-arg'))}}
+                           'sglang_draft_model_path': lookup(base / (MARK_NAME + '-arg')),
+                           # Both hosts at once: by default a canary of one goes first and its failure (both are
+                           # unreachable) stops the rollout before the other is tried.
+                           'redeploy_serial': '100%', 'redeploy_canary': 0}}
     try:
         app, args, source = main_module.build(['--inventory', inventory, '--state-dir', state, '--port', '1',
                                                '--patch-dir', str(patches)])
@@ -243,6 +248,7 @@ def test_the_api_answers_422_naming_the_refused_key_and_starts_nothing(dashboard
 
 # The plan's own table: the dashboard holds no copy of a number (_timing.TIME_BOUNDS).
 TIME_BOUNDS = extra_vars.TIME_BOUNDS
+COUNT_BOUNDS = extra_vars.COUNT_BOUNDS
 
 
 @pytest.mark.parametrize('name', sorted(TIME_BOUNDS))
@@ -267,6 +273,17 @@ def test_the_api_answers_422_for_a_time_bound_out_of_its_range_and_starts_nothin
     status, body, _ = post(dashboard_offline.url + '/api/redeploys', TOKEN, {'extra_vars': extra})
     assert status == 422
     assert any('extra_vars.%s: must be %s' % (name, TIME_BOUNDS[name].words()) in problem['msg']
+               for problem in body['detail']), body
+    assert json.loads(request(dashboard_offline.url + '/api/redeploys')[1])['redeploys'] == []
+
+
+def test_a_list_that_multiplies_time_is_held_to_its_count_from_the_plans_table(dashboard_offline):
+    count = COUNT_BOUNDS['sglang_perf_levels']
+    assert extra_vars.validate({'sglang_perf_levels': list(range(1, count.most + 1))})
+    status, body, _ = post(dashboard_offline.url + '/api/redeploys', TOKEN,
+                           {'extra_vars': {'sglang_perf_levels': [1] * 2000}})
+    assert status == 422
+    assert any('extra_vars.sglang_perf_levels: must have %s, not 2000' % count.words() in problem['msg']
                for problem in body['detail']), body
     assert json.loads(request(dashboard_offline.url + '/api/redeploys')[1])['redeploys'] == []
 

@@ -25,6 +25,8 @@ def test_a_broken_rule_refuses_the_host_with_nothing_stopped(tmp_path):
     reports = tmp_path / 'reports'
     run = run_playbook(tmp_path, 'playbooks/redeploy.yml', role_play(tmp_path, {
         'sglang_model_path': '/models/m', 'sglang_draft_model_path': '/models/d', 'sglang_kill_patterns': [], 'sglang_report_dir': str(reports),
+        # Only the rule this test breaks: no patch here, so env mode would be refused too (nothing reads its variable).
+        'sglang_dynamic_spec_enabled': False,
         'sglang_config_dir': str(tmp_path / 'etc'), 'sglang_run_dir': str(tmp_path / 'run'),
         'sglang_guard_dir': str(tmp_path / 'guard'), 'sglang_python': '/nonexistent/python'}))
     assert run.rc != 0

@@ -40,11 +40,18 @@ ORDER = ['gpu1', 'gpu2', 'big0', 'big1', 'huge0', 'huge1']
 
 
 def run(tmp_path, serial, canary):
+    return plays(played(tmp_path, {'redeploy_serial': serial, 'redeploy_canary': canary}))
+
+
+def played(tmp_path, rolling):
     inventory = tmp_path / 'inventory.yml'
     inventory.write_text(yaml.safe_dump(INVENTORY))
-    done = run_playbook(tmp_path, 'playbooks/redeploy.yml', str(inventory),
-                        {'redeploy_serial': serial, 'redeploy_canary': canary})
+    done = run_playbook(tmp_path, 'playbooks/redeploy.yml', str(inventory), rolling)
     assert done.rc == 0, done.stdout[-3000:]
+    return done
+
+
+def plays(done):
     found = batches(done)
     return (found.get('Redeploy the patched SGLang server (single-node servers)'),
             found.get('Redeploy the patched SGLang server (servers spanning several hosts, one group at a time per'
@@ -61,3 +68,22 @@ def run(tmp_path, serial, canary):
 ], ids=['all-at-once', 'one-server-a-batch', 'half-after-a-canary', 'canary-reaching-into-the-groups'])
 def test_batches_count_servers_and_a_group_runs_whole(tmp_path, serial, canary, single, grouped):
     assert run(tmp_path, serial, canary) == (single, grouped)
+
+
+@pytest.mark.slow
+def test_without_a_rolling_policy_a_canary_goes_first_and_the_plan_says_it_is_the_default(tmp_path):
+    done = played(tmp_path, {})
+    # Four servers (two single, two groups): the canary gpu1 alone, then 25% (one server) at a time.
+    assert plays(done) == ([['gpu1'], ['gpu2']], [['big0', 'big1'], ['huge0', 'huge1']])
+    assert ('rolling policy default (no redeploy_serial, redeploy_canary, redeploy_max_unavailable or'
+            ' redeploy_max_fail_percentage set; the whole fleet at once: -e redeploy_serial=100% -e redeploy_canary=0):'
+            ' canary 1 server(s), then batches of 25% server(s), at most 1 of 4 server(s) unavailable, the first'
+            ' failure stops the rollout') in ' '.join(printed_plan(done).split())
+
+
+def printed_plan(done):
+    for event in done.events:
+        data = event.get('event_data') or {}
+        if event.get('event') == 'runner_on_ok' and data.get('task', '').startswith("Print the rollout's plan"):
+            return data['res']['msg']
+    raise AssertionError('no printed plan in the run')

@@ -52,3 +52,19 @@ def test_without_a_peer_the_canary_is_compared_with_its_own_old_server(run_actio
     alone = run_action(ActionModule, {}, args={'bake': bake(side(50), {}), 'before': {'failed': True, 'msg': 'x'},
                                                'inconclusive': 'pass'})
     assert alone['verdict'] == 'inconclusive' and alone['bake']['baseline_source'] is None
+
+
+@pytest.mark.parametrize('read, named', [
+    # inf - inf in the reader of before: two ranks each exporting 1e308 requests.
+    (bake(dict(side(50), requests=float('nan')), {'gpu2': side(50)}), "the canary's requests reads nan"),
+    (bake(side(50), {'gpu2': dict(side(50), requests=1e308), 'gpu3': dict(side(50), requests=1e308)}),
+     "the baseline servers' merged requests reads inf"),
+], ids=['nan-canary', 'baselines-summing-to-inf'])
+def test_figures_that_are_not_finite_are_an_inconclusive_bake_not_a_traceback(run_action, read, named):
+    result = run_action(ActionModule, {}, args={'bake': read})
+    assert result['verdict'] == 'inconclusive' and result['bake']['action'] == 'rolled_back'
+    assert result['failed'] is True and result['msg'].startswith(
+        'the canary was inconclusive in its bake: the figures cannot be judged, a figure is not a finite number: ')
+    assert named in result['msg']
+    held = run_action(ActionModule, {}, args={'bake': read, 'inconclusive': 'hold'})
+    assert held['bake']['action'] == 'held' and not held.get('failed') and held['bake']['seconds'] == 30.0

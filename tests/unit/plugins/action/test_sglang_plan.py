@@ -57,7 +57,7 @@ def test_broken_rules_fail_the_plan_with_every_message_joined(run_action):
     ({'sglang_canary': 1, 'hostvars': {'gpu1': {'sglang_redeploy_report': {'host': 'gpu1', 'status': 'failed'}},
                                        'gpu2': {}}},
      'rollout stopped: the canary gpu1 failed'),
-    ({'sglang_max_fail_percentage': trust_as_template('{{ 0 }}'),
+    ({'sglang_max_fail_percentage': trust_as_template('{{ 0 }}'), 'sglang_canary': 0,
       'hostvars': {'gpu1': {'sglang_redeploy_report': {'host': 'gpu1', 'status': 'rolled_back'}}, 'gpu2': {}}},
      'rollout stopped: 1 of 1 finished host(s) failed (gpu1), above sglang_max_fail_percentage 0'),
 ], ids=['skip-flag', 'canary', 'failure-budget'])
@@ -200,6 +200,36 @@ def test_the_patch_is_read_once_and_carried_with_its_digest(run_action, tmp_path
     assert run_action(ActionModule, host_vars())['patch'] is None
 
 
+@pytest.mark.parametrize('read_by, patch, reader', [
+    ('patch', b'--- a/w.py\n+++ b/w.py\n@@ -1 +1,2 @@\n x\n+os.environ["SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE"]\n',
+     'patch'),
+    ('installed', None, 'installed'),
+], ids=['the-patch-reads-it', 'the-operator-says-the-installed-sglang-reads-it'])
+def test_env_mode_goes_on_when_something_reads_the_variable_and_says_who(run_action, tmp_path, read_by, patch,
+                                                                         reader):
+    diff = tmp_path / 'dynamic.diff'
+    if patch is not None:
+        diff.write_bytes(patch)
+    plan = run_action(ActionModule, host_vars(sglang_dynamic_spec_env_read_by=read_by,
+                                              sglang_patch_file=str(diff) if patch is not None else ''))
+    assert not plan.get('failed') and plan['dynamic_spec_env_read_by'] == reader
+
+
+def test_env_mode_that_nothing_reads_is_refused_before_anything_stops(run_action, tmp_path):
+    diff = tmp_path / 'unrelated.diff'
+    diff.write_bytes(b'--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n')
+    plan = run_action(ActionModule, host_vars(sglang_dynamic_spec_env_read_by='patch', sglang_patch_file=str(diff)))
+    # Refused in the plan, the role's first step: no argv, no files, nothing to stop with.
+    assert plan['failed'] is True and 'args' not in plan and 'configs' not in plan
+    assert plan['problems'] == [
+        'sglang_dynamic_spec_mode env sets SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE on the server, but nothing is known'
+        ' to read it: sglang_patch_file %s adds no line naming it, and upstream SGLang ignores it, so dynamic'
+        ' speculation would be silently off while the report says healthy. Use a patch whose added lines read it,'
+        " or sglang_dynamic_spec_mode: adaptive (upstream's, sglang 0.5.23 or later), or sglang_dynamic_spec_enabled:"
+        ' false; set sglang_dynamic_spec_env_read_by: installed only when the installed sglang already reads it.'
+        % diff]
+
+
 @pytest.mark.parametrize('content', [None, b'\xff\xfe not text'], ids=['missing', 'not-utf-8'])
 def test_a_patch_that_cannot_be_read_fails_the_plan_before_anything_stops(run_action, tmp_path, content):
     diff = tmp_path / 'fix.diff'
@@ -239,3 +269,26 @@ def test_a_time_bound_over_its_maximum_fails_the_plan_naming_it(run_action, name
     assert plan['failed'] is True
     said = '%s (%s) must be %s' % (name, shown, _timing.TIME_BOUNDS[name].words())
     assert any(problem.startswith(said) for problem in plan['problems']), plan['problems']
+
+
+@pytest.mark.parametrize('make, levels', [(host_vars, 2000), (group_vars, 200)], ids=['single-node', 'rank-1'])
+def test_perf_levels_past_their_count_fail_the_plan_though_the_deadline_is_auto(run_action, make, levels):
+    """The review's runs: 2000 levels of an hour made an auto deadline of 168 days, 200 on rank 1 an arm_after of
+    8 days, and the plan said nothing."""
+    plan = run_action(ActionModule, make(sglang_perf_gate=True, sglang_perf_timeout=3600, sglang_rollback_deadline='auto',
+                                         sglang_perf_levels=list(range(1, levels + 1)), sglang_perf_requests=levels))
+    assert plan['failed'] is True and 'args' not in plan
+    assert ('sglang_perf_levels has %d entries; it must have at most %d entries'
+            % (levels, _timing.COUNT_BOUNDS['sglang_perf_levels'].most)) in plan['msg']
+
+
+def test_a_rank_whose_wait_for_rank_0_outlasts_any_guard_fails_the_plan_naming_the_fleets_readings(run_action):
+    # Each variable within its range; rank 0's bake reads 8999 other fleet servers twice.
+    fleet = ['gpu1', 'gpu2'] + ['fleet%d' % n for n in range(8998)]
+    plan = run_action(ActionModule, group_vars(sglang_canary_bake=86400, sglang_canary=1, sglang_health_timeout=14400,
+                                               sglang_router_url='http://127.0.0.1:30080', sglang_fleet_hosts=fleet,
+                                               sglang_rollback_deadline='auto'))
+    assert plan['failed'] is True and 'args' not in plan
+    assert [problem.split(' (')[0] for problem in plan['problems']] == [
+        'What this rank waits for after its start without renewing its guard', 'The outage window']
+    assert all('of 8999 other fleet servers: 266400 s' in problem for problem in plan['problems'])

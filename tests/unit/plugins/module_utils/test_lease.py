@@ -244,3 +244,43 @@ def test_a_renewal_of_a_guard_marked_restoring_is_refused_and_writes_nothing(tmp
     with pytest.raises(_lease.LeaseError, match=refusal):
         _lease.renew(str(tmp_path), 'run-1', 'sglang_server activate')
     assert not (tmp_path / 'lease.json').exists()
+
+
+@pytest.mark.parametrize('horizon', [_lease.MOST_DEADLINE_S + 1, 1e12, float('nan'), float('inf')],
+                         ids=['just-over', '1e12', 'nan', 'inf'])
+def test_a_renewal_past_the_longest_a_guard_may_hold_a_host_is_refused_and_writes_nothing(tmp_path, horizon):
+    write_state(tmp_path)
+    with pytest.raises(_lease.LeaseError) as refused:
+        _lease.renew(str(tmp_path), 'run-1', 'sglang_benchmark', horizon, clock=SteppedClock(1200.0))
+    assert str(refused.value).startswith('sglang_benchmark asked the rollback guard of run run-1 in %s to hold the host'
+                                         ' for %g s more, beyond the 172800 s a guard may keep a host off its previous'
+                                         ' server: nothing was renewed' % (tmp_path, horizon))
+    assert not (tmp_path / 'lease.json').exists()
+    at_most = _lease.renew(str(tmp_path), 'run-1', 'sglang_benchmark', _lease.MOST_DEADLINE_S, clock=SteppedClock(1200.0))
+    assert at_most['expires_at_boot'] == 1200.0 + _lease.MOST_DEADLINE_S + 90
+
+
+@pytest.mark.parametrize('after', [1e12, float('nan'), -1.0], ids=['1e12', 'nan', 'negative'])
+def test_a_step_handed_over_past_the_maximum_is_refused_at_its_first_renewal_before_it_acts(tmp_path, after):
+    write_state(tmp_path)
+    renewer = _lease.Renewer.from_option({'folder': str(tmp_path), 'run_id': 'run-1', 'after': after},
+                                         'sglang_server stopped')
+    with pytest.raises(_lease.LeaseError) as refused:
+        renewer.renew(60)
+    assert str(refused.value).startswith('after (%g s) must be from 0 to 172800 s' % after), refused.value
+    assert not (tmp_path / 'lease.json').exists() and renewer.renewals == 0
+
+
+@pytest.mark.parametrize('bounds, problem', [
+    ((1800, 90, 30), ''),
+    ((_lease.MOST_DEADLINE_S, _lease.MOST_IDLE_S, _lease.MOST_DEADLINE_S), ''),
+    ((1e12, 90, 0), 'deadline (1e+12 s) must be above 0 and at most 172800 s'),
+    ((float('nan'), 90, 0), 'deadline (nan s) must be above 0 and at most 172800 s'),
+    ((0, 90, 0), 'deadline (0 s) must be above 0 and at most 172800 s'),
+    ((1800, 1e12, 0), 'idle (1e+12 s) must be from 0 to 3600 s (the longest a host may stay down once nothing of'
+                      ' its run renews the guard)'),
+    ((1800, None, float('inf')), 'after (inf s) must be from 0 to 172800 s'),
+], ids=['usual', 'at-the-maxima', 'deadline-1e12', 'deadline-nan', 'deadline-0', 'idle-1e12', 'after-inf'])
+def test_the_bounds_a_guard_is_armed_with_are_held_to_the_maxima_on_the_host(bounds, problem):
+    found = _lease.arm_problem(*bounds)
+    assert found.startswith(problem) and bool(found) is bool(problem), found

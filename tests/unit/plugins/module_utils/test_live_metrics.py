@@ -146,3 +146,58 @@ def test_a_sample_that_is_not_a_finite_number_is_refused_naming_its_series(line,
 ])
 def test_a_series_the_bake_does_not_read_may_hold_anything(line):
     assert _live_metrics.snapshot(SCRAPE + line + '\n')['requests'] == 15.0
+
+
+TWO_RANKS = '%s{model_name="m",tp_rank="0"%s} 1e308\n%s{model_name="m",tp_rank="1"%s} 1e308\n'
+
+
+@pytest.mark.parametrize('series, le, message', [
+    ('sglang:num_requests_total', '', 'sglang:num_requests_total sums over its label sets to inf'),
+    ('sglang:e2e_request_latency_seconds_bucket', ',le="+Inf"',
+     'sglang:e2e_request_latency_seconds_bucket{le="+Inf"} sums over its label sets to inf'),
+    ('sglang:inter_token_latency_seconds_sum', '', 'sglang:inter_token_latency_seconds_sum sums over its label sets'
+                                                  ' to inf'),
+    ('sglang:inter_token_latency_seconds_count', '', 'sglang:inter_token_latency_seconds_count sums over its label'
+                                                    ' sets to inf'),
+], ids=['counter', 'bucket', 'sum', 'count'])
+def test_finite_samples_whose_sum_leaves_a_floats_range_are_refused_naming_the_series(series, le, message):
+    # Each of two ranks exports 1e308, a finite number; their sum is infinity, and infinity less infinity NaN.
+    with pytest.raises(_live_metrics.LiveMetricsError) as refused:
+        _live_metrics.snapshot(SCRAPE + TWO_RANKS % (series, le, series, le))
+    assert str(refused.value) == message + ', not a finite number: the reading is refused (a broken exporter, or not' \
+                                           ' SGLang answering there; look at its /metrics)'
+
+
+@pytest.mark.parametrize('before, after, message', [
+    ('sglang:num_requests_total -1e308\n', 'sglang:num_requests_total 1e308\n',
+     'sglang:num_requests_total grew between the scrapes to inf, not a finite number'),
+    ('sglang:e2e_request_latency_seconds_bucket{le="+Inf"} 1\nsglang:e2e_request_latency_seconds_sum -1e308\n'
+     'sglang:e2e_request_latency_seconds_count 1\n',
+     'sglang:e2e_request_latency_seconds_bucket{le="+Inf"} 2\nsglang:e2e_request_latency_seconds_sum 1e308\n'
+     'sglang:e2e_request_latency_seconds_count 2\n',
+     'sglang:e2e_request_latency_seconds_sum grew between the scrapes to inf, not a finite number'),
+], ids=['counter', 'sum'])
+def test_a_difference_of_finite_readings_that_leaves_a_floats_range_is_refused(before, after, message):
+    with pytest.raises(_live_metrics.LiveMetricsError) as refused:
+        _live_metrics.difference(_live_metrics.snapshot(before), _live_metrics.snapshot(after))
+    assert str(refused.value).startswith(message)
+
+
+def test_a_difference_of_bucket_counts_that_leaves_a_floats_range_is_refused():
+    # A snapshot's counts lie within [0, the largest float]; one handed over from elsewhere may not.
+    after = _live_metrics.snapshot('sglang:e2e_request_latency_seconds_bucket{le="+Inf"} 1e308\n')
+    before = dict(after, e2e={'bounds': [math.inf], 'counts': [-1e308], 'sum': None})
+    with pytest.raises(_live_metrics.LiveMetricsError,
+                       match='^sglang:e2e_request_latency_seconds grew between the scrapes to inf, not a finite number'):
+        _live_metrics.difference(before, after)
+
+
+@pytest.mark.parametrize('figures', [
+    {'requests': math.nan}, {'aborted': math.inf},
+    {'itl': {'bounds': [0.01, math.inf], 'counts': [1.0, math.nan], 'sum': 0.1}},
+    {'itl': {'bounds': [0.01, math.inf], 'counts': [1.0, 1.0], 'sum': math.nan}},
+], ids=['nan-counter', 'inf-counter', 'nan-count', 'nan-sum'])
+def test_jsonable_never_writes_a_number_json_cannot_carry(figures):
+    read = dict(_live_metrics.snapshot(SCRAPE), **figures)
+    with pytest.raises(_live_metrics.LiveMetricsError, match='came to (nan|inf), not a finite number'):
+        _live_metrics.jsonable(read)

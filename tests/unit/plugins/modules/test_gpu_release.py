@@ -62,6 +62,21 @@ def test_memory_that_never_drains_fails_with_table_and_apps(run_module, devices)
     assert set(result) >= KEYS
 
 
+def test_a_release_failing_only_on_the_threshold_says_the_reading_and_the_threshold(run_module, devices):
+    idle_above = (0, '0, GPU-a, 70, 81559\n', '')
+    result, _ = run_module(gpu_release.main, dict(devices, max_used_mib=64, timeout=0.2), smi([idle_above]),
+                           bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and result['killed'] == []
+    assert ('Only the threshold failed: GPU 0 reads 70 MiB with no process left, above max_used_mib 64 MiB (the'
+            " role's sglang_gpu_max_used_mib)") in result['msg']
+
+
+def test_memory_held_by_a_compute_app_gets_no_threshold_hint(run_module, devices):
+    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.3), smi([HELD], apps='436, python3, 20610\n'),
+                           bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and 'Only the threshold failed' not in result['msg']
+
+
 def test_threshold_accepts_h100_idle_reading(run_module, devices):
     result, _ = run_module(gpu_release.main, dict(devices, max_used_mib=4), smi([(0, '0, GPU-a, 4, 81559\n', '')]),
                            bin_paths={'nvidia-smi': SMI})

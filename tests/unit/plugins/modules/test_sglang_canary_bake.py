@@ -88,7 +88,8 @@ def test_check_mode_reads_and_holds_nothing(run_module, exporters):
 
 
 @pytest.mark.parametrize('canary_kwargs, message', [
-    ({'restart': True}, 'restarted during the bake: sglang:num_requests_total went down between the scrapes'),
+    ({'restart': True}, 'gave no figures the bake can judge: sglang:num_requests_total went down between the scrapes:'
+                        ' the server restarted'),
     ({'status': 500}, 'did not give its live figures: '),
 ], ids=['restarted', 'broken'])
 def test_a_canary_whose_figures_cannot_be_trusted_fails_the_reading(run_module, exporters, canary_kwargs, message):
@@ -136,3 +137,43 @@ def test_a_baseline_exporting_nan_is_left_out_with_its_reason(run_module, export
         'url': canary.url, 'baselines': {'gpu2': broken.url}, 'seconds': 0.1}, no_commands)
     assert result['failed'] is False and result['baselines'] == {}, result
     assert NAN_MESSAGES[request.node.callspec.id] in result['baseline_problems']['gpu2']
+
+
+# Two ranks each exporting 1e308: every sample finite, their sum infinite (and infinity less infinity NaN).
+OVERFLOWING_RANKS = ('is_streaming="true"} %d',
+                     'tp_rank="0"} 1e308 %d\nsglang:num_requests_total{model_name="m",tp_rank="1"} 1e308')
+OVERFLOW_MESSAGE = ('sglang:num_requests_total sums over its label sets to inf, not a finite number: the reading is'
+                    ' refused (a broken exporter, or not SGLang answering there; look at its /metrics)')
+
+
+def test_a_canary_whose_finite_samples_sum_past_a_float_fails_the_reading_naming_the_series(run_module, exporters):
+    canary = exporters(replace=OVERFLOWING_RANKS)
+    result, dummy = run_module(sglang_canary_bake.main, {'url': canary.url, 'seconds': 0.1}, no_commands)
+    assert result['failed'] is True and result['msg'] == 'the canary %s did not give its live figures: %s' % (
+        canary.url, OVERFLOW_MESSAGE), result['msg']
+    assert 'Traceback' not in str(result) and result['measured'] is False and result['canary'] is None
+
+
+def test_a_baseline_whose_finite_samples_sum_past_a_float_is_left_out_with_its_reason(run_module, exporters):
+    canary, broken = exporters(), exporters(replace=OVERFLOWING_RANKS)
+    result, dummy = run_module(sglang_canary_bake.main, {
+        'url': canary.url, 'baselines': {'gpu2': broken.url}, 'seconds': 0.1}, no_commands)
+    assert result['failed'] is False and result['baselines'] == {}, result
+    assert result['baseline_problems'] == {'gpu2': OVERFLOW_MESSAGE}
+    assert result['canary']['requests'] == 5
+
+
+@pytest.mark.parametrize('after', [1e12, float('nan')], ids=['1e12', 'nan'])
+def test_a_hand_over_longer_than_a_guard_may_hold_a_host_fails_the_bake_before_it_reads(run_module, exporters,
+                                                                                        tmp_path, after):
+    guard = tmp_path / 'guard'
+    guard.mkdir()
+    (guard / 'state.json').write_text('{"run_id": "run-1", "armed_at": 1.0, "deadline": 9e10, "idle": 90}')
+    canary = exporters()
+    result, dummy = run_module(sglang_canary_bake.main, {
+        'url': canary.url, 'seconds': 0.1, 'guard': {'folder': str(guard), 'run_id': 'run-1', 'after': after}},
+        no_commands)
+    assert result['failed'] is True and canary.readings == 0 and not (guard / 'lease.json').exists()
+    assert result['msg'].startswith('after (%g s) must be from 0 to 172800 s (the longest a rollback guard may keep a'
+                                    ' host off its previous server): the guard option of sglang_canary_bake (run'
+                                    ' run-1 in %s) is refused; nothing was renewed' % (after, guard)), result['msg']

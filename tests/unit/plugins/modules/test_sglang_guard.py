@@ -187,6 +187,32 @@ def test_an_arm_with_bad_input_is_refused_before_anything_is_kept(run_module, de
     assert calls == [] and not deployment.folder.exists() and deployment.watchers() == []
 
 
+@pytest.mark.parametrize('bounds, message', [
+    ({'deadline': 1e12}, 'deadline (1e+12 s) must be above 0 and at most 172800 s'),
+    ({'deadline': float('nan')}, 'deadline (nan s) must be above 0 and at most 172800 s'),
+    ({'deadline': 600, 'idle': 1e12}, 'idle (1e+12 s) must be from 0 to 3600 s'),
+    ({'deadline': 600, 'idle': 90, 'after': 1e12}, 'after (1e+12 s) must be from 0 to 172800 s'),
+], ids=['deadline-1e12', 'deadline-nan', 'idle-1e12', 'after-1e12'])
+def test_an_arm_past_the_longest_a_guard_may_hold_a_host_is_refused_before_anything_is_kept(run_module, deployment,
+                                                                                            bounds, message):
+    # A guard armed with a deadline of 1e12 leaves a host whose controller is gone down for 30,000 years; with NaN,
+    # it never passes. The host refuses it whoever asks (the role's plan refuses it first).
+    args = dict(state='armed', folder=str(deployment.folder), run_id='r', files=deployment.files(),
+                server=deployment.server, **bounds)
+    result, calls = run_module(sglang_guard.main, args, systemd_only)
+    assert result['failed'] and result['msg'].startswith(message) and set(result) >= KEYS, result['msg']
+    assert result['msg'].endswith('; nothing was armed') and result['changed'] is False
+    assert calls == [] and not deployment.folder.exists() and deployment.watchers() == []
+
+
+def test_the_guard_itself_refuses_an_arm_past_the_maximum_whoever_calls_it(deployment):
+    # The domain's own check, under the module's: nothing is made, not even the folder.
+    guard = sglang_guard.Guard(str(deployment.folder))
+    with pytest.raises(sglang_guard.GuardError, match=r'^deadline \(1e\+12 s\) must be above 0 and at most 172800 s'):
+        guard.arm('r', 1e12, deployment.files(), deployment.server, 'tiny-host', sys.executable, {}, systemd=False)
+    assert not deployment.folder.exists() and deployment.watchers() == []
+
+
 def test_an_arm_with_half_a_server_is_refused_by_the_argument_spec(run_module, deployment):
     """The server's options are sglang_server's own spec: each missing one is named, nothing is kept."""
     result, calls = run_module(sglang_guard.main, dict(state='armed', folder=str(deployment.folder), run_id='r',

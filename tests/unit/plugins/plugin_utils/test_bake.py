@@ -170,3 +170,47 @@ def test_a_latency_check_that_cannot_run_is_never_a_pass(canary, baseline, outco
     found = _bake.verdict(canary, [baseline])
     assert found['verdict'] == outcome, found['reason']
     assert reason in found['reason'], found['reason']
+
+
+NOT_JUDGED = 'the figures cannot be judged, a figure is not a finite number: '
+
+
+def with_itl(figures, counts, total=0.5):
+    return dict(figures, itl={'bounds': figures['itl']['bounds'], 'counts': counts, 'sum': total})
+
+
+@pytest.mark.parametrize('canary, baselines, named', [
+    # What the reader's difference gave for two ranks exporting 1e308 each (inf - inf), from a module of before.
+    (dict(side(60, 0.03), requests=math.nan), [side(60, 0.03, seed=2)], "the canary's requests reads nan"),
+    (dict(side(60, 0.03), aborted='NaN'), [side(60, 0.03, seed=2)], "the canary's aborted reads NaN"),
+    (side(60, 0.03), [side(60, 0.03, seed=2), dict(side(60, 0.03, seed=3), requests=math.inf)],
+     "baseline server 2's requests reads inf"),
+    (with_itl(side(60, 0.03), [math.nan] * 24), [side(60, 0.03, seed=2)],
+     "the canary's inter-token latency histogram holds nan"),
+    (with_itl(side(60, 0.03), [1.0] * 24, math.inf), [side(60, 0.03, seed=2)],
+     "the canary's inter-token latency histogram holds inf"),
+    # Each finite, their sum not: requests and errors together, two baseline servers, a histogram's samples.
+    (dict(side(60, 0.03), requests=1e308, aborted=1e308), [side(60, 0.03, seed=2)],
+     "the canary's requests and aborted add up past a float's range"),
+    (side(60, 0.03), [dict(side(60, 0.03, seed=2), requests=1e308), dict(side(60, 0.03, seed=3), requests=1e308)],
+     "the baseline servers' merged requests reads inf"),
+    (with_itl(side(60, 0.03), [1e308] * 24), [side(60, 0.03, seed=2)],
+     "the canary's inter-token latency histogram holds counts that add up past a float's range"),
+], ids=['nan-requests', 'nan-string-aborted', 'inf-baseline', 'nan-buckets', 'inf-sum', 'requests-and-errors-overflow',
+        'two-baselines-overflow', 'buckets-overflow'])
+def test_figures_that_are_not_finite_make_the_verdict_inconclusive_naming_them_not_a_traceback(canary, baselines,
+                                                                                              named):
+    found = _bake.verdict(canary, baselines)
+    assert found['verdict'] == 'inconclusive', found
+    assert found['reason'].startswith(NOT_JUDGED) and named in found['reason'], found['reason']
+    assert (found['canary'], found['baseline']) == (None, None)
+    assert set(found) == {'verdict', 'reason', 'canary', 'baseline', 'baseline_servers'}
+
+
+def test_counts_whose_powers_leave_a_floats_range_leave_the_ratio_alone_to_decide():
+    # The rank test's tie term cubes the counts: 1e200 ** 3 raises OverflowError, no p-value can be had.
+    slow = {'bounds': [0.01, 0.02, '+Inf'], 'counts': [0, 1e200, 0]}
+    fast = {'bounds': [0.01, 0.02, '+Inf'], 'counts': [1e200, 0, 0]}
+    assert _bake.rank_test(slow, fast) is None
+    found = _bake.verdict({'requests': 1e200, 'aborted': 0, 'itl': slow}, [{'requests': 1e200, 'aborted': 0, 'itl': fast}])
+    assert found['verdict'] == 'fail' and found['reason'].startswith('p95 inter-token latency'), found['reason']

@@ -139,3 +139,9 @@ def test_the_group_outcome_fills_in_the_nodes_report_and_leaves_a_single_servers
     assert own['group']['outcome'] is None and set(whole) == set(own)
     single = CASES[1]['report']
     assert _report.with_group_outcome(single, []) is single
+
+
+@pytest.mark.parametrize('read_by, shown', [('patch', 'patch'), ('installed', 'installed'), ('', None)])
+def test_the_report_says_who_reads_the_dynamic_speculation_variable(read_by, shown):
+    run, settings = as_the_action_reads(next(case for case in CASES if case['id'] == 'no-op'))
+    assert _report.report(run, dict(settings, dynamic_spec_env_read_by=read_by))['dynamic_spec_env_read_by'] == shown

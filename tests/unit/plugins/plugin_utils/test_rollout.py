@@ -201,3 +201,52 @@ def test_the_bake_compares_with_every_server_outside_the_canary():
     assert _rollout.bake_baselines(ORDER, ['gpu1'], peers, fleet_vars) == {'group:big': 'http://b:1',
                                                                           'gpu2': 'http://c:1'}
     assert _rollout.bake_baselines(ORDER, ['gpu1', 'big0', 'big1'], peers, fleet_vars) == {'gpu2': 'http://c:1'}
+
+
+# No rolling policy set: a canary of one server, then 25% batches, at most 25% of the fleet unavailable (at
+# least 1), the first failure stops; a knob the operator set replaces its own part only, and an asked serial
+# lifts the default unavailability budget (the batches asked for are the bound).
+@pytest.mark.parametrize('asked, servers_count, chosen', [
+    ({}, 8, ('25%', 1, 2, 0.0, [])),
+    ({}, 3, ('25%', 1, 1, 0.0, [])),
+    ({}, 1, ('25%', 1, 1, 0.0, [])),
+    ({}, 0, ('25%', 1, 1, 0.0, [])),
+    ({'serial': '', 'canary': None}, 12, ('25%', 1, 3, 0.0, [])),
+    ({'serial': '100%', 'canary': 0}, 8, ('100%', 0, 0, 0.0, ['redeploy_serial', 'redeploy_canary'])),
+    ({'serial': 2}, 8, (2, 1, 0, 0.0, ['redeploy_serial'])),
+    ({'canary': '2', 'max_fail_percentage': '40'}, 8,
+     ('25%', 2, 2, 40.0, ['redeploy_canary', 'redeploy_max_fail_percentage'])),
+    ({'max_unavailable': 0}, 8, ('25%', 1, 0, 0.0, ['redeploy_max_unavailable'])),
+    ({'serial': [1, '50%'], 'max_unavailable': '4'}, 8,
+     ([1, '50%'], 1, 4, 0.0, ['redeploy_serial', 'redeploy_max_unavailable'])),
+], ids=['fleet-of-8', 'fleet-of-3-rounds-down', 'one-server', 'no-server', 'set-to-nothing', 'whole-fleet-asked',
+        'serial-asked', 'canary-and-failure-budget-asked', 'no-budget-asked', 'list-and-budget-asked'])
+def test_rollout_policy_defaults_to_a_canary_then_a_quarter(asked, servers_count, chosen):
+    policy = _rollout.rollout_policy(asked, servers_count)
+    assert (policy['serial'], policy['canary'], policy['max_unavailable'], policy['max_fail_percentage'],
+            policy['asked']) == chosen
+
+
+@pytest.mark.parametrize('asked, summary', [
+    ({}, 'default (no redeploy_serial, redeploy_canary, redeploy_max_unavailable or redeploy_max_fail_percentage'
+         ' set; the whole fleet at once: -e redeploy_serial=100% -e redeploy_canary=0): canary 1 server(s), then'
+         ' batches of 25% server(s), at most 2 of 8 server(s) unavailable, the first failure stops the rollout'),
+    ({'serial': '100%', 'canary': 0, 'max_fail_percentage': 100},
+     'asked (redeploy_serial=100%, redeploy_canary=0, redeploy_max_fail_percentage=100): no canary, batches of'
+     ' 100% server(s), no bound on unavailable servers beyond the batches, stops once more than 100% of the'
+     ' finished servers failed'),
+    ({'serial': [1, '50%']}, 'asked (redeploy_serial=1,50%): canary 1 server(s), then batches of 1,50% server(s)'),
+], ids=['default', 'whole-fleet', 'serial-list'])
+def test_the_printed_plan_says_which_policy_applies_and_why(asked, summary):
+    assert _rollout.rollout_policy(asked, 8)['summary'].startswith(summary)
+
+
+def test_a_bad_serial_is_refused_even_where_the_canary_covers_the_play():
+    with pytest.raises(ValueError, match="redeploy_serial: 'most' is neither"):
+        _rollout.rollout_plan(['gpu1'], fleet_vars, {'serial': 'most'})
+
+
+def test_the_default_budget_counts_a_group_once():
+    # gpu1, gpu2, group:big, group:huge: four servers, 25% of them is one.
+    plan = _rollout.rollout_plan(ORDER, fleet_vars, {})
+    assert (plan['single_serial'], plan['canary_hosts'], plan['policy']['max_unavailable']) == ([1, 1], ['gpu1'], 1)

@@ -5,7 +5,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _rules, _speculation, _timing
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance, _rules, _speculation, _timing
 
 TIERS_WITHOUT_3 = {'1': {'candidate_steps': [1, 2]}, '8': {'candidate_steps': [0]}, 'ema_alpha': 0.3}
 ADAPTIVE = {'sglang_dynamic_spec_mode': 'adaptive'}
@@ -354,3 +354,113 @@ def test_the_argument_spec_states_every_time_bounds_range_from_the_table():
     for name, descriptions in stated.items():
         for description in descriptions:
             assert 'Range: %s' % _timing.TIME_BOUNDS[name].words() in description, (name, description)
+
+
+SHIPPED_PATCH = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'files',
+                             'eagle_dynamic_spec_threshold.diff')
+READS_IT = ('--- a/w.py\n+++ b/w.py\n@@ -1 +1,2 @@\n import os\n'
+            '+LIMIT = int(os.environ.get("SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE", "0"))\n')
+# Named only in context (unchanged) or removed lines, or as part of a longer name: nothing the patch adds reads it.
+CONTEXT_ONLY = ('--- a/w.py\n+++ b/w.py\n@@ -1,2 +1,2 @@\n # SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE\n'
+                '-x = "SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE"\n+x = "SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE_OLD"\n')
+HEADER_ONLY = '--- a/SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE\n+++ b/SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE\n@@ -1 +1 @@\n-a\n+b\n'
+
+
+@pytest.mark.parametrize('overrides, patch, reader', [
+    ({'sglang_dynamic_spec_env_read_by': 'patch'}, READS_IT, 'patch'),
+    ({'sglang_dynamic_spec_env_read_by': 'patch'}, 'shipped', 'patch'),
+    ({'sglang_dynamic_spec_env_read_by': 'patch'}, None, None),
+    ({'sglang_dynamic_spec_env_read_by': 'patch'}, CONTEXT_ONLY, None),
+    ({'sglang_dynamic_spec_env_read_by': 'patch'}, HEADER_ONLY, None),
+    ({'sglang_dynamic_spec_env_read_by': 'patch', 'sglang_dynamic_spec_env_name': 'MY_SWITCH'}, READS_IT, None),
+    ({'sglang_dynamic_spec_env_read_by': 'installed'}, None, 'installed'),
+    ({'sglang_dynamic_spec_env_read_by': 'patch', 'sglang_dynamic_spec_mode': 'adaptive'}, None, ''),
+    ({'sglang_dynamic_spec_env_read_by': 'patch', 'sglang_dynamic_spec_enabled': 'false'}, None, ''),
+], ids=['added-line-reads-it', 'shipped-patch', 'no-patch', 'only-context-or-removed', 'only-file-header',
+        'other-variable', 'installed-by-the-operators-word', 'adaptive-mode', 'dynamic-speculation-off'])
+def test_who_reads_the_dynamic_speculation_variable(settings, overrides, patch, reader):
+    settings.update(overrides)
+    if patch == 'shipped':
+        with open(SHIPPED_PATCH) as handle:
+            patch = handle.read()
+    assert _rules.dynamic_spec_env_reader(settings, patch) == reader
+    assert bool(_rules.dynamic_spec_env_problems(settings, patch)) == (reader is None)
+
+
+def test_env_mode_that_nothing_reads_is_refused_saying_what_to_do(settings):
+    settings.update(sglang_dynamic_spec_env_read_by='patch', sglang_patch_file='files/other.diff')
+    assert _rules.dynamic_spec_env_problems(settings, CONTEXT_ONLY) == [
+        'sglang_dynamic_spec_mode env sets SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE on the server, but nothing is known'
+        ' to read it: sglang_patch_file files/other.diff adds no line naming it, and upstream SGLang ignores it, so'
+        ' dynamic speculation would be silently off while the report says healthy. Use a patch whose added lines read'
+        " it, or sglang_dynamic_spec_mode: adaptive (upstream's, sglang 0.5.23 or later), or"
+        ' sglang_dynamic_spec_enabled: false; set sglang_dynamic_spec_env_read_by: installed only when the installed'
+        ' sglang already reads it.']
+    settings.update(sglang_patch_file='', sglang_dynamic_spec_env_read_by='maybe')
+    assert _rules.dynamic_spec_env_problems(settings, None) == [
+        'sglang_dynamic_spec_env_read_by (maybe) must be patch or installed.']
+
+
+# The longest window each variable's own range allows: 16 levels of an hour, a day's bake, four hours of load.
+LONG_WINDOW = dict(ROOM, sglang_perf_gate=True, sglang_perf_levels=list(range(1, 17)), sglang_perf_requests=16,
+                   sglang_perf_timeout=3600, sglang_canary_bake=86400, sglang_health_timeout=14400,
+                   sglang_fleet_hosts=['gpu1', 'gpu2'])
+WINDOW_HEAD = ("The outage window (timing.window_budget, the guard's deadline with sglang_rollback_deadline auto) lasts"
+               " %s s (%s days), longer than a rollback guard may keep a host off its previous server (172800 s,"
+               " sglang_rollback_deadline's maximum: ")
+
+
+@pytest.mark.parametrize('overrides, group, found', [
+    # Each within its range, together 2.5 days: the auto deadline is that long, refused naming the largest terms.
+    ({}, None, [(WINDOW_HEAD % ('216520', '2.5'),
+                 '2 benchmarks x 16 levels (sglang_perf_levels) x sglang_perf_timeout 3600 s: 115200 s, sglang_canary'
+                 '_bake 86400 s and 2 /metrics readings of the canary and each of 1 other fleet servers: 86440 s,')]),
+    # A deadline given at its maximum cannot cover it either: the window is named, not "raise the deadline".
+    ({'sglang_rollback_deadline': 172800}, None, [(WINDOW_HEAD % ('216520', '2.5'), '115200 s')]),
+    # The fleet's size: a bake reads every other server twice, 10 s each, and a rank > 0 waits for rank 0's bake.
+    ({'sglang_perf_gate': False, 'sglang_fleet_hosts': ['gpu%d' % n for n in range(9000)]}, {'rank': 1},
+     [("What this rank waits for after its start without renewing its guard (timing.ranks_started_after) lasts"
+       " 280860 s (3.3 days)", "rank 0's start (sglang_health_timeout): 14400 s"),
+      (WINDOW_HEAD % ('281280', '3.3'), 'sglang_canary_bake 86400 s and 2 /metrics readings of the canary and each'
+                                       ' of 8999 other fleet servers: 266400 s')]),
+], ids=['auto-deadline', 'given-deadline', 'fleet-of-9000-rank-1'])
+def test_a_window_longer_than_a_guard_may_hold_a_host_is_refused_naming_what_made_it_long(settings, overrides,
+                                                                                          group, found):
+    settings.update(LONG_WINDOW, **overrides)
+    levels = _performance.levels_to_measure(settings['sglang_perf_levels'], 8)
+    problems = _rules.window_problems(settings, group, levels)
+    assert len(problems) == len(found), problems
+    for problem, (head, term) in zip(problems, found):
+        assert problem.startswith(head) and term in problem and problem.endswith('Shorten the longest of these.')
+    # The per-variable rules have nothing to say: each is within its range, and no "shorter deadline" advice.
+    assert _rules.variable_problems(settings, PVE) == []
+
+
+def test_a_window_within_the_maximum_and_a_variable_out_of_its_own_range_leave_the_window_rule_silent(settings):
+    settings.update(LONG_WINDOW, sglang_perf_levels=list(range(1, 8)))
+    assert _rules.window_problems(settings, {'rank': 1}, list(range(1, 8))) == []
+    settings.update(sglang_perf_timeout=1e9)
+    assert _rules.window_problems(settings, {'rank': 1}, list(range(1, 8))) == []
+    assert bound_message('sglang_perf_timeout', 1e9) in _rules.variable_problems(settings, PVE)
+
+
+@pytest.mark.parametrize('name', sorted(_timing.COUNT_BOUNDS))
+def test_a_list_that_multiplies_time_is_held_to_its_count(settings, name):
+    count = _timing.COUNT_BOUNDS[name]
+    settings.update(ROOM, sglang_perf_gate=True, sglang_perf_requests=2000, sglang_perf_timeout=60)
+    settings[name] = list(range(1, 2001))  # 2000 levels of an hour once made an auto deadline of 168 days
+    assert ('%s has 2000 entries; it must have %s: %s.' % (name, count.words(), count.why)
+            in _rules.variable_problems(settings, PVE))
+    settings[name] = list(range(1, count.most + 1))
+    assert _rules.variable_problems(settings, PVE) == []
+
+
+def test_the_argument_spec_states_every_lists_count_from_the_table():
+    specs_file = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'sglang', 'meta',
+                              'argument_specs.yml')
+    with open(specs_file) as handle:
+        options = yaml.safe_load(handle)['argument_specs']['main']['options']
+    for name, count in _timing.COUNT_BOUNDS.items():
+        description = options[name]['description']
+        assert 'Count: %s' % count.words() in ' '.join(description if isinstance(description, list)
+                                                       else [description]), (name, description)
