@@ -21,7 +21,7 @@ description:
   - The rolling policy is the operator's where set (O(serial), O(canary), O(max_unavailable),
     O(max_fail_percentage)); a knob left unset takes the safe default, a canary of one server, then batches of
     25% of the servers (at least 1), at most 25% of the fleet's servers unavailable (at least 1; no such bound
-    when O(serial) is set: the batches are the bound asked for), the first failure stopping the rollout. The
+    when O(serial) is set, as the batches are the bound asked for), the first failure stopping the rollout. The
     whole fleet at once only when asked, C(-e redeploy_serial=100% -e redeploy_canary=0). RV(_value.policy)
     says which applied and why.
   - Refuses (a filter error) a host named V(group:NAME) in a fleet that has a server group NAME, and a serial
