@@ -180,9 +180,8 @@ def not_finite(label, side):
         counts = [_number(count) for count in histogram.get('counts') or []]
         values = counts + ([_number(histogram['sum'])] if histogram.get('sum') is not None else [])
         if not all(math.isfinite(value) for value in values) or not math.isfinite(sum(counts)):
-            found.append('%s %s histogram holds %s' % (label, title, ', '.join(
-                str(value) for value in values if not math.isfinite(value)) or 'counts that add up past a float\'s'
-                                                                                 ' range'))
+            bad = ', '.join(str(value) for value in values if not math.isfinite(value))
+            found.append('%s %s histogram holds %s' % (label, title, bad or 'counts that add up past a float\'s range'))
     return found
 
 

@@ -152,8 +152,8 @@ def _time_bound_problems(settings):
             problems.append(('%s (%s) must be %s: %s.' % (name, as_text(settings[name]), bound.words(), bound.why),
                              True))
     for name, count in _timing.COUNT_BOUNDS.items():
-        problems.append(('%s has %d entries; it must have %s: %s.' % (name, len(settings[name] or []), count.words(),
-                                                                     count.why), not count.holds(settings[name])))
+        message = '%s has %d entries; it must have %s: %s.' % (name, len(settings[name] or []), count.words(), count.why)
+        problems.append((message, not count.holds(settings[name])))
     return problems
 
 
