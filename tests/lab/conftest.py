@@ -71,6 +71,13 @@ class Lab(dict):
     def add_host(self, name):
         self[name] = LabHost(name)
 
+    def remove_hosts(self, *names):
+        """Take hosts a module's fixture added (gpu3.., mn1, mn2) out again: out of the router, their containers
+        and reports gone (lab/lab remove), so the next test file starts from the lab the session fixture made."""
+        subprocess.check_call([LAB, 'remove'] + list(names), stdout=subprocess.DEVNULL)
+        for name in names:
+            self.pop(name, None)
+
     @staticmethod
     def podman(*argv):
         subprocess.check_call(['podman'] + list(argv), env=PODMAN_ENV, stdout=subprocess.DEVNULL)
@@ -109,6 +116,57 @@ def lab(tmp_path_factory):
     yield Lab((name, LabHost(name)) for name in HOSTS)
     if not reuse:
         subprocess.check_call([LAB, 'down'], stdout=subprocess.DEVNULL)
+
+
+# What a lab file may leave behind: the lab as the session fixture made it, so that the next file in the same
+# session (make matrix runs every lab file on one lab) starts from it. Each was once left by a file and failed
+# later ones (issue 47): a changed setting or environment on a server, a server down or out of the router, a host
+# a module's fixture added still running.
+BASE_SETTINGS = {'max_running_requests': 64}
+
+
+def lab_leftovers(lab):
+    """What differs from the session fixture's lab, one line each (none: as it was)."""
+    found = []
+    running = set(subprocess.run(['podman', 'ps', '--format', '{{.Names}}'], stdout=subprocess.PIPE,
+                                 universal_newlines=True, env=PODMAN_ENV, check=True).stdout.split())
+    added = [name for name in lab_instance.describe()['hosts']
+             if name not in HOSTS + ('pve2',) and lab_instance.container(name) in running]
+    if added:
+        found.append('hosts added to the lab still run: %s (lab/lab remove them)' % ', '.join(added))
+    with urllib.request.urlopen(lab_instance.router_url() + '/workers', timeout=10) as response:
+        workers = sorted(worker['url'] for worker in json.load(response)['workers'])
+    wanted = sorted(lab_instance.server_url(name) for name in ('gpu1', 'gpu2'))
+    if workers != wanted:
+        found.append('the router lists %s, not %s' % (workers, wanted))
+    for name in ('gpu1', 'gpu2'):
+        if not lab[name].healthy():
+            found.append('%s does not serve (/health)' % name)
+            continue
+        try:
+            info = lab[name].server_info()
+        except OSError as exc:
+            found.append('%s: /server_info answered %s (an API key left on?)' % (name, exc))
+            continue
+        changed = {key: info.get(key) for key, value in BASE_SETTINGS.items() if info.get(key) != value}
+        # The stand-in's own knobs (warm-up, slowdown, errors) are not SGLANG_*: /server_info does not show them.
+        launched = json.loads(lab[name].exec_('cat', '/etc/sglang/launch.json')).get('environment') or {}
+        lab_environment = sorted(key for key in launched if key.startswith('LAB_STANDIN_'))
+        if changed or lab_environment:
+            found.append('%s serves other settings than the lab\'s: %s%s' % (
+                name, changed or '', (' environment ' + ', '.join(lab_environment)) if lab_environment else ''))
+    return found
+
+
+@pytest.fixture(scope='module', autouse=True)
+def lab_as_found(request, lab):
+    """After each lab file (every one uses the lab): the lab is as the session fixture made it, or this file is named
+    as the one that left something, instead of a later file failing for it (make matrix before issue 47). Torn
+    down after the file's own module fixtures (test_fleet's gpu3, test_multinode's two-node server)."""
+    yield
+    leftovers = lab_leftovers(lab)
+    assert not leftovers, '%s left the lab changed for the files after it: %s' % (
+        request.module.__name__, '; '.join(leftovers))
 
 
 @pytest.fixture

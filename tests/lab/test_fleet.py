@@ -55,14 +55,20 @@ def report(name):
 
 @pytest.fixture(scope='module')
 def fleet(lab, tmp_path_factory):
-    """Three gpu hosts (gpu3 added to the running lab), each redeployed once and in the router."""
-    with lab_instance.one_start_at_a_time():
-        subprocess.check_call([LAB, 'up'], env=dict(os.environ, LAB_GPU_HOSTS='3'), stdout=subprocess.DEVNULL)
-        lab.add_host('gpu3')
-        baseline = run_playbook(tmp_path_factory.mktemp('fleet'), 'playbooks/redeploy.yml', INVENTORY)
-    assert baseline.rc == 0, baseline.stdout[-3000:]
-    assert router_urls() == sorted(url(lab, name) for name in FLEET)
-    return lab
+    """Three gpu hosts (gpu3 added to the running lab), each redeployed once and in the router; gpu3 removed
+    again after the module (out of the router, its container and report gone): the lab files run after this
+    one on the same lab (make matrix) start from the session fixture's lab, e.g. test_canary_bake compares the
+    router's workers with gpu1 and gpu2 and its load goes through every worker."""
+    try:
+        with lab_instance.one_start_at_a_time():
+            subprocess.check_call([LAB, 'up'], env=dict(os.environ, LAB_GPU_HOSTS='3'), stdout=subprocess.DEVNULL)
+            lab.add_host('gpu3')
+            baseline = run_playbook(tmp_path_factory.mktemp('fleet'), 'playbooks/redeploy.yml', INVENTORY)
+        assert baseline.rc == 0, baseline.stdout[-3000:]
+        assert router_urls() == sorted(url(lab, name) for name in FLEET)
+        yield lab
+    finally:
+        lab.remove_hosts('gpu3')
 
 
 @pytest.fixture

@@ -115,18 +115,23 @@ def state(nodes):
     return dict((node.name, (node.server_pids(), node.files())) for node in nodes.values())
 
 
-@pytest.fixture(scope='session')
+@pytest.fixture(scope='module')
 def group(lab, tmp_path_factory):
-    """The two-node server beside the lab's hosts, redeployed once (the patch on both ranks)."""
-    with lab_instance.one_start_at_a_time():
-        subprocess.check_call([lab_instance.LAB, 'up', '--multinode'], stdout=subprocess.DEVNULL)
-        nodes = dict((name, Node(name)) for name in NODES)
-        seeded = state(nodes)
-        baseline = run_playbook(tmp_path_factory.mktemp('multinode'), 'playbooks/redeploy.yml', INVENTORY,
-                                name='multinode-baseline')
-    assert baseline.rc == 0, baseline.stdout[-3000:]
-    nodes['seeded'] = seeded
-    return nodes
+    """The two-node server beside the lab's hosts, redeployed once (the patch on both ranks); taken down again
+    after the module (rank 0 out of the lab's router, both containers gone), so the lab files run after this one
+    on the same lab (make matrix) find the router's workers and the machine as the session fixture left them."""
+    try:
+        with lab_instance.one_start_at_a_time():
+            subprocess.check_call([lab_instance.LAB, 'up', '--multinode'], stdout=subprocess.DEVNULL)
+            nodes = dict((name, Node(name)) for name in NODES)
+            seeded = state(nodes)
+            baseline = run_playbook(tmp_path_factory.mktemp('multinode'), 'playbooks/redeploy.yml', INVENTORY,
+                                    name='multinode-baseline')
+        assert baseline.rc == 0, baseline.stdout[-3000:]
+        nodes['seeded'] = seeded
+        yield nodes
+    finally:
+        lab.remove_hosts(*NODES)
 
 
 @pytest.fixture
