@@ -120,7 +120,9 @@ def test_patch_that_does_not_apply_fails_the_host_with_its_reason(serve, lab_ser
                    '@@ -1,2 +1,2 @@\n-import logging_v9\n+import logging_v10\n import time\n')
     pid = get(dashboard.url + '/api/hosts')['hosts'][1]['pid']
     status, body, _ = post(dashboard.url + '/api/redeploys', dashboard.token,
-                           {'limit': 'gpu2', 'extra_vars': {'sglang_patch_file': str(bad)}})
+                           # Dynamic speculation off: a patch that reads no variable is not refused for that (issue 43).
+                           {'limit': 'gpu2', 'extra_vars': {'sglang_patch_file': str(bad),
+                                                            'sglang_dynamic_spec_enabled': False}})
     assert status == 202, body
     run = finished(dashboard, body['id'])
     assert run['status'] == 'failed'

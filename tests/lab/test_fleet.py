@@ -134,7 +134,8 @@ def test_a_canary_that_fails_stops_the_rollout_with_the_others_untouched(fleet, 
     bad.write_text('--- a/sglang/srt/speculative/eagle_worker.py\n+++ b/sglang/srt/speculative/eagle_worker.py\n'
                    '@@ -1,2 +1,2 @@\n-import logging_v9\n+import logging_v10\n import time\n')
     canary_only = tmp_path / 'canary-only.yml'
-    canary_only.write_text(json.dumps({'gpu': {'hosts': {'gpu1': {'sglang_patch_file': str(bad)}}}}))
+    # Which code reads the dynamic-speculation variable is not at stake here (a patch for another version is).
+    canary_only.write_text(json.dumps({'gpu': {'hosts': {'gpu1': {'sglang_patch_file': str(bad), 'sglang_dynamic_spec_env_read_by': 'installed'}}}}))
     before = pids(fleet)
     run = rollout({'sglang_force_restart': True, 'redeploy_canary': 1, 'redeploy_serial': 2}, name='canary',
                   inventory=[str(canary_only)])
@@ -152,7 +153,7 @@ def test_a_failed_host_stops_the_next_batches_past_the_failure_budget(fleet, rol
     bad = tmp_path / 'for-another-version.diff'
     bad.write_text('--- a/sglang/version.py\n+++ b/sglang/version.py\n@@ -1 +1 @@\n-nothing like this\n+at all\n')
     first_batch = tmp_path / 'first-batch.yml'
-    first_batch.write_text(json.dumps({'gpu': {'hosts': {'gpu1': {'sglang_patch_file': str(bad)}}}}))
+    first_batch.write_text(json.dumps({'gpu': {'hosts': {'gpu1': {'sglang_patch_file': str(bad), 'sglang_dynamic_spec_env_read_by': 'installed'}}}}))
     before = pids(fleet)
     run = rollout({'sglang_force_restart': True, 'redeploy_serial': 2, 'redeploy_max_fail_percentage': 40},
                   name='budget', inventory=[str(first_batch)])

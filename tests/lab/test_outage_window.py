@@ -59,7 +59,8 @@ def test_patch_failure_in_window_restores_site_packages_byte_for_byte(lab, tmp_p
     # Once the stop began, the file the patch needs changes under it: the dry-run passed, the apply fails.
     run = fault_during_window(lab, tmp_path, 'gpu2', lambda: host.exec_(
         'sed', '-i', '1s/$/  # changed behind the run/', host.sglang_file('version.py')),
-        extravars={'sglang_patch_file': str(note)})
+        # Which code reads the dynamic-speculation variable is not at stake (the env-mode rule, issue 43).
+        extravars={'sglang_patch_file': str(note), 'sglang_dynamic_spec_env_read_by': 'installed'})
     assert_rolled_back(lab, 'gpu2', before, run, 'Apply the patch')
 
 

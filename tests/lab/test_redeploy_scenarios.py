@@ -92,7 +92,8 @@ def test_patch_that_does_not_apply_stops_in_preflight_with_the_old_server_servin
     bad.write_text('--- a/sglang/srt/speculative/eagle_worker.py\n+++ b/sglang/srt/speculative/eagle_worker.py\n'
                    '@@ -1,2 +1,2 @@\n-import logging_v9\n+import logging_v10\n import time\n')
     before = dict((name, served_state(lab[name])) for name in GPU_HOSTS)
-    run = redeploy({'sglang_patch_file': str(bad), 'sglang_max_running_requests': 80}, name='badpatch')
+    # Which code reads the dynamic-speculation variable is not at stake (the env-mode rule, issue 43).
+    run = redeploy({'sglang_patch_file': str(bad), 'sglang_max_running_requests': 80, 'sglang_dynamic_spec_env_read_by': 'installed'}, name='badpatch')
     assert run.rc != 0
     for name in GPU_HOSTS:
         messages = ' '.join(run.failure_messages(name))
@@ -112,7 +113,7 @@ def test_server_that_never_becomes_healthy_is_rolled_back(lab, redeploy, tmp_pat
     version_sha = lab['gpu1'].sha256(lab['gpu1'].sglang_file('version.py'))
     # The guard restarts the previous server under the same health bound: 3 s was outrun by a stand-in's start
     # on a machine running the whole suite (a CI run of 2026-12-03: the restore was right, the bound too short).
-    run = redeploy({'sglang_patch_file': str(extra_patch), 'sglang_health_timeout': 12,
+    run = redeploy({'sglang_patch_file': str(extra_patch), 'sglang_health_timeout': 12, 'sglang_dynamic_spec_env_read_by': 'installed',
                     'sglang_environment': {'LAB_STANDIN_WARMUP': '1000'}}, name='never-healthy')
     assert run.rc != 0
     for name in GPU_HOSTS:
