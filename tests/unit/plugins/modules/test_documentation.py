@@ -82,3 +82,18 @@ def test_the_role_documentation_leads_with_its_required_variables():
         readme = handle.read().split('\n\n')
     # The README's first paragraph says what the role is; the second names what an inventory must set.
     assert readme[2].startswith('**Required: ') and all('`%s`' % name in readme[2] for name in required), readme[2]
+
+
+# The other plugins' documentation parses too: a line break inside a plain YAML line that holds ": " made a filter's
+# DOCUMENTATION a mapping (sanity and the Galaxy check caught it, minutes later than this does).
+FILTERS = sorted(name[:-3] for name in os.listdir(os.path.join(REPO, 'plugins', 'filter'))
+                 if name.endswith('.py') and not name.startswith(('_', '.')))
+
+
+def test_every_filter_documents_itself_as_ansible_doc_reads_it():
+    rendered = json.loads(subprocess.check_output(
+        [os.path.join(os.path.dirname(sys.executable), 'ansible-doc'), '--json', '-t', 'filter']
+        + ['gpuops.sglang.%s' % name for name in FILTERS],
+        env=dict(os.environ, **ANSIBLE_ENV), cwd=REPO, universal_newlines=True))
+    assert sorted(rendered) == ['gpuops.sglang.%s' % name for name in FILTERS]
+    assert all(entry['doc'].get('short_description') for entry in rendered.values())
