@@ -109,15 +109,34 @@ def test_a_log_opened_for_appending_is_made_when_missing_and_appended_to_blockin
     assert log.read_bytes() == b'first\nsecond\n'
 
 
-def _group_of(members, primaries):
-    """A fake group database entry and account database with members and accounts whose primary group it is."""
+GROUP_GID = 4242
+
+
+def group_writable_folder(tmp_path, monkeypatch, members, primaries, spared=True):
+    """A folder of root's, mode 0775, whose group (GROUP_GID) has these members and is the primary group of these
+    accounts, as a fake group and account database say; spared: it stands where /var/log does for the rule."""
     import grp
     import pwd
-    accounts = {name: uid for name, uid in list(members.items()) + list(primaries.items())}
-    group = grp.struct_group(('logs', 'x', 4242, list(members)))
-    entries = [pwd.struct_passwd((name, 'x', uid, 4242 if name in primaries else 1, '', '/', '/bin/sh'))
+    accounts = dict(list(members.items()) + list(primaries.items()))
+    group = grp.struct_group(('logs', 'x', GROUP_GID, list(members)))
+    entries = [pwd.struct_passwd((name, 'x', uid, GROUP_GID if name in primaries else 1, '', '/', '/bin/sh'))
                for name, uid in accounts.items()]
-    return group, entries
+
+    def getgrgid(gid):
+        if gid != GROUP_GID:
+            raise KeyError(gid)
+        return group
+
+    monkeypatch.setattr(grp, 'getgrgid', getgrgid)
+    monkeypatch.setattr(pwd, 'getpwall', lambda: entries)
+    monkeypatch.setattr(pwd, 'getpwnam', lambda name: next(entry for entry in entries if entry.pw_name == name))
+    folder = tmp_path / 'log'
+    folder.mkdir()
+    os.chown(str(folder), 0, GROUP_GID)
+    os.chmod(str(folder), 0o775)
+    if spared:
+        monkeypatch.setattr(files, 'SYSTEM_GROUP_WRITABLE', frozenset([str(folder)]))
+    return str(folder)
 
 
 @pytest.mark.parametrize('members, primaries, trusted', [
@@ -130,37 +149,19 @@ def _group_of(members, primaries):
 ])
 def test_a_folder_writable_by_its_group_is_trusted_for_the_servers_files_only_when_daemons_alone_write_through_it(
         tmp_path, monkeypatch, members, primaries, trusted):
-    import grp
-    import pwd
-    group, entries = _group_of(members, primaries)
-    monkeypatch.setattr(grp, 'getgrgid', lambda gid: group if gid == 4242 else (_ for _ in ()).throw(KeyError(gid)))
-    monkeypatch.setattr(pwd, 'getpwall', lambda: entries)
-    monkeypatch.setattr(pwd, 'getpwnam', lambda name: next(entry for entry in entries if entry.pw_name == name))
-    logs = tmp_path / 'log'
-    logs.mkdir()
-    os.chown(str(logs), 0, 4242)
-    os.chmod(str(logs), 0o775)
-    monkeypatch.setattr(files, 'SYSTEM_GROUP_WRITABLE', frozenset([str(logs)]))
-    why = files._problem(str(logs), os.lstat(str(logs)), (0,), system_group_writers=True)
+    logs = group_writable_folder(tmp_path, monkeypatch, members, primaries)
+    why = files._problem(logs, os.lstat(logs), (0,), system_group_writers=True)
     assert (why is None) is trusted, why
     # The guard's folder keeps the strict rule, whoever the group's members are.
-    assert 'writable by its group' in files._problem(str(logs), os.lstat(str(logs)), (0,))
+    assert 'writable by its group' in files._problem(logs, os.lstat(logs), (0,))
 
 
 def test_a_group_writable_folder_with_an_acl_is_never_trusted_for_its_group(tmp_path, monkeypatch):
-    import grp
-    import pwd
-    group, entries = _group_of({'syslog': 104}, {})
-    monkeypatch.setattr(grp, 'getgrgid', lambda gid: group)
-    monkeypatch.setattr(pwd, 'getpwall', lambda: entries)
-    monkeypatch.setattr(pwd, 'getpwnam', lambda name: entries[0])
-    logs = tmp_path / 'log'
-    logs.mkdir()
-    os.chmod(str(logs), 0o775)
-    monkeypatch.setattr(files, 'SYSTEM_GROUP_WRITABLE', frozenset([str(logs)]))
+    logs = group_writable_folder(tmp_path, monkeypatch, {'syslog': 104}, {})
+    assert files._problem(logs, os.lstat(logs), (0,), system_group_writers=True) is None
     # An ACL's mask is what the group bits show: the ACL may grant a person write.
     monkeypatch.setattr(files, '_has_acl', lambda path: True)
-    assert 'writable by its group' in files._problem(str(logs), os.lstat(str(logs)), (0,), system_group_writers=True)
+    assert 'writable by its group' in files._problem(logs, os.lstat(logs), (0,), system_group_writers=True)
 
 
 def test_a_log_another_user_made_first_or_others_may_write_is_refused(tmp_path):
@@ -184,16 +185,8 @@ def test_a_log_made_by_the_open_is_private_to_its_owner_and_group(tmp_path):
 
 
 def test_only_var_log_may_be_written_by_a_group_of_daemons(monkeypatch, tmp_path):
-    import grp
-    import pwd
-    group, entries = _group_of({'www-data': 33}, {})
-    monkeypatch.setattr(grp, 'getgrgid', lambda gid: group)
-    monkeypatch.setattr(pwd, 'getpwall', lambda: entries)
-    monkeypatch.setattr(pwd, 'getpwnam', lambda name: entries[0])
-    web = tmp_path / 'www'
-    web.mkdir()
-    os.chmod(str(web), 0o775)
+    web = group_writable_folder(tmp_path, monkeypatch, {'www-data': 33}, {}, spared=False)
     # A daemon handling untrusted input (a web server) is the local user the rule keeps out: only /var/log is spared.
-    assert 'writable by its group' in files._problem(str(web), os.lstat(str(web)), (0,), system_group_writers=True)
-    monkeypatch.setattr(files, 'SYSTEM_GROUP_WRITABLE', frozenset([str(web)]))
-    assert files._problem(str(web), os.lstat(str(web)), (0,), system_group_writers=True) is None
+    assert 'writable by its group' in files._problem(web, os.lstat(web), (0,), system_group_writers=True)
+    monkeypatch.setattr(files, 'SYSTEM_GROUP_WRITABLE', frozenset([web]))
+    assert files._problem(web, os.lstat(web), (0,), system_group_writers=True) is None
