@@ -73,6 +73,8 @@ PINNED = {
     'sglang_guard_dir': _ROOT_WRITES,
     'sglang_service_name': 'the unit and pid file the role writes and stops as root',
     'sglang_service_manager': 'how the server is run as root',
+    'sglang_user': 'the user the server runs as on the GPU hosts (root by default)',
+    'sglang_group': 'the group the server runs as, and may read its launch configuration and keys',
     'sglang_fleet_hosts': 'the fleet\'s membership',
     'sglang_fleet_group': 'the fleet\'s membership',
     'sglang_router_worker_url': 'where the router sends this server\'s traffic',

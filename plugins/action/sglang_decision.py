@@ -27,6 +27,7 @@ ARGUMENT_SPEC = dict(
     patch_file=dict(type='str', default=''),
     python=dict(type='str', required=True),
     host=dict(type='str', required=True),
+    router_url=dict(type='str', default=''),
 )
 
 
@@ -44,7 +45,8 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=problem)
             return result
         patch = _decision.patch_state(state, patch_check, args['patch_file'])
-        reasons = _decision.reasons(state, patch_check, args['force_restart'])
+        owed = _decision.readmission_owed(state, args['router_url'])
+        reasons = _decision.reasons(state, patch_check, args['force_restart'], owed)
         pairs = _configs.pairs(args['files'], state['service_manager'])
         changed = list(state.get('configs_changed', []))
         result.update(
@@ -55,5 +57,6 @@ class ActionModule(ActionBase):
             # Every file the server runs from (the speculation tuner writes each mode's whole configuration).
             pairs=pairs,
             guard_files=_decision.guard_files(pairs, patch),
+            readmission_owed=owed,
         )
         return result

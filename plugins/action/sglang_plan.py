@@ -114,6 +114,7 @@ class ActionModule(ActionBase):
                                   if as_bool(settings['sglang_verify_environment']) else {}),
             # The launch configuration carries the secret environment, the API keys file the keys.
             secret=bool(settings['sglang_secret_environment']) or _configs.keyed(settings),
+            secret_files=_configs.secret_labels(settings),
             configs=[dict((key, entry[key]) for key in ('label', 'path', 'content', 'systemd_only'))
                      for entry in files],
             contents=dict((entry['label'], entry['content']) for entry in files),

@@ -27,7 +27,8 @@ description:
     C(fatal: [HOST]: FAILED! => MESSAGE).
   - >-
     At the end, before the recap, one line per host of the redeploy reports the run published (the
-    C(sglang_redeploy) custom stats of C(gpuops.sglang.sglang_report)): status, health, downtime and why; after a
+    C(sglang_redeploy) custom stats of C(gpuops.sglang.sglang_report)): status, health, downtime and why (after a
+    check run's dry run, what the window would end and the launch flags it would change, indented); after a
     speculation tuning run, each tuned host's table and the command that applies its recommendation (the
     C(sglang_speculation) custom stats of C(gpuops.sglang.sglang_speculation)).
   - With C(-v) and more, the C(default) callback's full display comes back, and ok and skipped results are shown
@@ -44,6 +45,8 @@ requirements:
 from ansible import constants as C
 from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallbackModule
+
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._dry_run import lines
 
 # The custom stats key gpuops.sglang.sglang_report publishes each host's redeploy report under.
 REPORTS_KEY = 'sglang_redeploy'
@@ -75,6 +78,15 @@ def report_line(host, report):
         words.append('performance gate %s' % ('passed' if verdict == 'pass' else 'FAILED'))
     line = '%s: %s' % (host, ', '.join(words))
     return '%s: %s' % (line, report['reason']) if report.get('reason') else line
+
+
+def dry_run_lines(report):
+    """A check run's dry run under its host's line, indented: what the window would end, the flags it would change,
+    the guard's bounds ([] where no dry run ran)."""
+    if report.get('would_kill') is None:
+        return []
+    return ['  %s' % line for line in lines(report['would_kill'], report.get('flag_changes') or [],
+                                            report.get('deadline') or {})]
 
 
 class CallbackModule(DefaultCallbackModule):
@@ -166,6 +178,8 @@ class CallbackModule(DefaultCallbackModule):
             for host in sorted(reports):
                 if isinstance(reports[host], dict):
                     self._display.display(report_line(host, reports[host]))
+                    for line in dry_run_lines(reports[host]):
+                        self._display.display(line)
         shown = tuning_lines(custom.get(TUNING_KEY))
         if shown:
             self._display.banner('SPECULATION TUNING')

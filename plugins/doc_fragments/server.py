@@ -38,4 +38,15 @@ options:
         group).
     type: str
     required: true
+  user:
+    description:
+      - The user the server runs as (the role's C(sglang_user)); unset, the user the module runs as (root).
+      - A detached server is started as this user (its groups set as C(initgroups), then C(setgid) and C(setuid) in
+        the child, as systemd's C(User=) and C(Group=) do), and only processes running as this user (all four uids)
+        are taken for a detached server; a systemd server's unit names the user itself.
+      - A user or group that does not exist on the host fails the call, naming it.
+    type: str
+  group:
+    description: The server's group (the role's C(sglang_group)); unset, the primary group of O(user).
+    type: str
 '''

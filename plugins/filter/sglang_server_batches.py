@@ -98,6 +98,27 @@ _value:
       description: The hosts of the canary's servers.
       type: list
       elements: str
+    batches:
+      description: The rollout's batches in the order they run (the single-node play's, then one per server group).
+      type: list
+      elements: dict
+      contains:
+        number:
+          description: The batch's place in the rollout, from 1.
+          type: int
+        hosts:
+          description: Its hosts.
+          type: list
+          elements: str
+        canary:
+          description: Whether it holds the canary.
+          type: bool
+      sample: [{number: 1, hosts: [gpu1], canary: true}, {number: 2, hosts: [gpu2, gpu3], canary: false}]
+    batch_lines:
+      description: RV(_value.batches) in words, one line each, as the playbook prints them.
+      type: list
+      elements: str
+      sample: ["batch 1 (canary): gpu1", "batch 2: gpu2, gpu3"]
     policy:
       description: The rolling policy that applies.
       type: dict

@@ -86,12 +86,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError
+from ansible_collections.gpuops.sglang.plugins.module_utils._identity import UnknownIdentity, identity
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
 
 PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
 # What the watcher imports, installed into lib/ from the collection that armed the guard.
 RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py', '_router.py',
-                 '_command.py', '_http.py', '_files.py', '_lease.py', '_sockets.py')
+                 '_command.py', '_http.py', '_files.py', '_lease.py', '_sockets.py', '_identity.py')
 ENTRY_POINT = '''# Installed by gpuops.sglang.sglang_guard: runs the guard without Ansible.
 import os
 import sys
@@ -173,6 +174,10 @@ class Guard(object):
         self.clock = clock
         self.state_path = os.path.join(folder, 'state.json')
         self.fired_path = os.path.join(folder, 'fired.json')
+        # A restore that took the server out of its router and could not put it back says so here, for the next
+        # run (sglang_server_info, then the decision): it puts the server back once verified, instead of taking
+        # it for one an operator drained. A readmission (the run's confirm, a later restore's) removes it.
+        self.router_owed_path = os.path.join(folder, 'router_owed.json')
         self.lib = os.path.join(folder, 'lib')
         self.entry_point = os.path.join(self.lib, 'gpuops_sglang_guard.py')
         self.commands = []
@@ -209,6 +214,28 @@ class Guard(object):
         self.check_folder()
         return _read_json(self.fired_path)
 
+    def router_owed(self):
+        """The router a restore left the server out of: {router_url, worker_url, run_id, at, why}, or None."""
+        self.check_folder()
+        return _read_json(self.router_owed_path)
+
+    def _settle_router(self, state, readmitted, report=None):
+        """Record or clear the readmission owed: readmitted False (a restore that could not put the server back)
+        records it, True clears it, None (no router step) leaves it as it is."""
+        router = (state.get('settings') or {}).get('router')
+        if not router or readmitted is None:
+            return
+        if readmitted:
+            try:
+                os.unlink(self.router_owed_path)
+            except FileNotFoundError:
+                pass
+            return
+        _write_json(self.router_owed_path, {
+            'router_url': router.get('url'), 'worker_url': router.get('worker_url'),
+            'run_id': (report or {}).get('run_id'), 'at': (report or {}).get('finished_at'),
+            'why': (report or {}).get('router_problem')})
+
     def lease(self):
         """The armed guard's lease as the query reports it (armed_at, renewed_at/by, idle, expires_at,
         deadline_at, acts_at, acts_in, the boot-clock readings); None when no guard is armed."""
@@ -244,6 +271,10 @@ class Guard(object):
         problem = service_name_problem(server.get('service_name')) or arm_problem(deadline_s, idle_s, after_s)
         if problem:
             raise GuardError(problem + '; the guard did nothing')
+        try:
+            server_uid = identity(server.get('user'), server.get('group')).uid
+        except UnknownIdentity as exc:
+            raise GuardError('%s: the server cannot run as it; the guard did nothing' % exc)
         self.make_folder()
         with Lock(self.folder, self.lock_timeout):
             current = self.state()
@@ -263,9 +294,9 @@ class Guard(object):
                 'idle': float(idle_s) if idle_s else None,
                 'files': entries, 'server': server, 'settings': settings, 'python': python,
                 'watcher': 'systemd' if systemd else 'detached', 'unit': self.unit_name(server['service_name']),
-                # The user the server runs as: the guard (root) starts it, as systemd's unit (no User=) does.
+                # The user the server runs as (its User=, or the detached start's drop; root without one).
                 # The restore stops leftovers of this user only.
-                'server_uid': os.geteuid(),
+                'server_uid': server_uid,
             }
             if state['idle']:
                 # The arm is the first renewal: the lease of an earlier run must not count for this one.
@@ -351,6 +382,12 @@ class Guard(object):
                 # We hold the lock, so its restorer is gone midway: the tree may be half restored.
                 raise GuardError(restoring_message(state, self.folder))
             self._drop(state)
+            # Both window flows confirm after the verified server went back into the router (router_in.yml): a
+            # readmission an earlier restore owed is paid.
+            try:
+                self._settle_router(state, True)
+            except OSError:
+                pass  # the record stays: the next run readmits a server the router already lists, a no-op
             return True, None
 
     def _drop(self, state):
@@ -420,6 +457,11 @@ class Guard(object):
                 _write_json(self.state_path, state)
             except Exception as exc:  # a full disk: the report (or the log) still says so
                 report['problems'].append('could not mark state.json as owed a restore: %s' % _describe(exc))
+        try:
+            self._settle_router(state, report.get('router_readmitted'), report)
+        except Exception as exc:
+            report['problems'].append('could not record the router readmission owed in %s: %s'
+                                      % (self.router_owed_path, _describe(exc)))
         try:
             _write_json(self.fired_path, report)
         except Exception as exc:

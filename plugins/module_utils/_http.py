@@ -21,6 +21,8 @@ Continue before the answer, TLS) and bounds a head line (64 KiB) and the number 
     http_request(method, url, timeout, ...) -> (status, body bytes), (NO_ANSWER, why) on any HttpError
     open_response(method, url, timeout, ...) -> Response: .status, .headers, .readline(cap), .read(cap)
     parse_json(body, max_depth)             -> the document, or raises JsonError
+    endpoint(url)                           -> (scheme, host, port), or raises HttpError
+    resolve(host, port, seconds)            -> getaddrinfo's list, None past seconds, or raises its error
 """
 
 from __future__ import absolute_import, division, print_function
@@ -139,6 +141,54 @@ def _refuse_unsendable(target, headers):
         raise HttpError('refused to send a request line or header with a control character in it')
 
 
+DEFAULT_PORTS = {'http': 80, 'https': 443}
+
+
+def endpoint(url):
+    """(scheme, host, port) of an http or https URL, the scheme's own port where it names none; HttpError for
+    any other URL (another scheme, no host, a bad port or bracket)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:  # an unbalanced IPv6 bracket, a port out of range or not a number
+        raise HttpError('a bad URL: %s' % exc)
+    if parts.scheme not in DEFAULT_PORTS:
+        raise HttpError('only http and https URLs are spoken (got %r)' % (parts.scheme or 'no scheme'))
+    if not parts.hostname:
+        raise HttpError('a URL without a host')
+    return parts.scheme, parts.hostname, port or DEFAULT_PORTS[parts.scheme]
+
+
+def resolve(host, port, seconds):
+    """getaddrinfo's (family, type, proto, canonname, sockaddr) list for host (stream sockets), or None when the
+    lookup takes longer than seconds; the lookup's own exception (socket.gaierror: no such name) when it fails.
+
+    An address (the usual case: the role asks servers at their inventory address) needs no resolver. A name
+    is resolved in a daemon thread joined with the time given: getaddrinfo takes no timeout, and a dead DNS
+    server holds it for the resolver's own timeouts and attempts (resolv.conf: 5 s, twice, per server). A
+    lookup that outlives it is left to end on its own; its answer is dropped.
+    """
+    try:
+        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        pass  # a name, not an address
+    answer = []
+
+    def lookup():
+        try:
+            answer.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+        except Exception as exc:  # handed to the caller's thread, raised there
+            answer.append(exc)
+    resolver = threading.Thread(target=lookup, name='resolve %s' % host, daemon=True)
+    resolver.start()
+    resolver.join(max(0.0, seconds))
+    if not answer:
+        return None
+    if isinstance(answer[0], Exception):
+        raise answer[0]
+    return answer[0]
+
+
 class _Exchange(object):
     """One exchange's deadline, and its socket as http.client uses one (sendall, makefile, close): each send
     and read first sets the socket's timeout to the time left, so every wait on the peer ends by the deadline."""
@@ -162,33 +212,15 @@ class _Exchange(object):
         return left
 
     def resolve(self, host, port):
-        """getaddrinfo's (family, type, proto, canonname, sockaddr) list for host, within the time left.
-
-        An address (the usual case: the role asks servers at their inventory address) needs no resolver. A
-        name is resolved in a daemon thread joined with the time left: getaddrinfo takes no timeout, and a dead
-        DNS server holds it for the resolver's own timeouts and attempts (resolv.conf: 5 s, twice, per server).
-        A lookup that outlives the deadline is left to end on its own; its answer is dropped.
-        """
+        """getaddrinfo's list for host (resolve()), within the time left."""
         self.phase = 'resolving %s' % host
         try:
-            return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
-        except socket.gaierror:
-            pass  # a name, not an address
-        answer = []
-
-        def lookup():
-            try:
-                answer.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
-            except Exception as exc:  # handed to the caller's thread, raised there as an HttpError
-                answer.append(exc)
-        resolver = threading.Thread(target=lookup, name='resolve %s' % host, daemon=True)
-        resolver.start()
-        resolver.join(self.left())
-        if not answer:
+            found = resolve(host, port, self.left())
+        except Exception as exc:  # whatever getaddrinfo raised: an HttpError, as every failure of an exchange
+            raise HttpError('%s: %s' % (self.phase, exc))
+        if found is None:
             raise self.timed_out()
-        if isinstance(answer[0], Exception):
-            raise HttpError('%s: %s' % (self.phase, answer[0]))
-        return answer[0]
+        return found
 
     def connect(self, host, port, context):
         """Resolve host, then connect to its addresses in turn, all within the one deadline (socket.create_connection
@@ -363,19 +395,8 @@ def open_response(method, url, timeout, body=None, headers=None, ssl_context=Non
     other scheme than http or https is refused, never spoken as plain HTTP.
     Raises HttpError (HttpTimeout, HttpTooLarge, HttpProtocolError); the caller closes the Response.
     """
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:  # an unbalanced IPv6 bracket, say: a bad URL, never an exception of another kind
-        raise HttpError('a bad URL: %s' % exc)
-    if parts.scheme not in ('http', 'https'):
-        raise HttpError('only http and https URLs are spoken (got %r)' % (parts.scheme or 'no scheme'))
-    default_port = 443 if parts.scheme == 'https' else 80
-    try:
-        port = parts.port or default_port
-    except ValueError as exc:  # a port out of range or not a number
-        raise HttpError('a bad URL: %s' % exc)
-    if not parts.hostname:
-        raise HttpError('a URL without a host')
+    scheme, host, port = endpoint(url)
+    parts = urlsplit(url)
     headers = dict(headers or {}, Connection='close')
     if isinstance(body, dict):
         body = json.dumps(body).encode('utf-8')
@@ -385,10 +406,11 @@ def open_response(method, url, timeout, body=None, headers=None, ssl_context=Non
     exchange = _Exchange(float(timeout), clock)
     try:
         with exchange.failures():
-            context = (ssl_context or ssl.create_default_context()) if parts.scheme == 'https' else None
-            connection = http.client.HTTPConnection(parts.hostname, port)
-            connection.default_port = default_port  # the Host header names the port unless it is the scheme's
-            connection.sock = exchange.connect(parts.hostname, port, context)
+            context = (ssl_context or ssl.create_default_context()) if scheme == 'https' else None
+            connection = http.client.HTTPConnection(host, port)
+            # The Host header names the port unless it is the scheme's.
+            connection.default_port = DEFAULT_PORTS[scheme]
+            connection.sock = exchange.connect(host, port, context)
             connection.request(method, target, body, headers)
             return Response(connection.getresponse(), exchange)
     except BaseException:

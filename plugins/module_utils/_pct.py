@@ -36,7 +36,11 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
 # One line per process: "proc PID PPID STATE STARTTIME CMDLINE", NULs and newlines of the
 # command line turned into spaces. Field 22 of /proc/PID/stat is the start time; the fields
 # after "comm)" start at field 3, so it is ${20} there (comm may hold spaces and ')').
+# With the argument "users" (a dry run's listing), also "uid PID EUID" after each process and "account UID NAME"
+# for each line of the container's /etc/passwd: its uids are the container's own, which the node's accounts do
+# not name. Only then: the listing is polled while a server drains, and each status read costs time there.
 LIST_SCRIPT = r'''echo "self $$"
+users=$1
 for d in /proc/[0-9]*; do
   pid=${d#/proc/}
   IFS= read -r stat < "$d/stat" || continue
@@ -44,7 +48,15 @@ for d in /proc/[0-9]*; do
   [ $# -ge 20 ] || continue
   cmd=$(tr '\000\n' '  ' < "$d/cmdline") || continue
   printf 'proc %s %s %s %s %s\n' "$pid" "$2" "$1" "${20}" "$cmd"
+  if [ "$users" = users ]; then
+    while read -r key real effective rest; do
+      if [ "$key" = Uid: ]; then echo "uid $pid $effective"; break; fi
+    done < "$d/status"
+  fi
 done 2>/dev/null
+if [ "$users" = users ]; then
+  while IFS=: read -r name password uid rest; do echo "account $uid $name"; done < /etc/passwd
+fi 2>/dev/null
 echo end
 '''
 
@@ -82,8 +94,8 @@ class PctCommand(object):
     def exec_(self, argv):
         return [self.pct_path, 'exec', str(self.vmid), '--'] + list(argv)
 
-    def list_processes(self):
-        return self.exec_(['/bin/sh', '-c', LIST_SCRIPT, LIST_NAME])
+    def list_processes(self, users=False):
+        return self.exec_(['/bin/sh', '-c', LIST_SCRIPT, LIST_NAME] + (['users'] if users else []))
 
     def signal(self, signame, records):
         return self.exec_(['/bin/sh', '-c', SIGNAL_SCRIPT, SIGNAL_NAME, signame] +
@@ -128,6 +140,19 @@ def parse_listing(stdout):
     return self_pid, records
 
 
+def parse_users(stdout):
+    """{pid: the name of its effective user} from the "uid" and "account" lines of LIST_SCRIPT's output with
+    "users" (the uid itself where the container has no account for it)."""
+    uids, accounts = {}, {}
+    for line in stdout.split('\n'):
+        fields = line.split(' ')
+        if len(fields) == 3 and fields[0] == 'uid' and fields[1].isdigit() and fields[2].isdigit():
+            uids[int(fields[1])] = fields[2]
+        elif len(fields) == 3 and fields[0] == 'account' and fields[1].isdigit():
+            accounts.setdefault(fields[1], fields[2])
+    return dict((pid, accounts.get(uid, uid)) for pid, uid in uids.items())
+
+
 def own_processes(self_pid, records):
     """The listing shell and every process below it (its command substitutions)."""
     children = {}
@@ -170,9 +195,12 @@ class ContainerProcesses(object):
     # while a draining server is awaited, so its exit is seen soon after and the node is not flooded.
     poll_max_interval = 0.1
 
-    def __init__(self, runner, pct_command):
+    def __init__(self, runner, pct_command, with_users=False):
         self.runner = runner
         self.pct = pct_command
+        # A dry run's listing also names each process's user (users, by PID, from the last listing).
+        self.with_users = with_users
+        self.users = {}
 
     @property
     def vmid(self):
@@ -186,7 +214,7 @@ class ContainerProcesses(object):
         raise ProcessSourceError('%s in container %d failed: %s%s' % (doing, self.vmid, why, hint))
 
     def list(self):
-        result = self.runner.run(self.pct.list_processes())
+        result = self.runner.run(self.pct.list_processes(self.with_users))
         if result.timed_out or result.rc != 0:
             self._fail('listing processes', result,
                        '' if result.timed_out else '. The listing runs /bin/sh and tr inside the container and '
@@ -197,6 +225,7 @@ class ContainerProcesses(object):
             raise ProcessSourceError('listing processes in container %d failed: %s; output: %r'
                                      % (self.vmid, exc, result.output[-400:]))
         own = own_processes(self_pid, records)
+        self.users = parse_users(result.stdout) if self.with_users else {}
         return [record for record in records if record.pid not in own]
 
     def signal(self, records, signame):

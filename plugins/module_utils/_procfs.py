@@ -14,6 +14,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import pwd
+import re
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import SIGNALS, ProcessRecord
 
@@ -71,6 +73,31 @@ def read_identity(pid, proc_root='/proc'):
     except (IOError, OSError, ValueError):
         uids = None
     return executable, uids
+
+
+def user_named(uid):
+    """The account name of a uid, or the uid itself where the host has no account for it."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+# A GPU's device file: /dev/nvidiaN, N its device minor (nvidiactl, nvidia-uvm and nvidia-caps/* are no GPU).
+GPU_DEVICE = re.compile(r'(?:^|/)nvidia([0-9]+)$')
+
+
+def gpu_minors(devices):
+    """The device minors of the GPUs among device paths, sorted."""
+    return sorted(set(int(found.group(1)) for found in (GPU_DEVICE.search(path) for path in devices) if found))
+
+
+def described(record, proc_root='/proc', devices=None):
+    """{pid, user, cmdline, gpus} of a process as a dry run lists what it would end: its effective user (from
+    /proc/PID/status, not its command line), and the GPUs (device minors) of the devices it holds."""
+    uids = read_identity(record.pid, proc_root)[1]
+    return {'pid': record.pid, 'user': user_named(uids[1]) if uids else None, 'cmdline': record.cmdline,
+            'gpus': gpu_minors(devices or [])}
 
 
 def open_files(pid, proc_root='/proc'):

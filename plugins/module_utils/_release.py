@@ -78,7 +78,7 @@ def only_threshold_hint(proof, busy, compute_apps, still_holding):
         return ''
     return ('Only the threshold failed: %s with no process left, above max_used_mib %d MiB (the role\'s '
             'sglang_gpu_max_used_mib). If that is the idle reading of these GPUs, set the threshold above it, '
-            'well below one CUDA context (about 300 MiB). '
+            'well below one CUDA context (529 MiB measured on an H100). '
             % (', '.join('GPU %s reads %s MiB' % (gpu['index'], gpu['memory_used_mib']) for gpu in busy),
                proof.max_used_mib))
 

@@ -20,18 +20,27 @@ Both changes are asynchronous, so every change is followed by reading /workers u
 Removal only stops new traffic: what the router already sent to the worker still runs there.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import absolute_import, annotations, division, print_function
 
 __metaclass__ = type
 
+import ipaddress
 import time
 
+from typing import Callable, FrozenSet, Optional, Union
+
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import bearer, http_request, parse_json
+from ansible_collections.gpuops.sglang.plugins.module_utils._http import (
+    HttpError, bearer, endpoint, http_request, parse_json, resolve)
 
 
 class RouterError(Exception):
     """The router did not answer as its API says; the message says how."""
+
+
+class UnmatchedWorker(RouterError):
+    """Whether the router lists this server cannot be told: a spelling of it, or of a worker the router lists at
+    the same scheme and port, names no address (its name does not resolve), or two workers are this server."""
 
 
 def normalize_url(url):
@@ -66,6 +75,86 @@ def entry_for(workers, url):
     """The listing's entry for url, or None."""
     wanted = normalize_url(url)
     return next((worker for worker in workers or [] if worker['url'] == wanted), None)
+
+
+Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+# What a host name stands for: its addresses, or None when it names none (it does not resolve).
+Addresses = Optional[FrozenSet[Address]]
+
+
+def addresses_of(host: str, port: int, seconds: float) -> Addresses:
+    """The addresses host stands for (every one getaddrinfo gives, IPv4 and IPv6; an IPv4-mapped IPv6 address
+    as its IPv4 one), looked up within seconds; None when the name does not resolve in that time."""
+    try:
+        found = resolve(host, port, seconds)
+    except Exception:  # whatever getaddrinfo raised (no such name, a name it cannot encode): no address known
+        return None
+    if not found:
+        return None
+    # An IPv6 address may carry its interface (fe80::1%eth0): the address is what tells a server.
+    addresses = (ipaddress.ip_address(info[4][0].split('%', 1)[0]) for info in found)
+    return frozenset(getattr(address, 'ipv4_mapped', None) or address for address in addresses)
+
+
+# What an operator does about an UnmatchedWorker (the module's option, the role's variable).
+SET_WORKER_URL = ("Set worker_url (the role's sglang_router_worker_url) to the router's spelling of this server, "
+                  "as GET /workers lists it")
+
+
+def _endpoint_or_none(url: str) -> tuple[str, str, int] | None:
+    try:
+        return endpoint(url)
+    except HttpError:
+        return None
+
+
+def match_worker(workers: list[dict] | None, url: str, addresses: Callable[[str, int], Addresses]) -> dict | None:
+    """The listing's entry for the server at url, or None when the router does not list it.
+
+    The router may know the server under another spelling than url (an address where url names the host, or
+    the reverse): an entry with url's scheme and port whose host stands for one of the addresses url's host
+    stands for is this server. `addresses(host, port)`: a frozenset of addresses, None when it names none.
+    An entry spelled as url is taken without a lookup. UnmatchedWorker, naming both spellings, when the
+    router lists a worker at url's scheme and port and whether it is this server cannot be told (its name or
+    url's does not resolve), or when two entries are this server.
+    """
+    exact = entry_for(workers, url)
+    if exact is not None:
+        return exact
+    mine = _endpoint_or_none(normalize_url(url))
+    if mine is None:
+        return None
+    scheme, host, port = mine
+    # Workers at another scheme or port are other servers, whatever their host: only these are looked up.
+    alike = [(worker, theirs[1]) for worker, theirs in ((worker, _endpoint_or_none(worker['url']))
+                                                        for worker in workers or [])
+             if theirs is not None and (theirs[0], theirs[2]) == (scheme, port)]
+    if not alike:
+        return None
+    own = addresses(host, port)
+    if own is None:
+        raise UnmatchedWorker(
+            'whether the router lists this server cannot be told: %s names no address here (%s does not resolve) '
+            'and the router lists %s at the same port. %s' % (
+                url, host, ', '.join(worker['url'] for worker, dummy in alike), SET_WORKER_URL))
+    matched, unresolved = [], []
+    for worker, their_host in alike:
+        theirs = addresses(their_host, port)
+        if theirs is None:
+            unresolved.append(worker['url'])
+        elif theirs & own:
+            matched.append(worker)
+    if len(matched) > 1:
+        raise UnmatchedWorker('the router lists this server (%s) %d times: %s. Remove all but one from the router' % (
+            url, len(matched), ', '.join(worker['url'] for worker in matched)))
+    if matched:
+        return matched[0]
+    if unresolved:
+        raise UnmatchedWorker(
+            'whether the router lists this server cannot be told: it lists %s, whose host does not resolve here, '
+            'and this server is %s (%s). %s, or take the stale worker out of the router' % (
+                ', '.join(unresolved), url, ', '.join(sorted(str(address) for address in own)), SET_WORKER_URL))
+    return None
 
 
 def in_router(worker):

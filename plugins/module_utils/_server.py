@@ -37,9 +37,9 @@ __metaclass__ = type
 import ipaddress
 import json
 import os
-import pwd
 import socket
 import subprocess
+import sys
 import time
 
 from urllib.parse import urlsplit
@@ -47,9 +47,17 @@ from urllib.parse import urlsplit
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import subprocess_runner
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import UntrustedPath, open_append_no_follow, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request, parse_json
+from ansible_collections.gpuops.sglang.plugins.module_utils._identity import UnknownIdentity, identity
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_identity, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import (
+    LocalProcesses,
+    described,
+    protected_pids,
+    read_identity,
+    read_proc_record,
+    user_named,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._sockets import held_sockets, read_listeners, reached, socket_holders
 
 # Where the server is, as sglang_server, sglang_server_info and sglang_guard's `server` take it (one spec; the doc
@@ -59,6 +67,9 @@ SERVER_OPTIONS = dict(
     launch_file=dict(type='path', required=True),
     pidfile=dict(type='path', required=True),
     url=dict(type='str', required=True),
+    # Who the server runs as (the role's sglang_user, sglang_group); None: the user the module runs as.
+    user=dict(type='str'),
+    group=dict(type='str'),
 )
 
 # The bound of one systemctl or launch command (sglang_server's CommandRunner deadline); the plan's step bounds
@@ -333,9 +344,10 @@ class DetachedDriver(ServiceDriver):
             # stop signals exactly this session.
             # run_command waits for its child: the server must outlive the module.
             child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,  # pylint: disable=ansible-bad-function
-                                     env=env, cwd='/', close_fds=True, start_new_session=True)
+                                     env=env, cwd='/', close_fds=True, start_new_session=True,
+                                     **_run_as(server.identity()))
         except OSError as exc:
-            raise ServerError('could not run %s: %s' % (argv[0], exc))
+            raise ServerError('could not run %s as %s: %s' % (argv[0], server.user or 'this user', exc))
         finally:
             os.close(log)
         # Not fsynced: a pid file outlives neither the server nor a reboot, and this is inside the outage.
@@ -406,18 +418,22 @@ class DetachedDriver(ServiceDriver):
             return None
 
     def _not_ours(self, pids, legacy=False):
-        """Why the processes pids are not this server's (None when each is): each must run as this user
+        """Why the processes pids are not this server's (None when each is): each must run as the server's user
         (all four uids) and carry both marks in its environment. With legacy, a process without marks is
         accepted when its command line is exactly the one the launch file describes (a server started by a
         release before the marks, from the launch file still in place); never one of another user."""
         marks = set(('%s=%s' % pair).encode('utf-8') for pair in self._marks().items())
+        try:
+            server_uid = self.server.identity().uid
+        except ServerError as exc:
+            return str(exc)
         for pid in pids:
             dummy, uids = read_identity(pid, self.server.processes.proc_root)
             if uids is None:
                 return 'process %d cannot be read' % pid
-            if set(uids) != set([os.geteuid()]):
-                return 'process %d runs as uid %s, not as this user (uid %d)' % (
-                    pid, '/'.join(str(uid) for uid in uids), os.geteuid())
+            if set(uids) != set([server_uid]):
+                return 'process %d runs as uid %s, not as the server\'s user (uid %d)' % (
+                    pid, '/'.join(str(uid) for uid in uids), server_uid)
             environment = self._read_proc(pid, 'environ')
             if environment is not None and marks <= set(environment.split(b'\0')):
                 continue
@@ -437,7 +453,7 @@ class DetachedDriver(ServiceDriver):
         return cmdline is not None and cmdline.split(b'\0')[:-1] == [os.fsencode(arg) for arg in argv]
 
     def _marked_leader(self, sessions):
-        """The session leader started for this service and launch file (its marks) by this user; None
+        """The session leader started for this service and launch file (its marks) as the server's user; None
         when there is none. A process of another user is never taken for the server, whatever its environment
         says; two marked sessions are an error, not a guess."""
         server = self.server
@@ -467,12 +483,23 @@ class DetachedDriver(ServiceDriver):
 DRIVERS = {'systemd': SystemdDriver, 'detached': DetachedDriver}
 
 
+def _run_as(who):
+    """Popen's arguments that start the server as `who`: nothing when this process already runs as it. The drop
+    happens in the child between fork and exec (initgroups, setgid, setuid, as systemd's User= and Group=), by
+    Popen's own C code from Python 3.9; a 3.8 host drops in a preexec_fn."""
+    if who.is_current:
+        return {}
+    if sys.version_info >= (3, 9):
+        return {'user': who.uid, 'group': who.gid, 'extra_groups': list(who.groups)}
+    return {'preexec_fn': who.become}
+
+
 class Server(object):
     """One server: how it is managed (its driver), where its files are and where it answers."""
 
     def __init__(self, manager, service_name, launch_file, pidfile, log_file, base_url,
                  term_timeout=30.0, runner=subprocess_runner, command_timeout=60.0, proc_root='/proc',
-                 cgroup_root='/sys/fs/cgroup', check_listener=True):
+                 cgroup_root='/sys/fs/cgroup', check_listener=True, user=None, group=None):
         if manager not in DRIVERS:
             raise ValueError('manager must be systemd or detached, not %r' % (manager,))
         self.manager = manager
@@ -496,14 +523,27 @@ class Server(object):
         # False only for a caller that knows the server's URL and nothing of its processes (sglang_benchmark given the
         # URL alone), whose requests are the URL's whoever listens there.
         self.check_listener = check_listener
+        # Who the server runs as (None: the user this process runs as, root for the role's modules and the guard).
+        self.user = user or None
+        self.group = group or None
         self.driver = DRIVERS[manager](self)
 
     @classmethod
     def from_dict(cls, spec, **kwargs):
         # `base_url`: the name a guard armed before the server's options were one spec recorded.
         url = spec['url'] if 'url' in spec else spec['base_url']
+        # `user`, `group`: absent from a guard armed before the server had a user of its own (it ran as root).
         return cls(spec['manager'], spec['service_name'], spec['launch_file'], spec['pidfile'],
-                   spec['log_file'], url, spec.get('term_timeout', 30), **kwargs)
+                   spec['log_file'], url, spec.get('term_timeout', 30), user=spec.get('user'), group=spec.get('group'),
+                   **kwargs)
+
+    def identity(self):
+        """The identity the server runs as (_identity.Identity); ServerError when its user or group does not exist."""
+        try:
+            return identity(self.user, self.group)
+        except UnknownIdentity as exc:
+            raise ServerError('%s: the server %s cannot run as it; create it, or name another (the role\'s sglang_user'
+                              ' and sglang_group)' % (exc, self.service_name))
 
     def _run(self, argv, timeout=None):
         self.commands.append(list(argv))
@@ -593,12 +633,12 @@ class Server(object):
                 command = ''.join(char if char.isprintable() else ' ' if char.isspace() else '?'
                                   for char in (record.cmdline if record is not None else '?'))
                 named.append('PID %d (user %s, command %s)' % (
-                    pid, _user_named(uids[1]) if uids else '?',
+                    pid, user_named(uids[1]) if uids else '?',
                     command if len(command) <= 200 else command[:200] + '...'))
             if not pids:
                 named.append('a socket of user %s on %s that no process here holds (one of another network'
                              ' namespace or PID namespace, or one this user may not read)'
-                             % (_user_named(listener.uid), listener.endpoint))
+                             % (user_named(listener.uid), listener.endpoint))
         return ', '.join(named)
 
     def api_key(self):
@@ -625,6 +665,12 @@ class Server(object):
         if pid is None:
             return []
         return self.driver.own_pids(pid)
+
+    def described_own(self, pid):
+        """{pid, user, cmdline, gpus} of each process a stop of the server running as `pid` ends (a dry run's list;
+        its GPUs are gpu_release's to name)."""
+        records = (read_proc_record(own, self.processes.proc_root) for own in self.own_pids(pid))
+        return [described(record, self.processes.proc_root) for record in records if record is not None]
 
     def strays(self, patterns, pid):
         """Live processes matching any compiled pattern that are not the server's own (nor this process and its ancestors)."""
@@ -877,13 +923,6 @@ class Server(object):
             if status != 404:
                 raise ServerError(answered(path, status, body))
         raise ServerError('neither /server_info nor /get_server_info exists')
-
-
-def _user_named(uid):
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 def mismatches(reported, expected, expected_environment=None):

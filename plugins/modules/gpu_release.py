@@ -43,7 +43,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Reports the holders that would be killed and the current GPU memory; signals nothing.
+    details: Reports the holders that would be killed (RV(killed), and with their users and GPUs RV(targets)) and the current GPU memory; signals nothing.
   diff_mode:
     support: none
     details: Not applicable; the module acts on processes, not on files.
@@ -95,7 +95,7 @@ options:
       - A GPU counts as released when nvidia-smi reports at most this many MiB used. An idle H200 reads
         0; an idle H100 has been seen at about 4.
       - The role passes C(sglang_gpu_max_used_mib), V(64) by default there, above every idle reading measured with a
-        margin and well below the about 300 MiB one process's CUDA context holds until it exits, so a process
+        margin and well below the about 530 MiB one process's CUDA context holds until it exits, so a process
         left on the GPU still fails the release. A release that fails with no process left names each GPU's
         reading and this threshold.
     type: int
@@ -197,6 +197,28 @@ killed:
       description: Last signal sent, V(TERM) or V(KILL).
       type: str
   sample: [{"pid": 436, "cmdline": "python3 hold.py", "signal": "KILL"}]
+targets:
+  description:
+    - The holders found on the devices and not left alone, as seen before any signal to them - in check mode, what a
+      release would end. The processes of O(await_exit) are not among them (the server's own stop ends those).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: PID of the holder.
+      type: int
+    user:
+      description: The name of its effective user, from C(/proc/PID/status) (its uid where the host has no account for it); null when unreadable.
+      type: str
+    cmdline:
+      description: Full command line of the holder.
+      type: str
+    gpus:
+      description: The device minors of the GPUs it holds (C(/dev/nvidiaN)); C(nvidia-smi -q) shows each GPU's C(Minor Number).
+      type: list
+      elements: int
+  sample: [{"pid": 436, "user": "alice", "cmdline": "python3 hold.py", "gpus": [0, 1]}]
 excluded:
   description: Holders left alone, with the reason (V(exclude) pattern or V(self/ancestor)) and the devices they hold.
   returned: always
@@ -350,7 +372,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     planned_kills,
     signalled_summary,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, described, protected_pids
 from ansible_collections.gpuops.sglang.plugins.module_utils._release import (
     NvmlUnavailable,
     Timeline,
@@ -489,7 +511,9 @@ def release_with(module, result, timeline, excludes, lease, reader):
     expected = read_before(module, reader, result)
     local = TracedProcesses(LocalProcesses(), timeline)
     ended_early = await_stopping(module, local, result)
-    targets, result['excluded'] = classify_holders(local.holders(result['devices']), excludes, protected_pids())
+    holders = local.holders(result['devices'])
+    targets, result['excluded'] = classify_holders(holders, excludes, protected_pids())
+    result['targets'] = [described(record, devices=holders[record.pid]) for record in targets]
     if module.check_mode:
         result.update(killed=planned_kills(targets, params['term_timeout']), changed=bool(targets),
                       gpus=result['gpus_before'])
@@ -506,7 +530,7 @@ def main():
         timeline.add('process start', at=process_start)
     timeline.add('module start')
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = new_result(killed=[], excluded=[], gpus_before=[], gpus=[], devices=[], compute_apps=[], elapsed=0.0,
+    result = new_result(killed=[], targets=[], excluded=[], gpus_before=[], gpus=[], devices=[], compute_apps=[], elapsed=0.0,
                         cmd=[], memory_reader='', awaited=nothing_awaited(), timeline=[])
     # LeaseError: the guard restored while this ran; its message says so.
     run_module(module, result, lambda: release(module, result, timeline), errors=(LeaseError,),

@@ -38,7 +38,7 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Lists what would be killed (same RV(killed) list) and signals nothing.
+    details: Lists what would be killed (same RV(killed) list; RV(targets) with each process's user) and signals nothing.
   diff_mode:
     support: none
     details: Not applicable; the module acts on processes, not on files.
@@ -148,6 +148,30 @@ killed:
       description: Last signal sent, V(TERM) or V(KILL).
       type: str
   sample: [{"pid": 412, "cmdline": "python3 -m sglang.launch_server --port 30000", "signal": "TERM"}]
+targets:
+  description:
+    - The matching processes of the first listing, before any signal to them - in check mode, what would be
+      stopped. The processes of O(await_exit) are not among them.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: PID inside the container.
+      type: int
+    user:
+      description:
+        - The name of its effective user in the container (its uid where the container's C(/etc/passwd) has no
+          account for it). Read only in check mode (the listing is polled while a server drains); null otherwise.
+      type: str
+    cmdline:
+      description: Full command line.
+      type: str
+    gpus:
+      description: Always empty (M(gpuops.sglang.gpu_release) names the GPU holders).
+      type: list
+      elements: int
+  sample: [{"pid": 412, "user": "root", "cmdline": "python3 -m sglang.launch_server --port 30000", "gpus": []}]
 remaining:
   description: Matching processes in the final listing (signalled or not); the module fails when this is not empty.
   returned: always
@@ -220,6 +244,11 @@ def remaining_entry(record):
     return {'pid': record.pid, 'cmdline': record.cmdline, 'state': record.state}
 
 
+def target_entry(record, users):
+    """A matching process as first listed: {pid, user, cmdline, gpus} (no GPUs: gpu_release names the holders)."""
+    return {'pid': record.pid, 'user': users.get(record.pid), 'cmdline': record.cmdline, 'gpus': []}
+
+
 def validated_patterns(params):
     if not params['kill_patterns']:
         fail('kill_patterns is empty: give at least one regular expression for the command lines '
@@ -256,7 +285,7 @@ def running_container(module, result):
         state = ('is %s' % status) if status else 'does not exist or cannot be queried (rc %d: %s)' % (
             status_run.rc, status_run.output or 'no output')
         fail('container %d %s; nothing was killed' % (params['vmid'], state))
-    return ContainerProcesses(runner, pct)
+    return ContainerProcesses(runner, pct, with_users=module.check_mode)
 
 
 def matching(module, container, patterns, listing):
@@ -284,6 +313,7 @@ def kill(module, container, patterns, result):
             if awaited.failure():
                 raise ProcessSourceError(awaited.failure())
         targets = matching(module, container, patterns, container.list())
+        result['targets'] = [target_entry(record, container.users) for record in targets]
         if module.check_mode:
             result.update(killed=planned_kills(targets, params['term_timeout']), changed=bool(targets))
             return ended_early, None, started
@@ -325,7 +355,7 @@ def stop_matching(module, result):
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = new_result(killed=[], remaining=[], cmd=[], vmid=module.params['vmid'], awaited=nothing_awaited(),
+    result = new_result(killed=[], targets=[], remaining=[], cmd=[], vmid=module.params['vmid'], awaited=nothing_awaited(),
                         elapsed=0.0)
     run_module(module, result, lambda: stop_matching(module, result))
 

@@ -260,7 +260,7 @@ def server_of(module):
         manager = 'systemd' if os.path.isdir('/run/systemd/system') else 'detached'
     # One deadline per command (systemctl show): a wedged systemd must not hang the benchmark.
     return Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
-                  params['url'], runner=CommandRunner(module, 30).as_runner())
+                  params['url'], runner=CommandRunner(module, 30).as_runner(), user=params['user'], group=params['group'])
 
 
 def level_line(level):

@@ -66,6 +66,13 @@ options:
     description: The host, named in the refusals.
     type: str
     required: true
+  router_url:
+    description:
+      - The router the server sits behind (the role's C(sglang_router_url)); empty for none. A readmission the
+        guard owes for this router (O(state)'s C(guard_router_owed)) is a reason to redeploy, so that the server
+        is verified and put back.
+    type: str
+    default: ''
 notes:
   - Meant for the role's own tasks.
 '''
@@ -81,6 +88,7 @@ EXAMPLES = r'''
     patch_file: "{{ sglang_patch_file }}"
     python: "{{ sglang_python }}"
     host: "{{ inventory_hostname }}"
+    router_url: "{{ sglang_router_url }}"
   register: _sglang_decision
 '''
 
@@ -90,6 +98,12 @@ reasons:
   returned: success
   type: list
   elements: str
+readmission_owed:
+  description:
+    - The guard's record of a restore that left the server out of O(router_url) (its run id, when, why), or null.
+      The run then treats the server as one the router listed before it (out, verified, back in).
+  returned: success
+  type: dict
 redeploy_needed:
   description: Whether there is a reason.
   returned: success

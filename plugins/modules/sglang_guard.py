@@ -141,6 +141,15 @@ options:
         description: Seconds SGLang may drain after SIGTERM before SIGKILL.
         type: float
         default: 30
+      user:
+        description:
+          - The user the server runs as (the role's C(sglang_user)); unset, the user the module runs as. A restore
+            starts a detached server as this user, and stops only this user's leftovers (O(kill_patterns)).
+          - A user that does not exist on the host is refused, and nothing is armed.
+        type: str
+      group:
+        description: The server's group (the role's C(sglang_group)); unset, the primary group of O(server.user).
+        type: str
   host:
     description: Name of the host in reports (the inventory name).
     type: str
@@ -150,7 +159,8 @@ options:
       - Regular expressions of command lines stopped after the server (what SGLang leaves behind), searched in the
         command line (its arguments joined by spaces). Anchor them to SGLang's own command lines (the role's
         C(sglang_kill_patterns)), so that an editor or a C(tail) whose arguments merely name SGLang never matches.
-      - Only processes of the user the server runs as (the user that armed the guard) are stopped; each one is
+      - Only processes of the user the server runs as (O(server.user), else the user that armed the guard) are
+        stopped; each one is
         listed in RV(fired.killed).
     type: list
     elements: str
@@ -471,7 +481,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lease import arm_pr
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVER_OPTIONS
 
-SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'url', 'term_timeout')
+SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'url', 'term_timeout', 'user', 'group')
 # The server as the guard records it: sglang_server's own options (one spec), `url` also under its old name.
 SERVER_SPEC = dict(
     dict(SERVER_OPTIONS, url=dict(SERVER_OPTIONS['url'], aliases=['base_url'])),

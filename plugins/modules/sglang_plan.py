@@ -144,6 +144,13 @@ secret:
   description: Whether the rendered files carry secrets (no task shows their content then).
   returned: when the host takes part and no rule is broken
   type: bool
+secret_files:
+  description:
+    - The labels of the files whose content is secret (the API keys file; the launch configuration with a secret
+      environment); a dry run shows no diff of them.
+  returned: when the host takes part and no rule is broken
+  type: list
+  elements: str
 peers:
   description: The URL of each server of the fleet, by host.
   returned: when the host takes part and no rule is broken

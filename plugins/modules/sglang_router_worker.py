@@ -28,6 +28,14 @@ description:
     C(smg) still lists as draining is waited for until it is dropped, then added; C(smg) refuses its URL
     meanwhile (409), and its pending removal would drop an entry replaced with C(PUT).
   - O(state=query) only reads whether the worker is in the router.
+  - The worker is found in the gateway's listing by what its URL stands for, not only by its spelling. A listed
+    worker with the same scheme and port whose host resolves to one of the addresses O(worker_url)'s host
+    resolves to (every address, IPv4 and IPv6) is this server, for example V(http://10.0.0.11:30000) for
+    O(worker_url=http://gpu1:30000). Every later request names it as the gateway does (RV(worker_url_in_router)).
+  - A listed worker at the same scheme and port whose name does not resolve on the managed host (or an
+    O(worker_url) whose name does not resolve, beside such workers) leaves it unknown whether the gateway lists
+    this server; the module then fails naming both spellings and changes nothing, as it does when two listed
+    workers are this server. A worker spelled exactly as O(worker_url) is taken without any lookup.
   - Both changes are asynchronous in the gateway (it answers 202); the module reads C(/workers) until the
     change shows, up to O(timeout).
 author:
@@ -49,7 +57,11 @@ options:
     type: str
     required: true
   worker_url:
-    description: The server's URL as the router knows it, for example V(http://10.0.0.11:30000).
+    description:
+      - The server's URL, for example V(http://10.0.0.11:30000). The gateway may list it under another spelling
+        of the same scheme, address and port (an address for a host name, or the reverse); the module finds it
+        there and uses the gateway's spelling. One it does not list at all is added under this one.
+      - Each host name is resolved on the managed host within O(request_timeout).
     type: str
     required: true
   state:
@@ -106,7 +118,7 @@ RETURN = r'''
 member_before:
   description:
     - Whether the worker was in the router when the module began (listed, and not draining); null when the router
-      could not be read.
+      could not be read, or when whether it lists this server could not be told (a name that does not resolve).
   returned: always
   type: bool
 member:
@@ -126,6 +138,15 @@ status:
       sglang-router 0.3, which gives none.
   returned: always
   type: str
+worker_url_in_router:
+  description:
+    - The URL under which the router listed this server when the module began, O(worker_url) itself or the
+      gateway's own spelling of the same scheme, address and port (for example V(http://10.0.0.11:30000) for
+      O(worker_url=http://gpu1:30000)); null when the router did not list it, or could not be read.
+    - Later runs of the module for this server (removal, re-adding) should name it by this URL.
+  returned: always
+  type: str
+  sample: http://10.0.0.11:30000
 worker_id:
   description: The router's id of the worker (null when not listed).
   returned: always
@@ -152,7 +173,7 @@ from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import (
-    Router, RouterError, entry_for, in_router, normalize_url, ready)
+    Router, RouterError, UnmatchedWorker, addresses_of, entry_for, in_router, match_worker, normalize_url, ready)
 
 ARGUMENT_SPEC = dict(
     router_url=dict(type='str', required=True),
@@ -165,12 +186,16 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def converge(module, router, worker_url, result):
+def converge(module, router, worker_url, addresses, result):
     """(the worker's entry at the end or None, whether it is a member); the router changed unless check mode."""
     params = module.params
     workers = router.workers()
     result['workers_total'] = len(workers)
-    worker = entry_for(workers, worker_url)
+    worker = match_worker(workers, worker_url, addresses)
+    # The router's own spelling of this server names it in every later request (removal, the waits, re-adding
+    # a draining one): the router knows no other.
+    result['worker_url_in_router'] = worker['url'] if worker is not None else None
+    listed_url = result['worker_url_in_router'] or worker_url
     result['member_before'] = in_router(worker)
     wanted = {'present': True, 'absent': False, 'query': result['member_before']}[params['state']]
     result['changed'] = wanted != result['member_before']
@@ -179,10 +204,10 @@ def converge(module, router, worker_url, result):
     if (not result['changed'] and not listed_not_ready) or module.check_mode:
         return worker, wanted
     if wanted:
-        worker = router.admit(worker_url, params['timeout'], worker=worker, worker_api_key=params['worker_api_key'])
+        worker = router.admit(listed_url, params['timeout'], worker=worker, worker_api_key=params['worker_api_key'])
     else:
-        router.take_out(worker_url, params['timeout'], worker=worker)
-        worker = entry_for(router.last_workers, worker_url)
+        router.take_out(listed_url, params['timeout'], worker=worker)
+        worker = entry_for(router.last_workers, listed_url)
     result['workers_total'] = len(router.last_workers)
     return worker, wanted
 
@@ -190,15 +215,23 @@ def converge(module, router, worker_url, result):
 def manage(module, router, worker_url, begun, result):
     params = module.params
     msg = None
+    known = {}
+
+    def addresses(host, port):
+        # Each name is looked up once, within one request's time (a dead DNS server costs no more).
+        if host not in known:
+            known[host] = addresses_of(host, port, params['request_timeout'])
+        return known[host]
     try:
-        worker, member = converge(module, router, worker_url, result)
+        worker, member = converge(module, router, worker_url, addresses, result)
     except RouterError as exc:
         # What the router did is unknown here: report the membership last read, not a guess (unknown,
-        # None, when a change was asked and no listing was read after it).
+        # None, when a change was asked and no listing was read after it, or this server could not be told
+        # apart in the listing).
         listed = router.last_workers
-        worker = entry_for(listed, worker_url)
+        worker = entry_for(listed, result['worker_url_in_router'] or worker_url)
         result['workers_total'] = len(listed) if listed is not None else result['workers_total']
-        member = None if listed is None else in_router(worker)
+        member = None if listed is None or isinstance(exc, UnmatchedWorker) else in_router(worker)
         msg = 'sglang_router_worker %s of %s at %s failed: %s' % (
             params['state'], worker_url, params['router_url'], to_native(exc))
     routed = worker if in_router(worker) else None
@@ -217,7 +250,7 @@ def main():
     begun = time.time()
     router = Router(params['router_url'], params['request_timeout'], params['api_key'])
     result = new_result(member_before=None, member=None, healthy=None, worker_id=None, status=None, workers_total=0,
-                        elapsed=0.0, requests=router.requests)
+                        worker_url_in_router=None, elapsed=0.0, requests=router.requests)
     run_module(module, result, lambda: manage(module, router, normalize_url(params['worker_url']), begun, result))
 
 

@@ -39,7 +39,8 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Reports whether the server runs and would be stopped or started; changes nothing.
+    details: Reports whether the server runs and would be stopped or started, and which processes a stop would end
+      (RV(would_stop)); changes nothing.
   diff_mode:
     support: none
     details: Not applicable; the module acts on processes.
@@ -49,7 +50,9 @@ options:
   activate:
     description:
       - Files moved into place before the start (O(state=restarted) only, after the stop), each O(activate[].candidate)
-        is copied over its O(activate[].live) file atomically, with O(activate[].mode) and the live file's owner.
+        is copied over its O(activate[].live) file atomically, with O(activate[].mode) and the candidate's owner and
+        group (the role writes the candidate with C(sglang_group), which a server running as C(sglang_user) reads
+        it through).
       - In the outage window this is the move of the new configuration, inside the step that renews the rollback
         guard (O(guard)), rather than one controller round trip per file that cannot renew it.
     type: list
@@ -254,6 +257,31 @@ strays:
       description: Its full command line.
       type: str
   sample: [{pid: 4802, cmdline: "sglang::scheduler_TP0"}]
+would_stop:
+  description:
+    - In check mode with O(state=stopped) or O(state=restarted), the processes the stop would end, read now and
+      changing nothing - the unit's control group (its main PID where the group cannot be read) or the detached
+      server's session. Empty outside check mode and when no server runs.
+    - RV(would_stop[].user) is the effective user, from C(/proc/PID/status) (a command line is the process's own
+      choice); RV(would_stop[].gpus) is always empty here (M(gpuops.sglang.gpu_release) names the GPU holders).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: Its PID.
+      type: int
+    user:
+      description: The name of its effective user (its uid where the host has no account for it); null when unreadable.
+      type: str
+    cmdline:
+      description: Its full command line.
+      type: str
+    gpus:
+      description: Always empty (see above).
+      type: list
+      elements: int
+  sample: [{pid: 4711, user: root, cmdline: "/opt/sglang/bin/python -m sglang.launch_server --port 30000", gpus: []}]
 drain:
   description:
     - The wait for requests in flight before the stop (O(drain_timeout)); null when there was none.
@@ -290,7 +318,6 @@ cmd:
   elements: list
 '''
 
-import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -341,6 +368,8 @@ def report_only(module, server, pid, patterns, result):
     params = module.params
     state = params['state']
     result['strays'] = stray_entries(server.strays(patterns, pid))
+    if state in ('stopped', 'restarted') and pid is not None:
+        result['would_stop'] = server.described_own(pid)
     result['healthy'] = pid is not None and server.health() == 200
     if server.foreign_listener_named():
         module.warn(server.foreign_listener)
@@ -378,11 +407,12 @@ def stop(module, server, pid, patterns, result, lease):
 
 
 def activate(entries, result):
-    """Each candidate over its live file (atomic, the live file's owner kept); the live paths written."""
+    """Each candidate over its live file (atomic, with the candidate's owner and group: the role wrote it with the
+    server's group); the live paths written."""
     for entry in entries:
         try:
             data = read_bytes(entry['candidate'])
-            owner = mode_and_owner(entry['live'])[1] if os.path.exists(entry['live']) else None
+            owner = mode_and_owner(entry['candidate'])[1]
             write_atomic(entry['live'], data, int(entry['mode'], 8), '.gpuops-activate', owner)
         except (IOError, OSError, ValueError) as exc:
             fail('cannot put the %s in place (%s -> %s): %s; the server was not started'
@@ -479,12 +509,12 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     result = new_result(activated=[], running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
-                        stop_elapsed=None, stopping=[], strays=[], drain=None, readiness=None,
+                        stop_elapsed=None, stopping=[], strays=[], would_stop=[], drain=None, readiness=None,
                         started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     server = Server(params['manager'], params['service_name'], params['launch_file'], params['pidfile'],
                     params['log_file'], params['url'], params['term_timeout'],
-                    runner=CommandRunner(module, COMMAND_TIMEOUT).as_runner())
+                    runner=CommandRunner(module, COMMAND_TIMEOUT).as_runner(), user=params['user'], group=params['group'])
     lease = Renewer.from_option(None if module.check_mode else params['guard'], 'sglang_server %s' % params['state'])
     server.progress = lease.tick
 

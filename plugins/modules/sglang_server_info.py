@@ -128,6 +128,29 @@ options:
   patch_stamp:
     description: The stamp file M(gpuops.sglang.sglang_patch) writes (its O(gpuops.sglang.sglang_patch#module:stamp)).
     type: path
+  readable_folders:
+    description:
+      - Folders the server loads (the role passes C(sglang_model_path) and C(sglang_draft_model_path) when
+        C(sglang_user) is not root), checked B(as) O(user) and O(group) in a child process that drops to them
+        (C(initgroups), C(setgid), C(setuid)). Each must exist, be a folder, be listable, and every regular file at
+        its top level (links followed) must open for reading. Root's view proves nothing for another user (an NFS
+        export with C(root_squash), a folder C(0700) of another owner).
+      - A path that is not absolute (a hub id such as V(org/model), which SGLang downloads) or is empty is not
+        checked, and is listed in RV(server_access.skipped).
+      - Each failure is listed in RV(server_access.problems); the role's preflight
+        (M(gpuops.sglang.sglang_decision)) refuses the host before anything stops when it is not empty.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      label:
+        description: What the folder is, in the caller's words (the role names the variable).
+        type: str
+        required: true
+      path:
+        description: The folder (or a hub id).
+        type: str
+        required: true
   check_adaptive_tiers:
     description:
       - Read from the installed sglang's own source (found through O(python)) whether it takes
@@ -214,6 +237,29 @@ guard_last_fired:
   description: Report of the guard's last restore on this host (null when there never was one).
   returned: always
   type: dict
+guard_router_owed:
+  description:
+    - The router a restore of the guard took the server out of and could not put it back into (null when none
+      is owed); the next run with the same router puts the server back once it is verified. A readmission (a
+      run's confirm, a later restore's) clears it.
+  returned: always
+  type: dict
+  contains:
+    router_url:
+      description: The router.
+      type: str
+    worker_url:
+      description: The server's URL as the restore knew it.
+      type: str
+    run_id:
+      description: The run whose guard restored.
+      type: str
+    at:
+      description: When the restore ended (seconds since the epoch).
+      type: float
+    why:
+      description: Why the server was not put back.
+      type: str
 patch:
   description:
     - Whether the patch stamp proves O(patch_content) applied for O(python) (every patched file still holds
@@ -276,6 +322,57 @@ folders_untrusted:
       description: Which folder on the way fails the rule, and its owner or mode.
       type: str
   sample: [{folder: /var/log/sglang, why: "/var/log is writable by its group (mode 0775)"}]
+server_access:
+  description:
+    - Who the server runs as and what of O(readable_folders) that user cannot load, checked as that user.
+    - A user or group that does not exist on the host is one problem (label V(user) or V(group), path null).
+  returned: always
+  type: dict
+  contains:
+    user:
+      description: The user the server runs as (O(user), else the user this module runs as); null when it does not exist.
+      type: str
+    group:
+      description: Its group (O(group), else the user's primary group); null when either does not exist.
+      type: str
+    checked:
+      description: The absolute paths of O(readable_folders) checked as that user, in their order.
+      type: list
+      elements: str
+    skipped:
+      description: The entries of O(readable_folders) not checked, each with why (a hub id, an empty path).
+      type: list
+      elements: dict
+      contains:
+        label:
+          description: The entry's label.
+          type: str
+        path:
+          description: The entry's path.
+          type: str
+        why:
+          description: Why it was not checked.
+          type: str
+    problems:
+      description: What the user cannot load, each with the path and what failed; empty when everything can be.
+      type: list
+      elements: dict
+      contains:
+        label:
+          description: The entry's label (V(user) or V(group) for an identity that does not exist).
+          type: str
+        path:
+          description: The folder (null for an identity that does not exist).
+          type: str
+        why:
+          description: What failed (does not exist, is not a folder, cannot be listed, files that cannot be opened).
+          type: str
+  sample:
+    user: sglang
+    group: sglang
+    checked: [/models/Llama-3.1-70B-Instruct]
+    skipped: [{label: sglang_draft_model_path, path: org/draft, why: "not an absolute path (a hub id): SGLang downloads it"}]
+    problems: [{label: sglang_model_path, path: /models/Llama-3.1-70B-Instruct, why: "cannot be listed (Permission denied)"}]
 launcher_current:
   description: Whether O(launcher.path) holds O(launcher.content) with mode C(0755); null when O(launcher) is not given.
   returned: always
@@ -297,6 +394,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import distrust, read_bytes
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils._identity import UnknownIdentity, folder_problems, identity
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     adaptive_tiers_supported,
@@ -330,6 +428,10 @@ ARGUMENT_SPEC = dict(
     )),
     patch_content=dict(type='str'),
     patch_stamp=dict(type='path'),
+    readable_folders=dict(type='list', elements='dict', default=[], options=dict(
+        label=dict(type='str', required=True),
+        path=dict(type='str', required=True),
+    )),
     check_adaptive_tiers=dict(type='bool', default=False),
     read_sglang_version=dict(type='bool', default=False),
     generate_probe=dict(type='bool', default=False),
@@ -379,6 +481,34 @@ def folders_untrusted(folders):
         if why:
             refused.append({'folder': path, 'why': why})
     return refused
+
+
+def no_access_read():
+    """server_access before anything was read (the same keys on every run)."""
+    return {'user': None, 'group': None, 'checked': [], 'skipped': [], 'problems': []}
+
+
+def server_access(user, group, folders):
+    """Who the server runs as, and what of `folders` ([{label, path}]) it cannot load, checked as that user. A hub id
+    (not an absolute path) or an empty path is skipped: SGLang downloads a hub id, there is no folder to check."""
+    access = no_access_read()
+    try:
+        who = identity(user, group)
+    except UnknownIdentity as exc:
+        access['problems'].append({'label': exc.kind, 'path': None, 'why': str(exc)})
+        return access
+    access.update(user=who.user, group=who.group)
+    local = []
+    for entry in folders:
+        if not entry['path']:
+            access['skipped'].append(dict(entry, why='empty: no folder'))
+        elif not os.path.isabs(entry['path']):
+            access['skipped'].append(dict(entry, why='not an absolute path (a hub id): SGLang downloads it'))
+        else:
+            local.append(entry)
+    access['checked'] = [entry['path'] for entry in local]
+    access['problems'] = folder_problems(who, local)
+    return access
 
 
 def launcher_current(launcher):
@@ -442,6 +572,7 @@ def read_guard(folder, runner, result):
         state = guard.state()
         result['guard_armed_by'] = state.get('run_id') if state else None
         result['guard_last_fired'] = guard.last_fired()
+        result['guard_router_owed'] = guard.router_owed()
 
 
 def read_state(module, commands, server, result):
@@ -452,6 +583,7 @@ def read_state(module, commands, server, result):
     result['folders_missing'] = folders_missing(params['folders'])
     result['folders_untrusted'] = folders_untrusted(params['folders'])
     result['launcher_current'] = launcher_current(params['launcher'])
+    result['server_access'] = server_access(params['user'], params['group'], params['readable_folders'])
     read_server(module, server, params, result)
     result['patch'] = patch_state(params['patch_content'], params['patch_stamp'], params['python'])
     if params['check_adaptive_tiers']:
@@ -474,11 +606,12 @@ def main():
         manager = 'systemd' if os.path.isdir('/run/systemd/system') else 'detached'
     result = new_result(service_manager=manager, python_exists=True, running=False, pid=None,
                         healthy=False, mismatches=[], configs_changed=[], guard_armed_by=None, guard_last_fired=None,
+                        guard_router_owed=None,
                         patch=patch_state(None, None, None), adaptive_tiers=None, generates=None,
                         generate_error=None, sglang_version=None, folders_missing=[], folders_untrusted=[],
-                        launcher_current=None, cmd=[])
+                        launcher_current=None, server_access=no_access_read(), cmd=[])
     server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
-                    params['url'], runner=commands.as_runner())
+                    params['url'], runner=commands.as_runner(), user=params['user'], group=params['group'])
 
     def finish(result):
         result['cmd'] = commands.cmd

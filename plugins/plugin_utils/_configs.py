@@ -51,6 +51,13 @@ def keyed(settings):
     return len(settings['sglang_api_key']) > 0 or len(settings['sglang_admin_api_key']) > 0
 
 
+def secret_labels(settings):
+    """The files whose content is secret, by label: the API keys file, and the launch configuration when it carries
+    a secret environment. A dry run shows no diff of them (the unit and the flags carry no secret)."""
+    return ((['launch configuration'] if settings['sglang_secret_environment'] else [])
+            + (['API keys'] if keyed(settings) else []))
+
+
 def dynamic_environment(settings):
     """The patch's switch: the batch size from which the patched server stops drafting (env mode only)."""
     if as_bool(settings['sglang_dynamic_spec_enabled']) and settings['sglang_dynamic_spec_mode'] == 'env':
@@ -79,6 +86,12 @@ def launch(settings, args):
             'environment': environment}
 
 
+def secret_mode(settings):
+    """The mode of the files that hold secrets and that the server reads (the launch configuration, its keys): root's
+    alone, or also its group's (the role writes them with group sglang_group) when the server runs as another user."""
+    return '0600' if settings['sglang_user'] == 'root' else '0640'
+
+
 def configs(settings, args, templates):
     """[{label, path, candidate, mode, content, systemd_only}], in the order the role has always listed them.
 
@@ -87,9 +100,10 @@ def configs(settings, args, templates):
     where = paths(settings)
     # The templates' own names for the two paths the plan computed (beside the role's settings).
     variables = dict(settings, launcher=where['launcher'], launch_file=where['launch_file'])
+    secret = secret_mode(settings)
     files = [
         {'label': 'launch configuration', 'path': where['launch_file'], 'candidate': where['launch_candidate'],
-         'mode': '0600', 'content': nice_json(launch(settings, args)), 'systemd_only': False},
+         'mode': secret, 'content': nice_json(launch(settings, args)), 'systemd_only': False},
         {'label': 'systemd unit', 'path': where['unit_file'], 'candidate': where['unit_candidate'], 'mode': '0644',
          'content': render(templates['sglang.service.j2'], variables), 'systemd_only': True},
     ]
@@ -98,7 +112,7 @@ def configs(settings, args, templates):
                       'mode': '0644', 'content': nice_json(adaptive_config(settings)), 'systemd_only': False})
     if keyed(settings):
         files.append({'label': 'API keys', 'path': where['keys_file'], 'candidate': where['keys_candidate'],
-                      'mode': '0600', 'content': render(templates['server_keys.yaml.j2'], variables),
+                      'mode': secret, 'content': render(templates['server_keys.yaml.j2'], variables),
                       'systemd_only': False})
     return files
 

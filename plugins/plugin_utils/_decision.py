@@ -10,8 +10,8 @@ __metaclass__ = type
 
 def host_problems(state, python, host, adaptive):
     """What the gathered state refuses before anything moves: a missing interpreter, a folder of the server's files
-    that another user could write into, or adaptive mode on an sglang that would ignore batch-size tiers
-    (0.5.12.post1: drafting would never stop at the threshold)."""
+    that another user could write into, a server user that does not exist or cannot load the model, or adaptive mode
+    on an sglang that would ignore batch-size tiers (0.5.12.post1: drafting would never stop at the threshold)."""
     if not state.get('python_exists'):
         return ('sglang_python %s does not exist on %s; point it at the interpreter whose site-packages holds'
                 ' sglang.' % (python, host))
@@ -24,6 +24,9 @@ def host_problems(state, python, host, adaptive):
                 ' root owns, with every folder above them root\'s and writable by neither group nor others (chmod'
                 ' go-w, chown root), or set sglang_config_dir, sglang_run_dir and sglang_log_file to such folders.'
                 % (host, '; '.join('%s, as %s' % (entry.get('folder'), entry.get('why')) for entry in untrusted)))
+    access = access_problem(state.get('server_access') or {}, host)
+    if access:
+        return access
     if adaptive and state.get('adaptive_tiers') is not True:
         found = ('reads one flat list of candidate steps and would ignore them' if state.get('adaptive_tiers') is False
                  else 'could not be read')
@@ -31,6 +34,23 @@ def host_problems(state, python, host, adaptive):
                 ' tiers (0.5.23 does); the sglang of %s on %s %s. Use sglang_dynamic_spec_mode env with the patch, or'
                 ' an sglang release with tiers.' % (python, host, found))
     return ''
+
+
+def access_problem(access, host):
+    """Why the server's user could not run or load the model (sglang_server_info's server_access, checked as that
+    user: root's view proves nothing on an NFS export with root_squash); '' when it can."""
+    problems = access.get('problems') or []
+    missing = [entry for entry in problems if entry.get('path') is None]
+    if missing:
+        return ('the server cannot run as its user on %s: %s. Create it there (useradd --system), or set sglang_user'
+                ' and sglang_group to a user and group that exist.' % (host, '; '.join(entry.get('why') for entry in missing)))
+    if not problems:
+        return ''
+    return ('the server\'s user %s (group %s) cannot load what the server reads on %s, checked as that user: %s. Give'
+            ' that user read access to each folder, its files and every folder above it (chmod, chgrp or an ACL; on NFS'
+            ' with root_squash, on the file server), or set sglang_user and sglang_group to a user that has it.'
+            % (access.get('user'), access.get('group'), host,
+               '; '.join('%s %s %s' % (entry.get('label'), entry.get('path'), entry.get('why')) for entry in problems)))
 
 
 def patch_state(state, patch_check, patch_file):
@@ -41,9 +61,23 @@ def patch_state(state, patch_check, patch_file):
     return dict(patch_check or {}) if patch_file else {}
 
 
-def reasons(state, patch_check, force_restart):
+def readmission_owed(state, router_url):
+    """The guard's record of a restore that left this server out of router_url (sglang_server_info's
+    guard_router_owed), or None: none is owed, or it was owed by another router than the one configured now."""
+    owed = state.get('guard_router_owed') or None
+    if not owed or not router_url or (owed.get('router_url') or '').rstrip('/') != router_url.rstrip('/'):
+        return None
+    return owed
+
+
+def reasons(state, patch_check, force_restart, owed=None):
     """Why the server is redeployed, in the report's words; [] when nothing must change."""
     found = ['force_restart'] if force_restart else []
+    if owed:
+        # Not listed by the router because a restore could not put it back, not because an operator drained it:
+        # the window verifies it and puts it back (a server out of the router serves no client: its restart costs
+        # none of them a request).
+        found.append('left out of the router by the restore of run %s' % owed.get('run_id'))
     if (patch_check or {}).get('changed'):
         found.append('patch not applied')
     found.extend('%s changed' % label for label in state.get('configs_changed', []))

@@ -5,7 +5,8 @@
 
 `run` maps short names to the role's registered results and notes (missing: the step never ran):
 stop, killed, released, started, patched, patch_state, router_before, router_removed, router_readmitted,
-rollback, slot, takeover, gpu_probe, after_failure, state, performance, group (the plan's); failure, skip_reason,
+rollback, slot, takeover, gpu_probe, after_failure, state, performance, group (the plan's), dry_run (a check run's,
+sglang_dry_run's); failure, skip_reason,
 reasons, redeploy_needed, window_opened, run_id, manager, check_mode. `settings` holds host, patch_file, router_url,
 rollback_deadline, perf_gate, the plan's server_info and environment (what the server must report) and
 dynamic_spec_env_read_by. Every
@@ -29,7 +30,7 @@ SPLIT = 'split'
 # The report's names for the run's step results and notes (`run`; a step that never ran gives none).
 RESULTS = ('stop', 'killed', 'released', 'started', 'patched', 'router_before', 'router_removed', 'router_readmitted',
            'rollback', 'slot', 'takeover', 'gpu_probe', 'after_failure', 'state', 'failure', 'run_id', 'window_opened',
-           'skip_reason', 'decision', 'group', 'performance', 'group_decision', 'bake')
+           'skip_reason', 'decision', 'group', 'performance', 'group_decision', 'bake', 'dry_run')
 
 
 def report_files(host, status):
@@ -167,7 +168,7 @@ def base(run, settings):
     """The keys every report has; outcome() fills in status, healthy, reason, downtime_s (and rollback)."""
     released, patch = _get(run, 'released'), _get(run, 'patch_state')
     gpus_before = released.get('gpus_before', _get(run, 'gpu_probe').get('gpus_before', []))
-    return {
+    whole = {
         'host': settings['host'], 'run_id': run.get('run_id'), 'check_mode': bool(run.get('check_mode')),
         'status': 'failed', 'healthy': False, 'reason': '', 'reasons': run.get('reasons') or [],
         'service_manager': run.get('manager'), 'phases_s': phases(run), 'downtime_s': None,
@@ -187,6 +188,16 @@ def base(run, settings):
         # Who reads the dynamic speculation variable in env mode (patch, installed); null when env mode is off.
         'dynamic_spec_env_read_by': settings.get('dynamic_spec_env_read_by') or None,
     }
+    whole.update(dry_run_block(run))
+    return whole
+
+
+def dry_run_block(run):
+    """What a check run's dry run found: would_kill ({stop, kill_in_container, gpu_release}: [{pid, user, cmdline,
+    gpus}]), flag_changes ([{flag, live, wanted}]) and deadline ({deadline_s, idle_s}, the guard's); each null where
+    no dry run ran (a real run, or a check run that would change nothing)."""
+    dry_run = run.get('dry_run') or {}
+    return {key: dry_run.get(key) for key in ('would_kill', 'flag_changes', 'deadline')}
 
 
 def group_block(group):

@@ -275,6 +275,32 @@ def _described(policy, servers_count):
     return '%sbatches of %s server(s), %s, %s' % (canary, _shown(policy['serial']), bound, failure)
 
 
+def _cut(hosts, sizes):
+    """hosts in consecutive batches of sizes (Ansible's serial list: its last entry repeats while hosts are left)."""
+    cut, start = [], 0
+    while start < len(hosts) and sizes:
+        size = max(1, sizes[min(len(cut), len(sizes) - 1)])
+        cut.append(hosts[start:start + size])
+        start += size
+    return cut
+
+
+def batches(plan):
+    """[{number, hosts, canary}] of server_batches' plan, in the order the two plays run them: the single-node
+    servers' batches (single_serial), then one batch per server group (group_serial); a batch holding a canary
+    host is the canary's."""
+    canary = set(plan['canary_hosts'])
+    cut = _cut(plan['single_hosts'], plan['single_serial']) + _cut(plan['group_hosts'], plan['group_serial'])
+    return [{'number': number, 'hosts': hosts, 'canary': bool(canary & set(hosts))}
+            for number, hosts in enumerate(cut, 1)]
+
+
+def batch_lines(listed):
+    """One line per batch for the printed plan: "batch 1 (canary): gpu1", "batch 2: gpu2, gpu3"."""
+    return ['batch %d%s: %s' % (batch['number'], ' (canary)' if batch['canary'] else '', ', '.join(batch['hosts']))
+            for batch in listed]
+
+
 def rollout_plan(play_hosts, inventory_vars, asked, fleet_hosts=None):
     """server_batches under rollout_policy, with the policy under `policy`: a percentage of max_unavailable is of
     the fleet's servers (`fleet_hosts`, the play's hosts when not given; a group counts once), as the budget is."""
@@ -282,4 +308,6 @@ def rollout_plan(play_hosts, inventory_vars, asked, fleet_hosts=None):
     policy = rollout_policy(asked, len(fleet))
     plan = server_batches(play_hosts, inventory_vars, policy['serial'], policy['canary'])
     plan['policy'] = policy
+    plan['batches'] = batches(plan)
+    plan['batch_lines'] = batch_lines(plan['batches'])
     return plan

@@ -29,7 +29,7 @@ ROLE_SETTINGS = (
     'sglang_speculative_algorithm', 'sglang_speculative_eagle_topk', 'sglang_speculative_num_draft_tokens',
     'sglang_speculative_num_steps', 'sglang_term_timeout', 'sglang_tp_size', 'sglang_tune_levels',
     'sglang_tune_max_new_tokens', 'sglang_tune_requests', 'sglang_tune_steps', 'sglang_tune_timeout',
-    'sglang_verify_environment',
+    'sglang_user', 'sglang_group', 'sglang_verify_environment',
 )
 # sglang_model_path has no default: the argument spec requires it; the rules say so in their words.
 # sglang_node_rank has none either: a node of a server group must name its rank (_groups refuses it unset).

@@ -1,5 +1,6 @@
 """gpu_release against real processes holding simulated device files, read by the nvidia-smi simulator."""
 import os
+import pwd
 import signal
 
 import pytest
@@ -8,7 +9,7 @@ from helpers import faults
 from helpers.ansible_run import run_task
 from helpers.simulated import SimulatedGpuHost, gate_opened_by_first_call, is_running
 
-KEYS = {'changed', 'killed', 'excluded', 'gpus_before', 'gpus', 'devices', 'compute_apps', 'elapsed', 'cmd',
+KEYS = {'changed', 'killed', 'targets', 'excluded', 'gpus_before', 'gpus', 'devices', 'compute_apps', 'elapsed', 'cmd',
         'awaited'}
 
 
@@ -49,6 +50,14 @@ def test_check_mode_reports_holders_and_kills_nothing(tmp_path, gpu_host):
     assert all(is_running(proc) for proc in procs.values())
     assert result['gpus'] == result['gpus_before']
     assert [gpu['memory_used_mib'] for gpu in result['gpus_before']] == [20610, 20610]
+    # The dry run's list: each holder's user (its effective uid's account) and the GPUs (device minors) it holds.
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    listed = dict((entry['pid'], entry) for entry in result['targets'])
+    for name, title, gpus in (('scheduler0', 'sglang::scheduler_TP0', [0]), ('scheduler1', 'sglang::scheduler_TP1', [1]),
+                              ('caps_only', 'python3 cuda_probe.py', [])):
+        entry = listed.pop(procs[name].inner_pid)
+        assert (entry['user'], entry['gpus']) == (user, gpus) and entry['cmdline'].startswith(title)
+    assert listed == {}
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """pct_exec_kill through the pct simulator into a real PID namespace."""
 import os
+import pwd
 import subprocess
 
 import pytest
@@ -8,7 +9,7 @@ from helpers import faults
 from helpers.ansible_run import run_task
 from helpers.simulated import SimulatedContainer, SimulatedGpuHost, gate_opened_by_first_call, is_running, wait_for
 
-KEYS = {'changed', 'killed', 'remaining', 'cmd', 'vmid', 'awaited', 'elapsed'}
+KEYS = {'changed', 'killed', 'targets', 'remaining', 'cmd', 'vmid', 'awaited', 'elapsed'}
 LAUNCHER = 'python3 -m sglang.launch_server --model-path /models/m --speculative-algorithm EAGLE3 --port 30000'
 
 
@@ -41,6 +42,14 @@ def test_check_mode_lists_only_container_sglang_processes(tmp_path, lab):
     assert sorted(entry['pid'] for entry in result['killed']) == sorted(
         procs[name].inner_pid for name in ('launcher', 'scheduler', 'detokenizer'))
     assert all(is_running(proc) for proc in procs.values())
+    # The dry run's list: each with its user, read inside the container (its uid, its /etc/passwd).
+    user = pwd.getpwuid(os.geteuid()).pw_name
+    listed = dict((entry['pid'], entry) for entry in result['targets'])
+    for name, title in (('launcher', LAUNCHER), ('scheduler', 'sglang::scheduler_TP0'),
+                        ('detokenizer', 'sglang::detokenizer')):
+        entry = listed.pop(procs[name].inner_pid)
+        assert (entry['user'], entry['gpus']) == (user, []) and entry['cmdline'].startswith(title)
+    assert listed == {}
 
 
 @pytest.mark.slow

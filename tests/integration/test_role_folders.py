@@ -3,7 +3,9 @@ sglang_server_info call of gather.yml that tells them what is missing, on this m
 they make only what is missing, with 0750, and never chmod a folder they find. The review measured /run,
 /etc and /var/log left 0750 (and a sticky bit gone) after runs with those settings; the plan now refuses a
 system folder (test_role_variable_checks.py), and these tasks leave any folder they find as it was."""
+import grp
 import os
+import pwd
 import stat
 
 import pytest
@@ -18,7 +20,7 @@ LAUNCHER_TASK = "Install the launcher (systemd's ExecStart; an operator's hand r
 ASK = 'Ask the host what is missing'
 
 
-def role_tasks(names, settings, tmp_path, launcher=None):
+def role_tasks(names, settings, tmp_path, launcher=None, group='root'):
     """gather.yml's sglang_server_info call with the folders as the plan computes them (sglang_plan's
     paths.folders) and the launcher it reads, registered as gather.yml does, then the named tasks of prepare.yml."""
     with open(os.path.join(ROLE, 'tasks', 'prepare.yml')) as handle:
@@ -29,7 +31,7 @@ def role_tasks(names, settings, tmp_path, launcher=None):
     if launcher is not None:
         plan['launcher'] = {'path': launcher, 'content': read_launcher()}
         ask['launcher'] = plan['launcher']
-    role_vars = {'_sglang_plan': plan, '_sglang_launcher': launcher}
+    role_vars = {'_sglang_plan': plan, '_sglang_launcher': launcher, 'sglang_group': group}
     return ([{'name': ASK, 'gpuops.sglang.sglang_server_info': ask, 'register': '_sglang_state'}] +
             [dict(tasks[name], vars=role_vars) for name in names])
 
@@ -53,11 +55,14 @@ def test_folders_found_keep_their_mode_and_missing_ones_are_made_0750(tmp_path):
     os.chmod(str(config), 0o755)
     log_file = tmp_path / 'new' / 'log' / 'server.log'
     settings = {'sglang_config_dir': str(config), 'sglang_run_dir': str(shared), 'sglang_log_file': str(log_file)}
-    tasks = role_tasks([FOLDER_TASK], settings, tmp_path)
+    # The server's group (sglang_group) may enter a folder the role makes, to read its launch configuration.
+    server_group = grp.getgrgid(pwd.getpwnam('nobody').pw_gid)
+    tasks = role_tasks([FOLDER_TASK], settings, tmp_path, group=server_group.gr_name)
     results = run_tasks(tmp_path, tasks)
     assert not any(result.failed for result in results.values()), results.transcript
     assert mode(shared) == 0o1777 and mode(config) == 0o755
     assert mode(log_file.parent) == 0o750 and mode(log_file.parent.parent) == 0o750
+    assert os.stat(str(log_file.parent)).st_gid == server_group.gr_gid and os.stat(str(config)).st_gid == 0
     made = [entry['item'] for entry in results[FOLDER_TASK]['results'] if entry.get('changed')]
     assert made == [str(log_file.parent)]
 

@@ -45,7 +45,9 @@ def test_rendered_files_are_the_bytes_of_the_template_lookup(tmp_path, keys):
     settings = {}
     with open(os.path.join(ROLE, 'defaults', 'main.yml')) as handle:
         settings.update(yaml.safe_load(handle))
-    settings.update(keys, sglang_term_timeout=45, sglang_service_name='sglang-a')
+    # A model folder and a draft hub id: the unit requires the folder's mount only.
+    settings.update(keys, sglang_term_timeout=45, sglang_service_name='sglang-a', sglang_model_path='/models/m',
+                    sglang_draft_model_path='org/draft', sglang_user='sglang', sglang_group='ml')
     settings['sglang_kill_patterns'] = ['sglang::']
     looked_up = run_task(tmp_path, 'ansible.builtin.debug', {'msg': [
         "{{ lookup('ansible.builtin.template', '%s/templates/%s') }}" % (ROLE, name)
@@ -58,6 +60,8 @@ def test_rendered_files_are_the_bytes_of_the_template_lookup(tmp_path, keys):
     files = dict((entry['label'], entry['content']) for entry in _configs.configs(settings, [], templates))
     assert files['systemd unit'] == looked_up['msg'][0]
     assert 'ExecStart=/usr/bin/python3 /etc/sglang/launcher.py run /etc/sglang/launch.json' in files['systemd unit']
+    assert 'RequiresMountsFor=/models/m\n\n[Service]' in files['systemd unit'] and 'org/draft' not in files['systemd unit']
+    assert 'User=sglang\nGroup=ml\n' in files['systemd unit']
     assert files.get('API keys', '') == (looked_up['msg'][1] if keys else '')
 
 

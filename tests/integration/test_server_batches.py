@@ -40,13 +40,14 @@ ORDER = ['gpu1', 'gpu2', 'big0', 'big1', 'huge0', 'huge1']
 
 
 def run(tmp_path, serial, canary):
-    return plays(played(tmp_path, {'redeploy_serial': serial, 'redeploy_canary': canary}))
+    done = played(tmp_path, {'redeploy_serial': serial, 'redeploy_canary': canary})
+    return plays(done), printed_batches(done)
 
 
-def played(tmp_path, rolling):
+def played(tmp_path, rolling, cmdline=None):
     inventory = tmp_path / 'inventory.yml'
     inventory.write_text(yaml.safe_dump(INVENTORY))
-    done = run_playbook(tmp_path, 'playbooks/redeploy.yml', str(inventory), rolling)
+    done = run_playbook(tmp_path, 'playbooks/redeploy.yml', str(inventory), rolling, cmdline=cmdline)
     assert done.rc == 0, done.stdout[-3000:]
     return done
 
@@ -59,22 +60,29 @@ def plays(done):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize('serial, canary, single, grouped', [
+@pytest.mark.parametrize('serial, canary, single, grouped, canary_batches', [
     # One group per batch whatever serial says; serial and the canary shape the single-node servers' batches.
-    ('100%', 0, [['gpu1', 'gpu2']], [['big0', 'big1'], ['huge0', 'huge1']]),
-    (1, 0, [['gpu1'], ['gpu2']], [['big0', 'big1'], ['huge0', 'huge1']]),
-    ('50%', 1, [['gpu1'], ['gpu2']], [['big0', 'big1'], ['huge0', 'huge1']]),
-    (['100%'], 3, [['gpu1', 'gpu2']], [['big0', 'big1'], ['huge0', 'huge1']]),
+    ('100%', 0, [['gpu1', 'gpu2']], [['big0', 'big1'], ['huge0', 'huge1']], 0),
+    (1, 0, [['gpu1'], ['gpu2']], [['big0', 'big1'], ['huge0', 'huge1']], 0),
+    ('50%', 1, [['gpu1'], ['gpu2']], [['big0', 'big1'], ['huge0', 'huge1']], 1),
+    # Three servers of canary: both single-node servers and the first group.
+    (['100%'], 3, [['gpu1', 'gpu2']], [['big0', 'big1'], ['huge0', 'huge1']], 2),
 ], ids=['all-at-once', 'one-server-a-batch', 'half-after-a-canary', 'canary-reaching-into-the-groups'])
-def test_batches_count_servers_and_a_group_runs_whole(tmp_path, serial, canary, single, grouped):
-    assert run(tmp_path, serial, canary) == (single, grouped)
+def test_batches_count_servers_and_a_group_runs_whole(tmp_path, serial, canary, single, grouped, canary_batches):
+    # The printed plan names the batches Ansible then made, the canary's first.
+    assert run(tmp_path, serial, canary) == ((single, grouped), [
+        'batch %d%s: %s' % (number, ' (canary)' if number <= canary_batches else '', ', '.join(hosts))
+        for number, hosts in enumerate(single + grouped, 1)])
 
 
 @pytest.mark.slow
-def test_without_a_rolling_policy_a_canary_goes_first_and_the_plan_says_it_is_the_default(tmp_path):
-    done = played(tmp_path, {})
+@pytest.mark.parametrize('cmdline', [None, '--check'], ids=['real', 'check'])
+def test_without_a_rolling_policy_a_canary_goes_first_and_the_plan_says_it_is_the_default(tmp_path, cmdline):
+    done = played(tmp_path, {}, cmdline)
     # Four servers (two single, two groups): the canary gpu1 alone, then 25% (one server) at a time.
     assert plays(done) == ([['gpu1'], ['gpu2']], [['big0', 'big1'], ['huge0', 'huge1']])
+    assert printed_batches(done) == ['batch 1 (canary): gpu1', 'batch 2: gpu2', 'batch 3: big0, big1',
+                                     'batch 4: huge0, huge1']
     assert ('rolling policy default (no redeploy_serial, redeploy_canary, redeploy_max_unavailable or'
             ' redeploy_max_fail_percentage set; the whole fleet at once: -e redeploy_serial=100% -e redeploy_canary=0):'
             ' canary 1 server(s), then batches of 25% server(s), at most 1 of 4 server(s) unavailable, the first'
@@ -85,5 +93,9 @@ def printed_plan(done):
     for event in done.events:
         data = event.get('event_data') or {}
         if event.get('event') == 'runner_on_ok' and data.get('task', '').startswith("Print the rollout's plan"):
-            return data['res']['msg']
+            return '\n'.join(data['res']['msg'])
     raise AssertionError('no printed plan in the run')
+
+
+def printed_batches(done):
+    return [line for line in printed_plan(done).split('\n') if line.startswith('batch ')]

@@ -6,9 +6,13 @@ file, and the next start appended the server's output to it as root. A detached 
 following links (sglang_server); for systemd, whose StandardOutput=append: follows links, the preflight's trust
 check of the config, run and log folders (sglang_server_info's folders_untrusted, refused by sglang_decision) is
 the defence, before anything stops."""
+import grp
 import json
 import os
+import pwd
+import shutil
 import stat
+import tempfile
 
 import pytest
 
@@ -17,6 +21,7 @@ from helpers.tiny import alive
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture; /tmp is no trusted folder)
 
 NOBODY = 65534
+NOBODY_GID = pwd.getpwuid(NOBODY).pw_gid
 SECRET = 'root:only:the owner reads this\n'
 
 
@@ -90,7 +95,15 @@ def another_users(above):
     return '%s belongs to uid %d, not to uid 0' % (above, NOBODY)
 
 
-def preflight(tmp_path, server, folders, name='preflight'):
+def serving(tmp_path, servers):
+    """A server started as the role starts it: (the server, its start's result)."""
+    server = servers('a')
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
+    assert not started.failed, started['msg']
+    return server, started
+
+
+def preflight(tmp_path, server, folders, name='preflight', user='root', model='/models/m'):
     """The role's preflight.yml as the role runs it, on this machine: sglang_server_info reads the server and the
     folders (gather.yml), sglang_decision decides. What the plan would hand it is given as the role's variables."""
     plan = {'expected_server_info': {}, 'expected_environment': {}, 'configs': [], 'launcher': None, 'patch': None,
@@ -98,12 +111,13 @@ def preflight(tmp_path, server, folders, name='preflight'):
     play = [{
         'hosts': 'gpu-test', 'gather_facts': False,
         'module_defaults': {'gpuops.sglang.sglang_server_info': dict(
-            (key, value) for key, value in server.args().items()
-            if key in ('manager', 'service_name', 'launch_file', 'pidfile', 'url'))},
+            [(key, value) for key, value in server.args().items()
+             if key in ('manager', 'service_name', 'launch_file', 'pidfile', 'url')], user=user, group=None)},
         'vars': {'_sglang_plan': plan, '_sglang_folders': folders, '_sglang_guard_dir': str(tmp_path / 'no-guard'),
                  '_sglang_patch_stamp': str(tmp_path / 'no-stamp'), '_sglang_group': None,
                  '_sglang_serves_http': True, 'sglang_python': TARGET_PYTHON, 'sglang_force_restart': False,
-                 'sglang_patch_file': ''},
+                 'sglang_patch_file': '', 'sglang_user': user, 'sglang_model_path': model,
+                 'sglang_draft_model_path': 'org/draft', 'sglang_router_url': ''},
         'tasks': [{'name': 'Preflight', 'ansible.builtin.import_tasks': os.path.join(REPO, 'roles', 'sglang', 'tasks',
                                                                                      'preflight.yml')}],
     }]
@@ -118,9 +132,7 @@ def preflight(tmp_path, server, folders, name='preflight'):
                          ids=['group-writable', 'world-writable', 'another-users'])
 def test_the_preflight_refuses_a_log_folder_another_user_could_write_with_the_server_left_serving(
         tmp_path, trusted_dir, servers, loosen):  # noqa: F811  (the fixture)
-    server = servers('a')
-    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
-    assert not started.failed, started['msg']
+    server, started = serving(tmp_path, servers)
     config, logs = trusted_dir / 'etc', trusted_dir / 'log'
     config.mkdir(mode=0o750)
     logs.mkdir(mode=0o750)
@@ -138,5 +150,50 @@ def test_the_preflight_refuses_a_log_folder_another_user_could_write_with_the_se
 @pytest.mark.slow
 def test_the_preflight_passes_folders_only_root_can_write(tmp_path, trusted_dir, servers):  # noqa: F811  (the fixture)
     server = servers('a')
-    passed = preflight(tmp_path, server, [str(trusted_dir / 'etc'), str(trusted_dir / 'run')])
+    model = trusted_dir / 'model'
+    model.mkdir()
+    passed = preflight(tmp_path, server, [str(trusted_dir / 'etc'), str(trusted_dir / 'run')], model=str(model))
     assert passed.rc == 0 and passed.failure_messages('gpu-test') == [], passed.stdout
+
+
+@pytest.mark.slow
+def test_a_model_folder_the_server_user_cannot_read_is_refused_with_the_server_left_serving(
+        tmp_path, trusted_dir, servers):  # noqa: F811  (the fixture)
+    server, started = serving(tmp_path, servers)
+    # Root reads a model folder 0700 of its own; the server's user (nobody) cannot, as on NFS with root_squash.
+    reachable = tempfile.mkdtemp(prefix='gpuops-model-', dir='/tmp')
+    try:
+        os.chmod(reachable, 0o755)
+        model = os.path.join(reachable, 'model')
+        os.mkdir(model, 0o700)
+        with open(os.path.join(model, 'config.json'), 'w') as handle:
+            handle.write('{}')
+        run = preflight(tmp_path, server, [str(trusted_dir / 'etc')], user='nobody', model=model)
+        messages = run.failure_messages('gpu-test')
+        assert run.rc != 0 and len(messages) == 1, run.stdout
+        assert ("the server's user nobody (group %s) cannot load what the server reads on gpu-test, checked as that"
+                ' user: sglang_model_path %s cannot be listed (Permission denied).'
+                % (grp.getgrgid(NOBODY_GID).gr_name, model)) in messages[0]
+        assert 'org/draft' not in messages[0]
+        assert alive(started['pid'])
+        # The same folder, readable by its user: the preflight passes.
+        os.chmod(model, 0o755)
+        os.chmod(os.path.join(model, 'config.json'), 0o644)
+        passed = preflight(tmp_path, server, [str(trusted_dir / 'etc')], name='again', user='nobody', model=model)
+        assert passed.rc == 0 and passed.failure_messages('gpu-test') == [], passed.stdout
+    finally:
+        shutil.rmtree(reachable)
+
+
+@pytest.mark.slow
+def test_a_model_folder_missing_for_a_root_server_is_refused_with_the_server_left_serving(
+        tmp_path, trusted_dir, servers):  # noqa: F811  (the fixture)
+    # The default server user is root: a mistyped or unmounted model folder is found before the stop, not by a new
+    # server that fails to load and rolls back.
+    server, started = serving(tmp_path, servers)
+    missing = str(trusted_dir / 'not-mounted' / 'model')
+    run = preflight(tmp_path, server, [str(trusted_dir / 'etc')], model=missing)
+    messages = run.failure_messages('gpu-test')
+    assert run.rc != 0 and len(messages) == 1, run.stdout
+    assert 'sglang_model_path %s does not exist' % missing in messages[0], messages[0]
+    assert alive(started['pid'])

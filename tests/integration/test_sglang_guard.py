@@ -16,7 +16,7 @@ import urllib.request
 import pytest
 
 from helpers.ansible_run import run_task
-from helpers.http_responder import HttpResponder, RouterImitation
+from helpers.http_responder import HttpResponder, Reply, RouterImitation
 from helpers.port_owner import Squatter
 from helpers.router import Router
 from helpers.simulated import detached_server_args, free_port, wait_for
@@ -242,6 +242,64 @@ def test_a_restore_puts_the_previous_server_back_into_its_router(deployment, tmp
         assert router.urls() == [worker]
     finally:
         router.stop()
+
+
+@pytest.mark.slow
+def test_a_readmission_a_restore_could_not_make_is_owed_to_the_next_run_until_one_makes_it(deployment, tmp_path):
+    # Issue 47 (make matrix): a restore whose router would not take the previous server back left it out, and every
+    # later run found it unlisted, took it for a server an operator had drained and left it out for good. The guard
+    # now records the readmission it owes; the next run's gather reads it, its decision redeploys the server to
+    # put it back, and the run's confirm (after its readmission) clears it.
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    worker = deployment.server['base_url']
+    owed_file = deployment.guard_dir / 'router_owed.json'
+    info_args = dict(deployment.server_args(), guard_folder=str(deployment.guard_dir))
+    for key in ('state', 'term_timeout', 'health_timeout', 'log_file'):
+        info_args.pop(key, None)
+    with HttpResponder() as responder:
+        router = RouterImitation(responder, [worker])
+        refusing = {'adds': True}
+
+        def add(request, match):
+            return Reply(503, json={'error': 'overloaded'}) if refusing['adds'] else router.add(request, match)
+        responder.route('POST', '/workers', handler=add)
+        settings = {'url': responder.url, 'worker_url': worker, 'timeout': 2}
+        assert not run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                            deployment.guard_args(state='armed', run_id='run-1', deadline=600, router=settings),
+                            name='arm-1').failed
+        restored = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                            deployment.guard_args(state='restored', run_id='run-1', reason='the start failed'),
+                            name='restore-1')
+        fired = restored['fired']
+        assert fired['healthy'] is True and fired['router_readmitted'] is False and router.urls() == []
+
+        gathered = run_task(tmp_path, 'gpuops.sglang.sglang_server_info', info_args, name='gather')
+        owed = gathered['guard_router_owed']
+        assert owed['run_id'] == 'run-1' and owed['router_url'] == responder.url and owed['worker_url'] == worker
+        assert owed['why'] == fired['router_problem'] and oct(owed_file.stat().st_mode & 0o777) == '0o600'
+        decision = dict(adaptive=False, files=[], state=dict(gathered), python=sys.executable, host='tiny-host')
+        decided = run_task(tmp_path, 'gpuops.sglang.sglang_decision', dict(decision, router_url=responder.url + '/'),
+                           name='decide')
+        assert decided['redeploy_needed'] is True and decided['readmission_owed']['run_id'] == 'run-1'
+        assert decided['reasons'] == ['left out of the router by the restore of run run-1']
+        # Owed to that router only: behind another one (or none) the server is one an operator left out.
+        elsewhere = run_task(tmp_path, 'gpuops.sglang.sglang_decision',
+                             dict(decision, router_url='http://127.0.0.1:9'), name='elsewhere')
+        assert elsewhere['readmission_owed'] is None and elsewhere['reasons'] == []
+
+        # The next run: armed with the router (the role counts the owed server as listed), back in, confirmed.
+        refusing['adds'] = False
+        assert not run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                            deployment.guard_args(state='armed', run_id='run-2', deadline=600, router=settings),
+                            name='arm-2').failed
+        assert owed_file.exists()
+        back = run_task(tmp_path, 'gpuops.sglang.sglang_router_worker',
+                        dict(router_url=responder.url, worker_url=worker, timeout=10), name='in')
+        assert not back.failed and back['member'] is True and router.urls() == [worker]
+        assert not run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                            deployment.guard_args(state='confirmed', run_id='run-2'), name='confirm-2').failed
+    assert not owed_file.exists()
+    assert run_task(tmp_path, 'gpuops.sglang.sglang_server_info', info_args, name='again')['guard_router_owed'] is None
 
 
 @pytest.mark.slow

@@ -14,7 +14,8 @@ from helpers.port_owner import Squatter
 from helpers.simulated import wait_for
 from helpers.tiny import TINY_SERVER, alive, session_members
 
-SERVER_KEYS = {'changed', 'running', 'pid', 'healthy', 'stopped_at', 'stop_elapsed', 'stopping', 'strays', 'drain',
+SERVER_KEYS = {'changed', 'running', 'pid', 'healthy', 'stopped_at', 'stop_elapsed', 'stopping', 'strays', 'would_stop',
+               'drain',
                'readiness', 'started_at', 'healthy_at', 'mismatches', 'server_info', 'cmd'}
 
 
@@ -66,6 +67,30 @@ def test_a_stop_that_does_not_wait_lists_the_whole_session(tmp_path, servers):
     assert stopped['stopping'] == sorted([started['pid']] + child)
     for pid in child:
         os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_stop_in_check_mode_lists_the_whole_session_with_users_and_stops_nothing(tmp_path, servers):
+    server, started, child = started_with_child(tmp_path, servers)
+    try:
+        checked = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped'), name='check',
+                           check=True)
+        assert not checked.failed, checked['msg']
+        assert set(checked) >= SERVER_KEYS and checked['changed'] is True and checked['stopping'] == []
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        listed = dict((entry['pid'], entry) for entry in checked['would_stop'])
+        assert sorted(listed) == sorted([started['pid']] + child)
+        with open('/proc/%d/cmdline' % started['pid'], 'rb') as handle:
+            command = handle.read().replace(b'\0', b' ').decode().strip()
+        assert listed[started['pid']] == {'pid': started['pid'], 'user': user, 'cmdline': command, 'gpus': []}
+        assert all(alive(pid) for pid in listed)
+        # A real stop lists nothing it would stop: it stops.
+        stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped'), name='stop')
+        assert not stopped.failed and stopped['would_stop'] == []
+    finally:
+        for pid in child:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.slow
@@ -230,3 +255,44 @@ def test_a_squatter_on_the_port_is_never_taken_for_the_started_server_nor_sent_i
     again = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started', **wanted), name='again')
     assert not again.failed, again['msg']
     assert again['healthy'] is True and again['readiness']['ready'] is True and again['mismatches'] == []
+
+
+def uids_of(pid):
+    """The real, effective, saved and filesystem uids and gids of PID."""
+    with open('/proc/%d/status' % pid) as handle:
+        lines = dict(line.split(':', 1) for line in handle if line.startswith(('Uid:', 'Gid:')))
+    return [int(value) for value in lines['Uid'].split()], [int(value) for value in lines['Gid'].split()]
+
+
+@pytest.mark.slow
+def test_a_detached_server_runs_as_its_user_and_is_found_and_stopped_only_as_that_users(tmp_path, servers):
+    nobody = pwd.getpwnam('nobody')
+    server = servers('a')
+    # The system interpreter: the test's own lies under /root (0700), which nobody cannot enter.
+    launch = json.loads(server.launch.read_text())
+    server.launch.write_text(json.dumps(dict(launch, python='/usr/bin/python3')))
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started', user='nobody'),
+                       name='start as nobody')
+    try:
+        assert not started.failed, started['msg']
+        assert started['healthy'] is True
+        # Dropped in the child before the exec: every uid and gid is nobody's, none is root's.
+        assert uids_of(started['pid']) == ([nobody.pw_uid] * 4, [nobody.pw_gid] * 4)
+        # A stop for root's server does not take nobody's session for it, whatever its marks say.
+        as_root = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped'), name='stop as root')
+        assert not as_root.failed and as_root['changed'] is False and alive(started['pid'])
+        stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped', user='nobody'),
+                           name='stop as nobody')
+        assert not stopped.failed, stopped['msg']
+        assert stopped['changed'] is True and not alive(started['pid'])
+    finally:
+        if not started.failed and alive(started['pid']):
+            os.kill(started['pid'], signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_server_user_that_does_not_exist_fails_the_start_naming_it(tmp_path, servers):
+    server = servers('a')
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server',
+                       server.args(state='started', user='gpuops-no-such-user'), name='start')
+    assert started.failed and 'the user gpuops-no-such-user does not exist on this host' in started['msg']

@@ -111,11 +111,22 @@ def test_rolling_redeploy_under_load_drops_no_request(fleet, rollout, tmp_path):
     assert router_urls() == sorted(url(fleet, name) for name in FLEET)
 
 
-def test_the_debian_13_host_runs_the_server_as_a_systemd_unit_and_is_redeployed_through_it(fleet, rollout):
+def test_the_debian_13_host_runs_the_server_as_a_systemd_unit_and_is_redeployed_through_it(fleet, rollout,
+                                                                                           tmp_path):
     host = fleet['gpu3']
     assert host.target() == ('13', '3.13')
     before = host.server_pid()
-    run = rollout({'sglang_force_restart': True}, name='debian13-systemd', limit='gpu3')
+    # The router holds gpu3 by address (lab/lab registered it so); the inventory names it, by a name gpu3 resolves
+    # (issue 43: the run took it for drained by an operator and kept it in the router through the outage).
+    named = tmp_path / 'named.yml'
+    named.write_text(json.dumps({'gpu': {'hosts': {'gpu3': {
+        'sglang_router_worker_url': 'http://gpu3.lab:%d' % lab_instance.describe()['server_port']}}}}))
+    host.exec_('sh', '-c', 'echo "%s gpu3.lab" >> /etc/hosts' % host.address)
+    try:
+        run = rollout({'sglang_force_restart': True}, name='debian13-systemd', limit='gpu3', inventory=[str(named)])
+    finally:
+        # /etc/hosts is podman's bind mount: rewritten in place, not replaced.
+        host.exec_('sh', '-c', 'grep -v " gpu3.lab$" /etc/hosts > /tmp/hosts; cat /tmp/hosts > /etc/hosts')
     assert run.rc == 0, run.stdout[-3000:]
     written = report('gpu3')
     assert written['status'] == 'redeployed' and written['healthy'] is True, written
@@ -125,8 +136,10 @@ def test_the_debian_13_host_runs_the_server_as_a_systemd_unit_and_is_redeployed_
         'systemctl', 'show', 'sglang', '--property=ActiveState,MainPID').split())
     assert unit['ActiveState'] == 'active'
     assert int(unit['MainPID']) == host.server_pid() != before
+    # Drained and readmitted under the router's spelling, which it still lists.
+    assert written['router']['member_before'] is True
     assert written['router']['removed'] is True and written['router']['readmitted'] is True
-    assert url(fleet, 'gpu3') in router_urls()
+    assert url(fleet, 'gpu3') in router_urls() and not any('gpu3.lab' in listed for listed in router_urls())
 
 
 def test_a_canary_that_fails_stops_the_rollout_with_the_others_untouched(fleet, rollout, tmp_path):
@@ -217,6 +230,35 @@ def test_a_server_out_of_the_router_before_the_run_stays_out(fleet, rollout):
     finally:
         http_json('POST', ROUTER + '/workers', {'url': url(fleet, 'gpu2')})
         wait_for(lambda: url(fleet, 'gpu2') in router_urls(), 30, 'gpu2 back in the router')
+
+
+def test_a_server_a_restore_left_out_of_the_router_goes_back_in_with_the_next_run(fleet, rollout):
+    # Issue 47 (make matrix): the state a restore leaves when the router would not take the server back (the
+    # guard's record of it, as tests/integration/test_sglang_guard.py shows the real guard writing it) used to
+    # read as "drained by an operator" to every later run. Here the next run, with nothing else to change,
+    # redeploys gpu2 to verify it and puts it back.
+    worker = [w for w in http_json('GET', ROUTER + '/workers')['workers'] if w['url'] == url(fleet, 'gpu2')][0]
+    http_json('DELETE', ROUTER + '/workers/' + worker['id'])
+    wait_for(lambda: url(fleet, 'gpu2') not in router_urls(), 30, 'gpu2 out of the router')
+    owed = {'router_url': ROUTER, 'worker_url': url(fleet, 'gpu2'), 'run_id': 'gpu2-earlier', 'at': 1.0,
+            'why': 'the router did not admit it'}
+    record = '/var/lib/gpuops-sglang/sglang/router_owed.json'
+    fleet['gpu2'].exec_('python3', '-c', 'import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600); '
+                        'os.write(fd, sys.argv[2].encode())', record, json.dumps(owed))
+    try:
+        run = rollout(name='owed', limit='gpu2')
+        assert run.rc == 0, run.stdout[-3000:]
+        written = report('gpu2')
+        assert written['status'] == 'redeployed', written
+        assert written['reasons'] == ['left out of the router by the restore of run gpu2-earlier']
+        assert written['router']['readmitted'] is True and written['router']['member'] is True
+        assert url(fleet, 'gpu2') in router_urls()
+        assert fleet['gpu2'].exec_('ls', '/var/lib/gpuops-sglang/sglang').split().count('router_owed.json') == 0
+    finally:
+        fleet['gpu2'].exec_('rm', '-f', record)
+        if url(fleet, 'gpu2') not in router_urls():
+            http_json('POST', ROUTER + '/workers', {'url': url(fleet, 'gpu2')})
+            wait_for(lambda: url(fleet, 'gpu2') in router_urls(), 30, 'gpu2 back in the router')
 
 
 def test_a_drain_past_its_deadline_is_reported(fleet, rollout):

@@ -10,6 +10,7 @@ that step fails either way, so nothing here depends on timing.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -174,14 +175,34 @@ def test_new_run_takes_over_an_armed_guard(lab, tmp_path, redeploy):
 
 def test_check_mode_on_a_lab_that_would_change_reports_why_and_changes_nothing(lab, redeploy):
     before = dict((name, (files_state(lab[name]), lab[name].server_pid())) for name in ('gpu1', 'gpu2'))
-    run = redeploy(CHANGE, name='check-change', cmdline='--check')
+    run = redeploy(CHANGE, name='check-change', cmdline='--check --diff')
     assert run.rc == 0, run.stdout[-3000:]
     summary = artifacts(run)['sglang_redeploy']
+    output = run.stdout
+    # The dry run's lines as the result shows them (a long line folded, each line of it coloured).
+    flat = ' '.join(re.sub(r'\x1b\[[0-9;]*m', '', output).split())
+    # The printed plan (shown with -v) names the batches: the lab's inventory asks for the whole fleet at once.
+    plan = [event['event_data']['res']['msg'] for event in run.events if event.get('event') == 'runner_on_ok'
+            and event['event_data'].get('task', '').startswith("Print the rollout's plan")]
+    assert [lines[1:] for lines in plan] == [['batch 1: gpu1, gpu2']], plan
     for name in ('gpu1', 'gpu2'):
+        pid = before[name][1]
+        command = lab[name].exec_('sh', '-c', 'tr "\\0" " " < /proc/%d/cmdline' % pid).strip()
         assert summary[name]['check_mode'] is True
         assert 'would redeploy (check mode)' in summary[name]['reason']
         assert 'max_running_requests is 64, want 96' in summary[name]['reason']
+        # What the stop would end (the server itself, its user and command line), and the flag it would change.
+        assert {'pid': pid, 'user': 'root', 'cmdline': command, 'gpus': []} in summary[name]['would_kill']['stop']
+        # The later steps await the stop's processes: they would end none of them.
+        assert all(entry['pid'] not in [own['pid'] for own in summary[name]['would_kill']['stop']]
+                   for step in ('kill_in_container', 'gpu_release') for entry in summary[name]['would_kill'][step])
+        assert 'would end (stop): PID %d, user root: %s' % (pid, command) in flat
+        assert {'flag': '--max-running-requests', 'live': '64', 'wanted': '96'} in summary[name]['flag_changes']
+        assert summary[name]['deadline']['idle_s'] > 0 and summary[name]['deadline']['deadline_s'] > 0
         assert (files_state(lab[name]), lab[name].server_pid()) == before[name]
+    assert 'flag --max-running-requests: 64 -> 96' in flat
+    # --diff: the launch configuration as a unified diff, the live file against the one the window would write.
+    assert '-    "64",' in output and '+    "96",' in output
 
 
 def test_a_poll_interval_of_zero_is_refused_before_anything_runs(lab, redeploy):

@@ -2,7 +2,7 @@
 SPECULATION TUNING block of each tuned host."""
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.callback.concise import report_line, tuning_lines
+from ansible_collections.gpuops.sglang.plugins.callback.concise import dry_run_lines, report_line, tuning_lines
 
 GATE_FAILED = ('Judge the new server against the baseline (a slower one is rolled back): the new server serves slower'
                ' than the old one: concurrency 16: output tok/s 412.0 -> 137.5 (-66.6%, tolerance 15%)')
@@ -35,3 +35,22 @@ def test_the_summary_line_names_a_judged_performance_gate(report, line):
 ])
 def test_each_tuned_hosts_table_is_its_name_then_its_lines(tables, lines):
     assert tuning_lines(tables) == lines
+
+
+DRY_RUN = {'would_kill': {'stop': [{'pid': 7, 'user': 'root', 'cmdline': 'python3 -m sglang.launch_server', 'gpus': []}],
+                          'kill_in_container': [], 'gpu_release': []},
+           'flag_changes': [{'flag': '--max-running-requests', 'live': '64', 'wanted': '96'}],
+           'deadline': {'deadline_s': 900, 'idle_s': 90}}
+
+
+# A check run's dry run goes under its host's summary line; a real run's report (null keys) adds nothing.
+@pytest.mark.parametrize('report, lines', [
+    (DRY_RUN, ['  would end (stop): PID 7, user root: python3 -m sglang.launch_server',
+               '  would end (kill_in_container): nothing', '  would end (gpu_release): nothing',
+               '  flag --max-running-requests: 64 -> 96',
+               '  guard: rolls back 900 s after the window opens at the latest, or 90 s after its last renewal']),
+    ({'would_kill': None, 'flag_changes': None, 'deadline': None}, []),
+    ({}, []),
+], ids=['check-run', 'real-run', 'older-report'])
+def test_a_check_runs_summary_lists_what_the_window_would_end_and_change(report, lines):
+    assert dry_run_lines(report) == lines

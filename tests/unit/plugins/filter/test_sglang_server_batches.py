@@ -13,7 +13,9 @@ def test_hosts_and_hostvars_in_batches_out():
     batches = BATCHES(['mn2', 'gpu1', 'mn1'], HOSTVARS, '100%', 1)
     assert dict(batches, policy=None) == {
         'single_hosts': ['gpu1'], 'single_serial': [1], 'group_hosts': ['mn1', 'mn2'], 'group_serial': [2],
-        'rollout_hosts': ['gpu1', 'mn1', 'mn2'], 'canary_hosts': ['gpu1'], 'policy': None}
+        'rollout_hosts': ['gpu1', 'mn1', 'mn2'], 'canary_hosts': ['gpu1'], 'policy': None,
+        'batches': [{'number': 1, 'hosts': ['gpu1'], 'canary': True}, {'number': 2, 'hosts': ['mn1', 'mn2'], 'canary': False}],
+        'batch_lines': ['batch 1 (canary): gpu1', 'batch 2: mn1, mn2']}
     assert batches['policy']['asked'] == ['redeploy_serial', 'redeploy_canary']
 
 

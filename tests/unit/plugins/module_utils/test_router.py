@@ -1,9 +1,12 @@
+import ipaddress
+import json
 import time
 
 import pytest
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import (
-    Router, RouterError, in_router, normalize_url, ready, workers_from_listing)
+    Router, RouterError, UnmatchedWorker, addresses_of, in_router, match_worker, normalize_url, ready,
+    workers_from_listing)
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import in_flight_from_loads
 from helpers.hostile_http import (  # noqa: F401  (hostile_http: the fixture)
     endless_line, hostile_http, huge_length, nested_brackets, trickle, trickle_body)
@@ -90,3 +93,66 @@ def test_taking_a_worker_out_of_a_trickling_router_ends_by_its_timeouts(hostile_
     with pytest.raises(RouterError, match='no complete answer within 1s'):
         Router(server.url, request_timeout=1.0).take_out('http://127.0.0.1:1', timeout=2)
     assert time.monotonic() - begun < 3 * (2 + 1.0)
+
+
+# match_worker with the names' addresses given (a resolver's answer of this machine cannot be chosen): the router's
+# spelling of this server, whatever the inventory's (issue 43). test_sglang_router_worker.py runs the same through
+# the module against a router on 127.0.0.1 with this machine's resolver.
+HOSTS = {'gpu1': {'10.0.0.11', 'fd00::11'}, 'gpu1-v6': {'fd00::11'}, 'gpu2': {'10.0.0.12'}}
+
+
+def given_addresses(host, port):
+    if host in HOSTS:
+        return frozenset(ipaddress.ip_address(address) for address in HOSTS[host])
+    try:
+        return frozenset([ipaddress.ip_address(host)])
+    except ValueError:
+        return None  # names no address: does not resolve
+
+
+@pytest.mark.parametrize('listed, url, found', [
+    (['http://gpu1:30000'], 'http://gpu1:30000', 'http://gpu1:30000'),
+    (['http://10.0.0.12:30000', 'http://10.0.0.11:30000'], 'http://gpu1:30000', 'http://10.0.0.11:30000'),
+    (['http://gpu1:30000'], 'http://10.0.0.11:30000', 'http://gpu1:30000'),
+    # a name with IPv4 and IPv6 addresses: the router may hold either
+    (['http://[fd00::11]:30000'], 'http://gpu1:30000', 'http://[fd00::11]:30000'),
+    (['http://gpu1-v6:30000'], 'http://gpu1:30000', 'http://gpu1-v6:30000'),
+    (['http://[fd00:0::11]:30000/'], 'http://[fd00::11]:30000', 'http://[fd00:0::11]:30000'),
+    (['http://gpu1:30001', 'https://gpu1:30000', 'http://gpu2:30000'], 'http://10.0.0.11:30000', None),
+    ([], 'http://gpu1:30000', None),
+    # a name that does not resolve at another port is another server whatever it is
+    (['http://stale:30001'], 'http://gpu1:30000', None),
+])
+def test_the_router_lists_this_server_under_any_spelling_of_its_address_and_port(listed, url, found):
+    workers = workers_from_listing(json.dumps({'workers': [{'id': str(n), 'url': u} for n, u in enumerate(listed)]}))
+    entry = match_worker(workers, url, given_addresses)
+    assert (entry['url'] if entry else None) == found
+
+
+@pytest.mark.parametrize('listed, url, said', [
+    (['http://stale:30000'], 'http://gpu1:30000', 'it lists http://stale:30000, whose host does not resolve here, '
+     'and this server is http://gpu1:30000 (10.0.0.11, fd00::11)'),
+    (['http://10.0.0.11:30000'], 'http://stale:30000', 'http://stale:30000 names no address here (stale does not '
+     'resolve) and the router lists http://10.0.0.11:30000 at the same port'),
+    (['http://gpu1:30000', 'http://10.0.0.11:30000', 'http://[fd00::11]:30000'], 'http://gpu1-v6:30000',
+     'the router lists this server (http://gpu1-v6:30000) 2 times: http://gpu1:30000, http://[fd00::11]:30000'),
+])
+def test_a_worker_that_cannot_be_told_apart_from_this_server_is_an_unmatched_worker(listed, url, said):
+    workers = workers_from_listing(json.dumps({'workers': [{'id': str(n), 'url': u} for n, u in enumerate(listed)]}))
+    with pytest.raises(UnmatchedWorker) as raised:
+        match_worker(workers, url, given_addresses)
+    assert said in str(raised.value)
+    assert isinstance(raised.value, RouterError)
+
+
+def test_a_stale_name_beside_this_servers_own_entry_does_not_stop_the_run():
+    workers = workers_from_listing(json.dumps({'workers': [{'url': 'http://stale:30000'},
+                                                           {'url': 'http://10.0.0.11:30000'}]}))
+    assert match_worker(workers, 'http://gpu1:30000', given_addresses)['url'] == 'http://10.0.0.11:30000'
+
+
+def test_a_name_is_looked_up_to_every_address_it_has_and_a_missing_one_to_none():
+    assert addresses_of('127.0.0.1', 80, 1) == frozenset([ipaddress.ip_address('127.0.0.1')])
+    assert addresses_of('::ffff:127.0.0.1', 80, 1) == frozenset([ipaddress.ip_address('127.0.0.1')])
+    assert ipaddress.ip_address('127.0.0.1') in addresses_of('localhost', 80, 5)
+    assert addresses_of('gone.invalid', 80, 5) is None

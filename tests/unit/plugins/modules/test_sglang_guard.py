@@ -8,6 +8,7 @@ finds naming the test's folder, so none outlives its test or acts on its own.
 """
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -466,3 +467,17 @@ def test_a_rollback_on_demand_says_so_in_its_report(run_module, deployment):
     again = deployment.guard(run_module, 'restored', trigger='on_demand', reason='rollback on demand')
     assert not again['failed'] and again['changed'] is False and again['fired'] is None
     assert again['last_fired']['bound'] == 'on_demand'
+
+
+def test_the_guard_records_the_server_users_uid_for_its_leftovers(run_module, deployment):
+    # A restore stops leftovers of the server's user only: a server that runs as nobody has its leftovers as nobody.
+    deployment.arm(run_module, 'run-1', server=dict(deployment.server, user='nobody'))
+    state = json.loads((deployment.folder / 'state.json').read_text())
+    assert state['server_uid'] == pwd.getpwnam('nobody').pw_uid and state['server']['user'] == 'nobody'
+
+
+def test_a_server_user_that_does_not_exist_is_refused_and_nothing_is_armed(run_module, deployment):
+    refused = deployment.guard(run_module, 'armed', run_id='run-1', deadline=600,
+                               server=dict(deployment.server, user='gpuops-no-such-user'))
+    assert refused['failed'] and 'the user gpuops-no-such-user does not exist on this host' in refused['msg']
+    assert not (deployment.folder / 'state.json').exists() and deployment.watchers() == []

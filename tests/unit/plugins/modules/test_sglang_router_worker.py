@@ -314,3 +314,81 @@ def test_a_worker_smg_never_lists_ready_fails_with_its_status(run_module, http_r
     assert result['msg'].endswith('the router %s lists %s but as not_ready within 0.3s'
                                   % (router.responder.url, WORKER))
     assert http_responder.requests_to('POST') == []
+
+
+# The router's spelling of a worker (issue 43): the gateway may list this server under another spelling than
+# worker_url. `localhost` resolves to 127.0.0.1 everywhere (and maybe ::1 too); `.invalid` never resolves
+# (RFC 6761), and a resolver that hangs on it is bounded by request_timeout, with the same answer.
+BY_NAME = 'http://localhost:30001'
+STALE = 'http://gone.invalid:30001'
+
+
+@pytest.mark.parametrize('listed, worker_url, in_router_as', [
+    # the same spelling: no lookup at all
+    ([BY_NAME, OTHER], BY_NAME, BY_NAME),
+    # the gateway registered the address, the inventory names the host; and the reverse
+    ([WORKER, OTHER], BY_NAME, WORKER),
+    ([BY_NAME, OTHER], WORKER, BY_NAME),
+    # IPv6: two spellings of one address, and an IPv4-mapped IPv6 address for its IPv4 one
+    (['http://[::1]:30001'], 'http://[0:0:0:0:0:0:0:1]:30001', 'http://[::1]:30001'),
+    (['http://[::ffff:127.0.0.1]:30001'], BY_NAME, 'http://[::ffff:127.0.0.1]:30001'),
+    # the scheme's own port, named or not
+    (['http://127.0.0.1'], 'http://localhost:80', 'http://127.0.0.1'),
+    # another port, scheme or address is another server: not listed, drained by an operator
+    (['http://127.0.0.1:30002'], BY_NAME, None),
+    (['https://127.0.0.1:30001'], BY_NAME, None),
+    (['http://127.0.0.2:30001'], BY_NAME, None),
+    # a stale name at another port cannot be this server: no refusal
+    (['http://gone.invalid:30002', WORKER], BY_NAME, WORKER),
+])
+def test_the_router_is_read_by_what_the_worker_url_resolves_to(run_module, http_responder, listed, worker_url,
+                                                               in_router_as):
+    router = RouterImitation(http_responder, listed)
+    result, _ = run_module(sglang_router_worker.main, args(router, state='query', worker_url=worker_url),
+                           no_commands)
+    assert not result['failed'], result.get('msg')
+    assert result['worker_url_in_router'] == in_router_as
+    assert result['member_before'] is result['member'] is (in_router_as is not None)
+    assert set(result) >= KEYS | {'worker_url_in_router'}
+
+
+def test_a_server_the_router_lists_by_address_is_taken_out_and_readmitted_under_that_spelling(run_module,
+                                                                                             http_responder):
+    router = RouterImitation(http_responder, [WORKER, OTHER])
+    removed, _ = run_module(sglang_router_worker.main, args(router, state='absent', worker_url=BY_NAME), no_commands)
+    assert not removed['failed'], removed.get('msg')
+    assert removed['changed'] is True and removed['member'] is False and removed['worker_url_in_router'] == WORKER
+    assert 'DELETE /workers/w-0' in router.calls() and router.urls() == [OTHER]
+    # The role's later steps name the worker as the router did (worker_url_in_router), so it goes back as it was.
+    added, _ = run_module(sglang_router_worker.main, args(router, state='present', worker_url=WORKER), no_commands)
+    assert not added['failed'], added.get('msg')
+    assert http_responder.requests_to('POST', '/workers')[0].json == {'url': WORKER}
+    assert router.urls() == [WORKER, OTHER]
+
+
+@pytest.mark.parametrize('state', ['query', 'absent', 'present'])
+@pytest.mark.parametrize('listed, worker_url, said', [
+    # a listed worker at this port whose name resolves nowhere: it may be this server
+    ([STALE, OTHER], WORKER, 'it lists %s, whose host does not resolve here, and this server is %s (127.0.0.1)'
+     % (STALE, WORKER)),
+    # this server's own name resolves nowhere, and the router lists a worker at its port
+    ([WORKER], STALE, '%s names no address here (gone.invalid does not resolve) and the router lists %s at the same '
+     'port' % (STALE, WORKER)),
+    # two entries are this server: draining one leaves the other routed
+    ([WORKER, BY_NAME], 'http://[::ffff:127.0.0.1]:30001', 'the router lists this server (http://[::ffff:127.0.0.1]'
+     ':30001) 2 times: %s, %s' % (WORKER, BY_NAME)),
+])
+def test_a_worker_that_cannot_be_told_apart_is_a_failure_naming_both_spellings_and_changes_nothing(
+        run_module, http_responder, state, listed, worker_url, said):
+    router = RouterImitation(http_responder, listed)
+    result, _ = run_module(sglang_router_worker.main,
+                           args(router, state=state, worker_url=worker_url, request_timeout=1), no_commands)
+    assert result['failed'] and set(result) >= KEYS | {'worker_url_in_router'}
+    assert result['msg'].startswith('sglang_router_worker %s of %s at %s failed: ' % (state, worker_url,
+                                                                                     router.responder.url))
+    assert said in result['msg']
+    if 'times' not in said:
+        assert "Set worker_url (the role's sglang_router_worker_url) to the router's spelling" in result['msg']
+    assert result['member_before'] is None and result['member'] is None and result['changed'] is False
+    assert result['worker_url_in_router'] is None
+    assert router.calls() == ['GET /workers'] and router.urls() == sorted(listed)

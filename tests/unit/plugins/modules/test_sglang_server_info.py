@@ -1,11 +1,16 @@
 """sglang_server_info's main() on a detached server: a real process in its own session named by a pid file,
 its HTTP side a responder, its configuration files and patch stamp real files in a temporary folder."""
+import grp
 import hashlib
 import json
 import os
+import pathlib
+import pwd
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -21,7 +26,7 @@ from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sgla
 
 KEYS = {'changed', 'service_manager', 'python_exists', 'running', 'pid', 'healthy', 'mismatches', 'configs_changed',
         'guard_armed_by', 'guard_last_fired', 'patch', 'adaptive_tiers', 'generates', 'generate_error',
-        'sglang_version', 'folders_missing', 'folders_untrusted', 'launcher_current', 'cmd'}
+        'sglang_version', 'folders_missing', 'folders_untrusted', 'launcher_current', 'server_access', 'cmd'}
 PATCH_KEYS = {'proven', 'why', 'patch_sha256', 'site_packages', 'files', 'sglang_version'}
 SERVER_INFO = {'max_running_requests': 64, 'model_path': '/models/m',
                'environment': {'SGLANG_ENABLE_TORCH_COMPILE': '0'}}
@@ -293,6 +298,92 @@ def test_folders_another_user_could_write_are_listed_with_why_and_left_as_they_a
         {'folder': str(shared / 'log'), 'why': '%s is writable by its group (mode 0775)' % shared},
         {'folder': str(foreign), 'why': '%s belongs to uid 65534, not to uid 0' % foreign}]
     assert stat.S_IMODE(os.stat(str(shared)).st_mode) == 0o775 and not (shared / 'log').exists()
+
+
+@pytest.fixture
+def open_dir():
+    """A folder every user can reach (tmp_path lies under root's 0700 pytest folder, which nobody can enter)."""
+    made = tempfile.mkdtemp(prefix='gpuops-access-', dir='/tmp')
+    os.chmod(made, 0o755)
+    yield pathlib.Path(made)
+    shutil.rmtree(made)
+
+
+def model_folder(parent, name, folder_mode=0o755, file_mode=0o644):
+    """A model folder as root makes it: a config, weights, and a link to a blob (a Hugging Face snapshot's shape)."""
+    folder = parent / name
+    folder.mkdir()
+    (parent / 'blob').write_text('tokens')
+    os.chmod(str(parent / 'blob'), 0o644)
+    for file_name in ('config.json', 'model.safetensors'):
+        (folder / file_name).write_text('{}')
+        os.chmod(str(folder / file_name), file_mode)
+    (folder / 'tokenizer.json').symlink_to(parent / 'blob')
+    os.chmod(str(folder), folder_mode)
+    return folder
+
+
+def access(run_module, host, folders, user='nobody', group=None):
+    entries = [{'label': label, 'path': str(path)} for label, path in folders]
+    result = info(run_module, host, user=user, group=group, readable_folders=entries)
+    assert not result['failed']
+    return result['server_access']
+
+
+def test_a_model_folder_root_reads_but_the_server_user_cannot_is_a_problem(run_module, host, open_dir):
+    # Root lists a folder 0700 of its own; nobody (uid 65534) cannot: the check ran as that user, not as root.
+    private = model_folder(open_dir, 'private', folder_mode=0o700)
+    assert os.listdir(str(private))
+    found = access(run_module, host, [('sglang_model_path', private)])
+    assert found == {'user': 'nobody', 'group': grp.getgrgid(pwd.getpwnam('nobody').pw_gid).gr_name,
+                     'checked': [str(private)], 'skipped': [],
+                     'problems': [{'label': 'sglang_model_path', 'path': str(private),
+                                   'why': 'cannot be listed (Permission denied)'}]}
+
+
+def test_a_model_folder_the_server_user_can_read_has_no_problem(run_module, host, open_dir):
+    readable = model_folder(open_dir, 'readable')
+    found = access(run_module, host, [('sglang_model_path', readable), ('sglang_draft_model_path', readable)])
+    assert found['checked'] == [str(readable), str(readable)] and found['problems'] == []
+
+
+def test_files_the_server_user_cannot_open_are_named(run_module, host, open_dir):
+    locked = model_folder(open_dir, 'locked', file_mode=0o600)
+    found = access(run_module, host, [('sglang_model_path', locked)])
+    assert found['problems'] == [{'label': 'sglang_model_path', 'path': str(locked),
+                                  'why': '2 file(s) in it cannot be opened for reading: config.json (Permission'
+                                         ' denied), model.safetensors (Permission denied)'}]
+
+
+def test_a_missing_model_folder_and_a_file_in_its_place_are_problems(run_module, host, open_dir):
+    (open_dir / 'a-file').write_text('x')
+    found = access(run_module, host, [('sglang_model_path', open_dir / 'gone'),
+                                      ('sglang_draft_model_path', open_dir / 'a-file')])
+    assert [entry['why'] for entry in found['problems']] == ['does not exist', 'is not a folder']
+
+
+def test_a_hub_id_and_an_empty_path_are_skipped_not_checked(run_module, host):
+    found = access(run_module, host, [('sglang_model_path', 'meta-llama/Llama-3.1-8B-Instruct'),
+                                      ('sglang_draft_model_path', '')])
+    assert found['checked'] == [] and found['problems'] == []
+    assert found['skipped'] == [
+        {'label': 'sglang_model_path', 'path': 'meta-llama/Llama-3.1-8B-Instruct',
+         'why': 'not an absolute path (a hub id): SGLang downloads it'},
+        {'label': 'sglang_draft_model_path', 'path': '', 'why': 'empty: no folder'}]
+
+
+@pytest.mark.parametrize('user, group, label', [('gpuops-no-such-user', None, 'user'),
+                                                ('nobody', 'gpuops-no-such-group', 'group')])
+def test_a_server_user_or_group_that_does_not_exist_is_a_problem(run_module, host, open_dir, user, group, label):
+    found = access(run_module, host, [('sglang_model_path', open_dir)], user=user, group=group)
+    name = user if label == 'user' else group
+    assert found['problems'] == [{'label': label, 'path': None,
+                                  'why': 'the %s %s does not exist on this host' % (label, name)}]
+
+
+def test_without_readable_folders_only_the_user_is_reported(run_module, host):
+    found = info(run_module, host)['server_access']
+    assert found == {'user': 'root', 'group': 'root', 'checked': [], 'skipped': [], 'problems': []}
 
 
 LAUNCHER = '#!/usr/bin/python3\nprint("launch")\n'

@@ -51,6 +51,31 @@ def test_systemd_unit_runs_the_launcher_with_the_stop_timeout(settings, template
     assert 'TimeoutStopSec=45\n' in unit['content'] and unit['content'].endswith('WantedBy=multi-user.target\n')
 
 
+@pytest.mark.parametrize('overrides, lines, absent', [
+    ({}, ['User=root\n', 'Group=root\n', 'RequiresMountsFor=/models/m\n', 'RequiresMountsFor=/models/draft\n'], []),
+    ({'sglang_user': 'sglang', 'sglang_group': 'ml', 'sglang_draft_model_path': 'org/draft'},
+     ['User=sglang\n', 'Group=ml\n', 'RequiresMountsFor=/models/m\n'], ['org/draft']),
+    ({'sglang_model_path': 'org/model', 'sglang_draft_model_path': ''}, ['User=root\n'], ['RequiresMountsFor']),
+    ({'sglang_model_path': '/srv/100%', 'sglang_draft_model_path': '/srv/100%'}, ['RequiresMountsFor=/srv/100%%\n'],
+     []),
+], ids=['root-with-folders', 'a-user-and-a-hub-draft', 'hub-ids', 'a-percent-once'])
+def test_systemd_unit_runs_as_the_server_user_after_the_model_mounts(settings, templates, overrides, lines, absent):
+    settings.update(overrides)
+    unit = _configs.configs(settings, [], templates)[1]['content']
+    assert all(line in unit for line in lines) and not any(text in unit for text in absent)
+    assert unit.count('RequiresMountsFor=') == len([line for line in lines if line.startswith('RequiresMountsFor=')])
+    # The mounts belong to [Unit], the user to [Service].
+    assert unit.index('[Service]') < unit.index('User=') and all(
+        unit.index(line) < unit.index('[Service]') for line in lines if line.startswith('RequiresMountsFor='))
+
+
+@pytest.mark.parametrize('user, mode', [('root', '0600'), ('sglang', '0640')])
+def test_secret_files_are_readable_by_the_server_group_only_for_another_user(settings, templates, user, mode):
+    settings.update(sglang_user=user, sglang_api_key='k')
+    files = dict((entry['label'], entry['mode']) for entry in _configs.configs(settings, [], templates))
+    assert files['launch configuration'] == mode and files['API keys'] == mode and files['systemd unit'] == '0644'
+
+
 def test_adaptive_tiers_file_holds_the_derived_tiers(settings, templates):
     settings.update(sglang_dynamic_spec_mode='adaptive')
     tiers = _configs.configs(settings, [], templates)[2]
@@ -105,3 +130,17 @@ def test_the_patchs_switch_is_set_only_when_env_mode_is_on(settings, enabled, mo
 def test_adaptive_mode_turned_off_from_the_command_line_renders_no_tiers(settings, templates, enabled, labels):
     settings.update(sglang_dynamic_spec_enabled=enabled, sglang_dynamic_spec_mode='adaptive')
     assert [entry['label'] for entry in _configs.configs(settings, [], templates)] == labels
+
+
+# A dry run shows no diff of these: the keys file always holds keys, the launch configuration only a secret environment.
+@pytest.mark.parametrize('overrides, secret', [
+    ({}, []),
+    ({'sglang_api_key': 'k'}, ['API keys']),
+    ({'sglang_secret_environment': {'HF_TOKEN': 'hf_x'}}, ['launch configuration']),
+    ({'sglang_secret_environment': {'HF_TOKEN': 'hf_x'}, 'sglang_admin_api_key': 'a'}, ['launch configuration', 'API keys']),
+], ids=['none', 'keyed', 'secret-environment', 'both'])
+def test_the_files_that_carry_a_secret_are_named(settings, templates, overrides, secret):
+    settings.update(overrides)
+    assert _configs.secret_labels(settings) == secret
+    labels = [entry['label'] for entry in _configs.configs(settings, [], templates)]
+    assert set(secret) <= set(labels)

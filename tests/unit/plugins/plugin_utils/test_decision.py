@@ -24,6 +24,27 @@ def test_reasons_say_why_the_server_is_redeployed(state, check, force, reasons):
     assert _decision.reasons(dict(SERVING, **state), check, force) == reasons
 
 
+OWED = {'router_url': 'http://10.0.0.5:30080', 'worker_url': 'http://gpu1:30000', 'run_id': 'gpu1-r1', 'at': 1.0,
+        'why': 'the router did not admit it'}
+
+
+@pytest.mark.parametrize('owed, router_url, found', [
+    (None, 'http://10.0.0.5:30080', None),
+    (OWED, 'http://10.0.0.5:30080', OWED),
+    (OWED, 'http://10.0.0.5:30080/', OWED),
+    (OWED, 'http://10.0.0.6:30080', None),
+    (OWED, '', None),
+    ({}, 'http://10.0.0.5:30080', None),
+], ids=['none-owed', 'owed', 'trailing-slash', 'another-router', 'no-router', 'empty-record'])
+def test_a_readmission_is_owed_only_to_the_router_configured_now(owed, router_url, found):
+    assert _decision.readmission_owed(dict(SERVING, guard_router_owed=owed), router_url) == found
+
+
+def test_an_owed_readmission_is_a_reason_and_comes_after_force_restart():
+    assert _decision.reasons(SERVING, {}, True, OWED) == ['force_restart',
+                                                          'left out of the router by the restore of run gpu1-r1']
+
+
 @pytest.mark.parametrize('state, python, adaptive, problem', [
     ({}, '/opt/venv/bin/python', False, ''),
     ({'python_exists': False}, '/opt/venv/bin/python', False,
@@ -39,7 +60,25 @@ def test_reasons_say_why_the_server_is_redeployed(state, check, force, reasons):
      ' (0.5.23 does); the sglang of /opt/venv/bin/python on gpu1 could not be read. Use sglang_dynamic_spec_mode'
      ' env with the patch, or an sglang release with tiers.'),
     ({'adaptive_tiers': False}, '/opt/venv/bin/python', False, ''),
-], ids=['fine', 'no-interpreter', 'adaptive-with-tiers', 'adaptive-flat-list', 'adaptive-unreadable', 'env-mode'])
+    ({'server_access': {'user': 'sglang', 'group': 'sglang', 'checked': ['/models/m'], 'skipped': [], 'problems': []}},
+     '/opt/venv/bin/python', False, ''),
+    ({'server_access': {'user': 'sglang', 'group': 'ml', 'checked': ['/models/m', '/models/d'], 'skipped': [],
+                        'problems': [{'label': 'sglang_model_path', 'path': '/models/m',
+                                      'why': 'cannot be listed (Permission denied)'},
+                                     {'label': 'sglang_draft_model_path', 'path': '/models/d', 'why': 'does not exist'}]}},
+     '/opt/venv/bin/python', False,
+     "the server's user sglang (group ml) cannot load what the server reads on gpu1, checked as that user:"
+     ' sglang_model_path /models/m cannot be listed (Permission denied); sglang_draft_model_path /models/d does not'
+     ' exist. Give that user read access to each folder, its files and every folder above it (chmod, chgrp or an ACL;'
+     ' on NFS with root_squash, on the file server), or set sglang_user and sglang_group to a user that has it.'),
+    ({'server_access': {'user': None, 'group': None, 'checked': [], 'skipped': [],
+                        'problems': [{'label': 'user', 'path': None,
+                                      'why': 'the user sglang does not exist on this host'}]}},
+     '/opt/venv/bin/python', False,
+     'the server cannot run as its user on gpu1: the user sglang does not exist on this host. Create it there'
+     ' (useradd --system), or set sglang_user and sglang_group to a user and group that exist.'),
+], ids=['fine', 'no-interpreter', 'adaptive-with-tiers', 'adaptive-flat-list', 'adaptive-unreadable', 'env-mode',
+        'server-user-reads-the-model', 'server-user-cannot-read-the-model', 'server-user-missing'])
 def test_host_problems_refuse_what_the_server_could_not_run(state, python, adaptive, problem):
     assert _decision.host_problems(dict(SERVING, **state), python, 'gpu1', adaptive) == problem
 

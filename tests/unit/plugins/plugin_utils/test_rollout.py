@@ -250,3 +250,25 @@ def test_the_default_budget_counts_a_group_once():
     # gpu1, gpu2, group:big, group:huge: four servers, 25% of them is one.
     plan = _rollout.rollout_plan(ORDER, fleet_vars, {})
     assert (plan['single_serial'], plan['canary_hosts'], plan['policy']['max_unavailable']) == ([1, 1], ['gpu1'], 1)
+
+
+GROUPED = {'gpu1': {}, 'gpu2': {}, 'gpu3': {}, 'mn0': {'sglang_server_group': 'mn', 'sglang_node_rank': 0},
+           'mn1': {'sglang_server_group': 'mn', 'sglang_node_rank': 1}}
+
+
+# The printed plan's batches, from the same plan the plays take their serial from.
+@pytest.mark.parametrize('hosts, asked, lines', [
+    (['gpu1', 'gpu2', 'gpu3'], {}, ['batch 1 (canary): gpu1', 'batch 2: gpu2', 'batch 3: gpu3']),
+    (['gpu1', 'gpu2', 'gpu3'], {'serial': '100%', 'canary': 0}, ['batch 1: gpu1, gpu2, gpu3']),
+    (['gpu1', 'gpu2', 'gpu3'], {'serial': 2, 'canary': 1}, ['batch 1 (canary): gpu1', 'batch 2: gpu2, gpu3']),
+    (['gpu1', 'gpu2', 'gpu3'], {'serial': [1, 2], 'canary': 0}, ['batch 1: gpu1', 'batch 2: gpu2, gpu3']),
+    (['mn1', 'gpu1', 'mn0'], {'serial': '100%', 'canary': 2},
+     ['batch 1 (canary): gpu1', 'batch 2 (canary): mn0, mn1']),
+    (['mn1', 'mn0'], {}, ['batch 1 (canary): mn0, mn1']),
+    ([], {}, []),
+], ids=['default-policy', 'whole-fleet', 'canary-then-two', 'serial-list', 'canary-reaching-a-group', 'group-only',
+        'no-hosts'])
+def test_the_plan_lists_its_batches_canary_first(hosts, asked, lines):
+    plan = _rollout.rollout_plan(hosts, lambda name: GROUPED[name], asked)
+    assert plan['batch_lines'] == lines
+    assert [batch['hosts'] for batch in plan['batches']] == [line.split(': ', 1)[1].split(', ') for line in lines]
