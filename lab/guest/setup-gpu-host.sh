@@ -16,11 +16,6 @@ for ((i = 0; i < gpus; i++)); do
   entries+="${entries:+, }{\"index\": $i, \"uuid\": \"GPU-lab0000-0000-0000-0000-00000000000$i\", \"total_mib\": 143771, \"device\": \"/dev/nvidia$i\", \"leak_mib\": 0}"
 done
 echo "{\"release_delay\": 0.15, \"gpus\": [$entries]}" >/var/lib/nvidia-smi-sim/gpus.json
-# The model folders inventory/lab names (the preflight checks, as the server's user, that they can be read): the
-# stand-in loads no weights, so a config.json is all they hold.
-for model in Llama-3.1-8B-Instruct EAGLE3-LLaMA3.1-Instruct-8B; do
-  mkdir -p "/models/$model"
-  [ -e "/models/$model/config.json" ] || echo '{"lab": "stand-in model folder: no weights"}' >"/models/$model/config.json"
-done
+/opt/lab/guest/model-folders.sh
 printf '#!/bin/sh\n# nvidia-smi SIMULATOR (gpuops.sglang lab)\nexec /usr/bin/python3 /opt/lab/simulators/nvidia_smi.py "$@"\n' >/usr/local/bin/nvidia-smi
 chmod 755 /usr/local/bin/nvidia-smi
