@@ -20,33 +20,11 @@ import threading
 
 import yaml
 
-# The order phases happen in, and what each is called on the page and in the timeline.
-PHASE_LABELS = (
-    ('preflight', 'preflight'),
-    ('takeover', 'earlier guard carried out'),
-    ('prepare', 'prepare'),
-    ('slot', 'room in the fleet'),
-    ('arm', 'guard armed'),
-    ('router_out', 'out of the router'),
-    ('perf_before', 'benchmark old server'),
-    ('stop', 'drain + stop'),
-    ('kill', 'kill in container'),
-    ('gpu_release', 'GPUs free'),
-    ('patch', 'patch'),
-    ('configure', 'configure'),
-    ('start', 'start to healthy'),
-    ('perf_after', 'benchmark new server'),
-    ('router_in', 'back in the router'),
-    ('bake', 'canary bake on live traffic'),
-    ('confirm', 'confirmed'),
-    ('rollback', 'rollback'),
-    ('report', 'report'),
-)
-PHASES = tuple(name for name, _ in PHASE_LABELS)
-# The outage window: from the stop to the end of the start (the first healthy answer).
-WINDOW_PHASES = ('stop', 'kill', 'gpu_release', 'patch', 'configure', 'start')
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._steps import PHASE_TAG_PREFIX, PHASES, STEPS, WINDOW_PHASES
 
-PHASE_TAG_PREFIX = 'gpuops_phase_'
+# The order phases happen in, and what each is called on the page and in the timeline: the role's step table.
+PHASE_LABELS = tuple((step.phase, step.label) for step in STEPS)
+__all__ = ['PHASE_LABELS', 'PHASES', 'PHASE_TAG_PREFIX', 'WINDOW_PHASES']
 COLLECTION = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The only files whose tasks have phases: the role's tasks and handlers.
 ROLE_TASK_FOLDERS = (os.path.join('roles', 'sglang', 'tasks'), os.path.join('roles', 'sglang', 'handlers'))
@@ -228,7 +206,9 @@ def host_phases(records):
         if current is None:
             if record['state'] == 'skipped':
                 continue
-            current = {'phase': record['phase'], 'label': labels[record['phase']], 'start': record['at'],
+            # A stored run of another release of the role may name a phase this one does not have: shown by name.
+            current = {'phase': record['phase'], 'label': labels.get(record['phase'], record['phase']),
+                       'start': record['at'],
                        'end': None, 'state': 'running', 'attempts': None, 'msg': None, '_done': 0}
             phases.append(current)
         if record['state'] == 'started':

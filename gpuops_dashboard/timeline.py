@@ -7,6 +7,7 @@ tooltip. Pure: records and summary in, SVG text out.
 import datetime
 from html import escape as _html_escape
 
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._steps import STEPS
 from gpuops_dashboard.phases import PHASE_LABELS, WINDOW_PHASES, host_phases
 
 
@@ -16,14 +17,12 @@ def escape(value):
     return _html_escape(str(value), quote=True)
 
 
-COLOURS = {
-    'preflight': '#9aa5b1', 'takeover': '#b08968', 'prepare': '#7b8794', 'arm': '#6c5ce7',
-    'stop': '#e17055', 'kill': '#d63031', 'gpu_release': '#fdcb6e', 'patch': '#0984e3',
-    'configure': '#74b9ff', 'start': '#00b894', 'slot': '#cbd2d9', 'router_out': '#fab1a0', 'router_in': '#55efc4', 'perf_before': '#a29bfe', 'perf_after': '#6c5ce7', 'confirm': '#2d6a4f', 'rollback': '#c0392b', 'report': '#b2bec3',
-}
+COLOURS = {step.phase: step.colour for step in STEPS}
 STATUS_COLOURS = {'redeployed': '#2d6a4f', 'unchanged': '#52606d', 'skipped': '#52606d', 'rolled_back': '#c0392b', 'failed': '#c0392b'}
 # The host measures these itself (report phases_s); the events' bars include Ansible's round trips.
-_REPORTED = {'stop': 'stop', 'kill': 'kill_in_container', 'gpu_release': 'gpu_release', 'start': 'start_to_healthy'}
+_REPORTED = {step.phase: step.reported for step in STEPS if step.reported}
+# The legend: the window's steps between the few around them that every run has.
+LEGEND = ('preflight', 'prepare', 'arm') + WINDOW_PHASES + ('confirm', 'rollback')
 
 WIDTH = 960
 LEFT = 90
@@ -117,8 +116,7 @@ def render(records, hosts_summary, title=''):
                          % (LEFT + plot * 0.45, top + 48, escape(str(summary.get('reason', ''))[:110])))
         parts.append('</g>')
     legend_x = 8
-    for phase in ('preflight', 'prepare', 'arm', 'stop', 'kill', 'gpu_release', 'patch', 'configure', 'start',
-                  'confirm', 'rollback'):
+    for phase in LEGEND:
         label = dict(PHASE_LABELS)[phase]
         parts.append('<rect x="%d" y="%d" width="10" height="10" fill="%s"/>' % (legend_x, height - 14, COLOURS[phase]))
         parts.append('<text x="%d" y="%d" fill="#3e4c59">%s</text>' % (legend_x + 13, height - 5, escape(label)))

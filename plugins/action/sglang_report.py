@@ -26,7 +26,7 @@ from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _report
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _report, _steps
 
 STATS_KEY = 'sglang_redeploy'
 # The fact in which every host keeps its final report (tasks/report.yml), read from the group's other nodes.
@@ -49,7 +49,8 @@ ARGUMENT_SPEC = dict(
     stage=dict(type='str', default='final', choices=['final', 'opened', 'group']),
     report_dir=dict(type='str', default=''),
     host=dict(type='str', required=True),
-    run=dict(type='dict', default={}),
+    # Typed by the step table: a key it does not name (a typo) is refused, not read as a step that never ran.
+    run=dict(type='dict', default={}, options={key: dict(type='raw') for key in _steps.run_keys()}),
     settings=dict(type='dict', options=SETTINGS),
     group=dict(type='dict'),
 )

@@ -24,13 +24,12 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import FAILED
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._steps import run_keys
 
 SLOT_KEYS = ('slot', 'waited_s', 'held_by', 'unavailable')
 SPLIT = 'split'
-# The report's names for the run's step results and notes (`run`; a step that never ran gives none).
-RESULTS = ('stop', 'killed', 'released', 'started', 'patched', 'router_before', 'router_removed', 'router_readmitted',
-           'rollback', 'slot', 'takeover', 'gpu_probe', 'after_failure', 'state', 'failure', 'run_id', 'window_opened',
-           'skip_reason', 'decision', 'group', 'performance', 'group_decision', 'bake', 'dry_run')
+# The report's names for the run's step results and notes (`run`; a step that never ran gives none): the step table's.
+RESULTS = run_keys()
 
 
 def report_files(host, status):

@@ -30,9 +30,7 @@ def test_every_phase_tag_in_the_role_names_one_known_phase():
 
 def test_every_phase_is_marked_by_a_task_of_the_role():
     marked = set(phase for _, task in recorded.role_tasks() for phase in task.phases)
-    # No task reports `configure` since the restart itself moves the new configuration into place
-    # (sglang_server activate); its label stays for the runs an older role recorded.
-    assert marked == set(phases.PHASES) - {'configure'}
+    assert marked == set(phases.PHASES)
 
 
 # The role's steps that refuse a host before anything moves (an assert, or the plan's and the decision's checks).
@@ -88,10 +86,10 @@ def test_an_edited_tag_is_read_again(tmp_path):
     patch_path = recorded.task_path_of('Apply the patch', str(collection))
     assert resolve(patch_path) == 'patch'
     patch_file = collection / patch_path.rpartition(':')[0]
-    patch_file.write_text(patch_file.read_text().replace('gpuops_phase_patch', 'gpuops_phase_configure'))
+    patch_file.write_text(patch_file.read_text().replace('gpuops_phase_patch', 'gpuops_phase_start'))
     os.utime(str(patch_file), ns=(1, 1))
-    assert resolve(patch_path) == 'configure'
-    patch_file.write_text(patch_file.read_text().replace('gpuops_phase_configure', 'gpuops_phase_nothing'))
+    assert resolve(patch_path) == 'start'
+    patch_file.write_text(patch_file.read_text().replace('gpuops_phase_start', 'gpuops_phase_nothing'))
     os.utime(str(patch_file), ns=(2, 2))
     assert resolve(patch_path) is None
 
