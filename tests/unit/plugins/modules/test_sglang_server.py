@@ -177,9 +177,11 @@ def test_restarted_stops_the_running_server_and_starts_a_new_one(run_module, tin
 
 def test_a_server_that_never_answers_health_fails_at_the_health_timeout(run_module, tiny):
     tiny.serve(SITE, without=['/health'])
-    result = tiny.run(run_module, state='started', health_timeout=0.3)
+    # Long enough for the stand-in to bind its port on a loaded machine (0.3 s read "no answer" once in CI): the
+    # last answer is then its 404.
+    result = tiny.run(run_module, state='started', health_timeout=3)
     assert result['failed'] and set(result) >= KEYS
-    assert result['msg'] == ('the server tiny did not become healthy: /health did not answer 200 within 0.3s '
+    assert result['msg'] == ('the server tiny did not become healthy: /health did not answer 200 within 3.0s '
                              '(last: 404)')
     assert result['changed'] is True and result['running'] is True and result['healthy'] is False
 
