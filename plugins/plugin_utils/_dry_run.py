@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._groups import flag_pairs
+
 # The window's steps that end processes, in the order the window runs them, by the report's names for them.
 KILL_STEPS = ('stop', 'kill_in_container', 'gpu_release')
 
@@ -19,23 +21,7 @@ KILL_STEPS = ('stop', 'kill_in_container', 'gpu_release')
 def launch_flags(args: list) -> dict:
     """{flag: value} of an SGLang argv: `--flag VALUE` and `--flag=VALUE` as their value, a bare switch as true.
     A flag given twice keeps its last value, as argparse does; anything before the first flag is left out."""
-    flags: dict = {}
-    index = 0
-    args = [str(arg) for arg in args or []]
-    while index < len(args):
-        arg = args[index]
-        index += 1
-        if not arg.startswith('--'):
-            continue
-        name, equals, value = arg.partition('=')
-        if equals:
-            flags[name] = value
-        elif index < len(args) and not args[index].startswith('--'):
-            flags[name] = args[index]
-            index += 1
-        else:
-            flags[name] = True
-    return flags
+    return {flag: value for flag, value in flag_pairs([str(arg) for arg in args or []]) if flag.startswith('--')}
 
 
 def live_args(launch_text: str | None) -> list | None:

@@ -142,10 +142,11 @@ def play_problems(group, play_hosts):
             ' every node, or none).' % (covered, group['name'], ', '.join(missing))]
 
 
-def _flag_values(args):
-    """{flag: [its values, in order]} of an argv; `--flag=value` counts as the flag and its value, a bare switch
-    has the value True."""
-    found, index = {}, 0
+def flag_pairs(args):
+    """[(flag, value)] of an argv, in order: `--flag=value` and `--flag value` as the flag and its value, a bare
+    switch with the value True. The one reader of an SGLang argv (the group's comparison, the dry run's flag
+    changes)."""
+    found, index = [], 0
     while index < len(args):
         flag, value = as_text(args[index]), True
         if '=' in flag and flag.startswith('--'):
@@ -153,8 +154,16 @@ def _flag_values(args):
         elif index + 1 < len(args) and not as_text(args[index + 1]).startswith('--'):
             index += 1
             value = as_text(args[index])
-        found.setdefault(flag, []).append('(the node\'s own)' if flag in PER_NODE_FLAGS else value)
+        found.append((flag, value))
         index += 1
+    return found
+
+
+def _flag_values(args):
+    """{flag: [its values, in order]} of an argv (flag_pairs)."""
+    found = {}
+    for flag, value in flag_pairs(args):
+        found.setdefault(flag, []).append('(the node\'s own)' if flag in PER_NODE_FLAGS else value)
     return found
 
 
