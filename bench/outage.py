@@ -215,11 +215,11 @@ def charts(results, path_prefix):
     phases = results.get('phases')
     if phases:
         fig, ax = plt.subplots(figsize=(8, 2.8))
-        colors = {'stop': '#d62728', 'kill_in_container': '#ff7f0e', 'gpu_release': '#9467bd',
-                  'start_to_healthy': '#2ca02c', 'other': '#7f7f7f'}
+        colors = {'stop': '#d62728', 'kill': '#ff7f0e', 'gpu_release': '#9467bd',
+                  'start': '#2ca02c', 'other': '#7f7f7f'}
         for row, (host, report) in enumerate(sorted(phases.items())):
             left = 0.0
-            for phase in ('stop', 'kill_in_container', 'gpu_release', 'start_to_healthy'):
+            for phase in ('stop', 'kill', 'gpu_release', 'start'):
                 width = report['phases_s'].get(phase) or 0.0
                 ax.barh(row, width, left=left, color=colors[phase], label=phase if row == 0 else None)
                 left += width

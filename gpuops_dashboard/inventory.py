@@ -2,7 +2,8 @@
 
 Host variables are resolved by Ansible itself (an ad-hoc `debug` through ansible-runner, nothing
 connects to a host), so templated values such as `sglang_report_dir: "{{ lab_state_dir }}/reports"`
-come out as the playbook sees them. The servers are then asked directly over HTTP.
+come out as the playbook sees them; a variable a host leaves unset is the role's default, read from the role's
+defaults/main.yml. The servers are then asked directly over HTTP.
 
 The address asked is the one the role itself uses for a server (the collection's sglang_reachable_host
 filter: the inventory address when the server listens on every address, never 0.0.0.0), through the
@@ -20,15 +21,17 @@ never what something at its port answers. The key's value is never resolved here
 import datetime
 import json
 import os
+import re
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import ansible_runner
+import yaml
 
 from gpuops_dashboard import speculation
-from gpuops_dashboard.redeploy import ansible_environment, _inventory_path
+from gpuops_dashboard.redeploy import REPO, ansible_environment, _inventory_path
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import HttpError, JsonError, fetch, parse_json
 
@@ -37,16 +40,20 @@ SERVER_INFO_KEYS = ('speculative_algorithm', 'speculative_num_steps', 'speculati
                     'speculative_num_draft_tokens', 'speculative_adaptive', 'max_running_requests',
                     'disable_overlap_schedule')
 DYNAMIC_SPEC_ENV = 'SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'
+# The collection this dashboard ships in: its role's defaults are what a host that sets none of the variables below
+# runs with, read from the role (not copied here) at each resolution of the inventory.
+ROLE_DEFAULTS = os.path.join(REPO, 'roles', 'sglang', 'defaults', 'main.yml')
+# What a card needs of each host: {key: the role variable}. A variable the host leaves unset is the role's default,
+# none where the role has none (pve_node and pve_vmid on bare metal, sglang_node_rank off a server group).
+HOST_VARIABLES = {
+    'port': 'sglang_port', 'report_dir': 'sglang_report_dir', 'rollback_deadline': 'sglang_rollback_deadline',
+    'service_manager': 'sglang_service_manager', 'pve_node': 'pve_node', 'pve_vmid': 'pve_vmid',
+    'server_group': 'sglang_server_group', 'node_rank': 'sglang_node_rank',
+}
 # The role's own rule for where a server is reached (plugins/filter/sglang_reachable_host.py).
-_ADDRESS = ('sglang_host | default("127.0.0.1") | gpuops.sglang.sglang_reachable_host(ansible_host | '
-            'default(inventory_hostname))')
-_RESOLVE = ('{{ {"address": ' + _ADDRESS + ', "port": sglang_port | default(30000), '
-            '"report_dir": sglang_report_dir | default(""), '
-            '"rollback_deadline": sglang_rollback_deadline | default(1800), '
-            '"service_manager": sglang_service_manager | default("auto"), '
-            '"pve_node": pve_node | default(none), "pve_vmid": pve_vmid | default(none), '
-            '"server_group": sglang_server_group | default(""), "node_rank": sglang_node_rank | default(none)'
-            '%s} }}')
+_ADDRESS = '%s | gpuops.sglang.sglang_reachable_host(ansible_host | default(inventory_hostname))'
+# A role default the dashboard can copy into its template as a literal (_literal).
+_PLAIN = re.compile(r'[^"\\{}\x00-\x1f]*\Z')
 # Whether the server has a key, never the key: no default(), which would turn a key templated from a missing
 # (vault) variable into "no key". A host without the variable has none; one whose value cannot be resolved here
 # fails, and is resolved again without it, as keyed.
@@ -77,16 +84,44 @@ def _resolve(inventory, pattern, template):
     return resolved, failed, (runner.rc, tail)
 
 
+def role_defaults():
+    """{name: value} of the role's defaults/main.yml."""
+    with open(ROLE_DEFAULTS) as handle:
+        return yaml.safe_load(handle) or {}
+
+
+def _literal(name, value):
+    """A role default as a Jinja literal: a number, or a string of plain characters (no template, and nothing Ansible
+    would read otherwise inside the quotes of a literal: it keeps a backslash as it is)."""
+    if value is None:
+        return 'none'
+    if isinstance(value, (int, float)) or (isinstance(value, str) and _PLAIN.match(value)):
+        return json.dumps(value)
+    raise RuntimeError('the dashboard reads %s from the role\'s defaults (%s) and takes a number or a string without '
+                       'quotes, backslashes or braces there, not %r' % (name, ROLE_DEFAULTS, value))
+
+
+def resolve_template(has_api_key, defaults):
+    """The debug message that resolves a host's HOST_VARIABLES and address, and with `has_api_key` whether its
+    server has a key: each variable the host leaves unset as `defaults` (the role's) have it."""
+    def variable(name):
+        return '%s | default(%s)' % (name, _literal(name, defaults.get(name)))
+    entries = ['"address": ' + _ADDRESS % variable('sglang_host')]
+    entries.extend('"%s": %s' % (key, variable(name)) for key, name in HOST_VARIABLES.items())
+    return '{{ {' + ', '.join(entries) + (_HAS_API_KEY if has_api_key else '') + '} }}'
+
+
 def resolve_hosts(inventory, pattern='gpu'):
     """{host: {address, port, report_dir, rollback_deadline, ..., has_api_key}} for `pattern`.
 
     has_api_key: whether the inventory gives the server a key (sglang_api_key not empty); a key Ansible
     cannot resolve here (a vault without its password, a variable the dashboard lacks) counts as one.
     """
-    hosts, failed, (rc, tail) = _resolve(inventory, pattern, _RESOLVE % _HAS_API_KEY)
+    defaults = role_defaults()
+    hosts, failed, (rc, tail) = _resolve(inventory, pattern, resolve_template(True, defaults))
     if failed:
         # The key is the only part that may need what the dashboard lacks: the rest again without it.
-        again, still, (rc, tail) = _resolve(inventory, ','.join(sorted(failed)), _RESOLVE % '')
+        again, still, (rc, tail) = _resolve(inventory, ','.join(sorted(failed)), resolve_template(False, defaults))
         for variables in again.values():
             variables['has_api_key'] = True
         hosts.update(again)

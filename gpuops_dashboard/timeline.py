@@ -19,8 +19,6 @@ def escape(value):
 
 COLOURS = {step.phase: step.colour for step in STEPS}
 STATUS_COLOURS = {'redeployed': '#2d6a4f', 'unchanged': '#52606d', 'skipped': '#52606d', 'rolled_back': '#c0392b', 'failed': '#c0392b'}
-# The host measures these itself (report phases_s); the events' bars include Ansible's round trips.
-_REPORTED = {step.phase: step.reported for step in STEPS if step.reported}
 # The legend: the window's steps between the few around them that every run has.
 LEGEND = ('preflight', 'prepare', 'arm') + WINDOW_PHASES + ('confirm', 'rollback')
 
@@ -85,8 +83,10 @@ def render(records, hosts_summary, title=''):
             x1 = x(phase['end']) if phase['end'] else x0 + 2
             width = max(x1 - x0, 2.0)
             tip = '%s: %.2f s on the controller' % (phase['label'], (x1 - x0) / plot * span)
-            if measured.get(_REPORTED.get(phase['phase'])) is not None:
-                tip += ', %s s on the host' % measured[_REPORTED[phase['phase']]]
+            # The host measures some steps itself (the report's phases_s, by phase); the events' bars include
+            # Ansible's round trips.
+            if measured.get(phase['phase']) is not None:
+                tip += ', %s s on the host' % measured[phase['phase']]
             if phase.get('msg'):
                 tip += ' - ' + phase['msg']
             stroke = ' stroke="#c0392b" stroke-width="2"' if phase['state'] in ('failed', 'unreachable') else ''

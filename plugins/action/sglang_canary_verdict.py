@@ -6,9 +6,9 @@
 `inconclusive: rollback`, fails the task so that the window's rescue rolls the canary back; `hold` keeps the
 canary and stops the rollout (the rollout gate reads the report's `bake`). The `bake` block is returned either way."""
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any
 
 from ansible.plugins.action import ActionBase
 
@@ -17,7 +17,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils import _bake
 ACTIONS = ('rollback', 'hold', 'pass')
 
 
-def decided(judged, inconclusive):
+def decided(judged: dict[str, Any], inconclusive: str) -> str:
     """What the role does with the verdict: kept, rolled_back or held."""
     if judged['verdict'] == 'fail':
         return 'rolled_back'
@@ -26,7 +26,7 @@ def decided(judged, inconclusive):
     return 'kept'
 
 
-def baseline_of(bake, before):
+def baseline_of(bake: dict[str, Any], before: dict[str, Any] | None) -> tuple[list[Any], str | None]:
     """(the baseline servers' figures, where they come from): the servers on the previous version read over the
     same window (`peers`); without one, the canary's old server read before the window (`before`); else none."""
     peers = [figures for figures in (bake.get('baselines') or {}).values() if figures]
@@ -41,8 +41,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
         validation, args = self.validate_argument_spec(argument_spec=dict(
             bake=dict(type='dict', required=True),
             min_requests=dict(type='int', default=_bake.DEFAULTS['min_requests']),
@@ -54,7 +54,7 @@ class ActionModule(ActionBase):
         ))
         bake = args['bake']
         baselines, source = baseline_of(bake, args['before'])
-        judged = _bake.verdict(bake.get('canary'), baselines, dict((key, args[key]) for key in _bake.DEFAULTS))
+        judged = _bake.verdict(bake.get('canary'), baselines, {key: args[key] for key in _bake.DEFAULTS})
         judged['baseline_source'] = source
         problems = bake.get('baseline_problems') or {}
         if problems:

@@ -8,9 +8,9 @@ files, the gathered state (sglang_server_info's result) and the patch's dry run 
 stamp proved the patch).
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any
 
 from ansible.plugins.action import ActionBase
 
@@ -35,8 +35,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         # A skipped dry run (the stamp proved the patch, or there is none to apply) registers {'skipped': True}.
         state, patch_check = args['state'], args['patch_check'] or {}

@@ -11,14 +11,13 @@ slot only while that stays within max_unavailable. A slot records the pid of the
 process that holds it, so a run that died does not hold slots forever.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import fcntl
 import json
 import os
 import time
+from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes
@@ -29,13 +28,13 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._fleet import unavai
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 
 
-def process_start(pid):
+def process_start(pid: int) -> str:
     """The process's start time in clock ticks (field 22 of /proc/PID/stat): a reused pid differs."""
     with open('/proc/%d/stat' % pid) as handle:
         return handle.read().rsplit(')', 1)[1].split()[19]
 
 
-def owner_alive(slot):
+def owner_alive(slot: dict[str, Any]) -> bool:
     try:
         return process_start(int(slot['pid'])) == slot.get('pid_start')
     except (KeyError, TypeError, ValueError, OSError, IndexError):
@@ -46,8 +45,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=dict(
             state=dict(type='str', default='acquired', choices=['acquired', 'released']),
             host=dict(type='str', required=True),
@@ -79,7 +78,8 @@ class ActionModule(ActionBase):
 
         return self._acquire(args, folder, slot_path, owner, result)
 
-    def _acquire(self, args, folder, slot_path, owner, result):
+    def _acquire(self, args: dict[str, Any], folder: str, slot_path: str, owner: dict[str, Any],
+                 result: dict[str, Any]) -> dict[str, Any]:
         """Wait, under the controller's lock, until taking this host down keeps the fleet within its budget."""
         begun = time.time()
         while True:
@@ -118,7 +118,7 @@ class ActionModule(ActionBase):
             time.sleep(0.5)
 
     @staticmethod
-    def _read(path):
+    def _read(path: str) -> dict[str, Any] | None:
         try:
             with open(path) as handle:
                 return json.load(handle)
@@ -126,13 +126,13 @@ class ActionModule(ActionBase):
             return None
 
     @staticmethod
-    def _live(slot):
+    def _live(slot: dict[str, Any]) -> bool:
         """A slot counts while the run that took it lives and, when it has one, its expiry has not passed
         (a host that became unreachable in its window is restored by its guard by then)."""
         expires = slot.get('expires')
         return owner_alive(slot) and (expires is None or time.time() < float(expires))
 
-    def _held(self, folder, exclude):
+    def _held(self, folder: str, exclude: str) -> list[Any]:
         held = []
         for name in sorted(os.listdir(folder)):
             if not name.endswith('.json') or name == host_file(exclude, 'slot'):
@@ -143,7 +143,7 @@ class ActionModule(ActionBase):
         return held
 
     @staticmethod
-    def _release(folder, slot_path, owner):
+    def _release(folder: str, slot_path: str, owner: dict[str, Any]) -> bool:
         with open(os.path.join(folder, '.lock'), 'a') as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:

@@ -9,13 +9,11 @@ barrier each node said it got to (O(said), set by the task before) and its regis
 for the message); and which nodes are still in the play's batch.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _groups
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _groups, _steps
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import registered_of
 
 # The barriers before the window opens (tasks/main.yml).
@@ -25,7 +23,7 @@ ARGUMENT_SPEC = dict(
     group=dict(type='dict'),
     host=dict(type='str', required=True),
     said=dict(type='str', required=True),
-    results=dict(type='list', elements='str', default=[]),
+    results=dict(type='list', elements='str'),
 )
 
 
@@ -34,16 +32,17 @@ class ActionModule(ActionBase):
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+        result = super().run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         group = args['group']
         server = 'the whole server group %s' % group['name'] if group else 'the server'
         group = group or {'nodes': [args['host']]}
-        results = registered_of(task_vars, group['nodes'], args['results'])
+        names = _steps.window_results() if args['results'] is None else args['results']
+        results = registered_of(task_vars, group['nodes'], names)
         # The batch's active hosts: a node that failed outside a rescue, or became unreachable, is no longer there.
         play_hosts = task_vars.get('ansible_play_batch') or []
-        said = dict((host, names.get(args['said']))
-                    for host, names in registered_of(task_vars, group['nodes'], [args['said']]).items())
+        said = {host: names.get(args['said'])
+                for host, names in registered_of(task_vars, group['nodes'], [args['said']]).items()}
         stopped = _groups.barrier(group['nodes'], play_hosts, results, said, args['step'])
         result.update(changed=False, failed_nodes=stopped['failed_nodes'])
         if stopped['failed_nodes']:

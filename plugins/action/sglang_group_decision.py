@@ -9,9 +9,9 @@ and decision are read through hostvars under the names the task gives (O(from_no
 cannot hold what another host registered. A single-node server keeps its own decision.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any
 
 from ansible.plugins.action import ActionBase
 
@@ -36,8 +36,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         group = args['group']
         result.update(changed=False, problems=[], nodes=list(group['nodes']) if group else [args['host']])
@@ -49,8 +49,8 @@ class ActionModule(ActionBase):
             return result
         names = args['from_nodes']
         registered = registered_of(task_vars, group['nodes'], [names[key] for key in _groups.DECIDED_ON])
-        registered = dict((host, dict((key, found[names[key]]) for key in _groups.DECIDED_ON))
-                          for host, found in registered.items())
+        registered = {host: {key: found[names[key]] for key in _groups.DECIDED_ON}
+                      for host, found in registered.items()}
         nodes, problems = _groups.decided_nodes(group, registered, names)
         decision = _groups.group_decision(nodes) if not problems else {'redeploy_needed': False, 'reasons': []}
         problems += decision.get('problems', [])

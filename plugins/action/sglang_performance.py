@@ -5,11 +5,10 @@
 (plugin_utils/_performance.py, unit-tested there), failed when the new server serves slower, so that the
 window's rescue rolls back; the `performance` block is returned either way, for the report."""
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import os
+from typing import Any
 
 from ansible.plugins.action import ActionBase
 
@@ -17,12 +16,12 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._files import read_j
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance, _report
 
 
-def stored(folder, host):
+def stored(folder: str, host: str) -> dict[str, Any] | None:
     """The baseline kept in the host's last redeploy report (None without one, or without figures)."""
     path = os.path.join(os.path.expanduser(folder), _report.last_redeploy_file(host))
     try:
         return _performance.stored_baseline(read_json(path))
-    except (IOError, OSError, ValueError):
+    except (OSError, ValueError):
         return None
 
 
@@ -30,8 +29,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
         validation, args = self.validate_argument_spec(argument_spec=dict(
             levels=dict(type='list', elements='int', required=True),
             after=dict(type='dict', required=True),
@@ -51,7 +50,7 @@ class ActionModule(ActionBase):
         return result
 
     @staticmethod
-    def _baseline(args):
+    def _baseline(args: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
         """(the baseline benchmark or None, what a level without one says)."""
         if args['baseline'] == 'stored':
             found = stored(args['report_dir'], args['host']) if args['report_dir'] else None

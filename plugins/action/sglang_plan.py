@@ -9,12 +9,11 @@ instead of the expressions vars/main.yml used to hold; the decisions are the pur
 plugin_utils, unit-tested there.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import hashlib
 from collections import ChainMap
+from typing import Any, Callable
 
 from ansible import constants as C
 from ansible import context
@@ -22,10 +21,10 @@ from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _groups, _performance, _rollout, _rules
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _speculation, _timing
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_text
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._flags import sglang_flags
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import ROLE_SETTINGS, inventory_vars, rendered
 
 TEMPLATES = ('sglang.service.j2', 'server_keys.yaml.j2')
@@ -34,9 +33,9 @@ TEMPLATES = ('sglang.service.j2', 'server_keys.yaml.j2')
 LAUNCHER = 'launcher.py'
 
 
-def flag_settings(settings, where, group=None):
-    """The sglang_flags filter's input: every server flag is defined once, in its table. The group's three
-    flags are None (left out) for a single-node server."""
+def flag_settings(settings: Any, where: dict[str, Any], group: dict[str, Any] | None = None) -> dict[str, Any]:
+    """sglang_flags' input (plugin_utils/_flags.py): every server flag is defined once, in its table. The group's
+    three flags are None (left out) for a single-node server."""
     group = group or {}
     return {
         'model_path': settings['sglang_model_path'], 'host': settings['sglang_host'], 'port': settings['sglang_port'],
@@ -61,8 +60,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=dict(
             gate_only=dict(type='bool', default=False),
             tune_mode=dict(type='dict'),
@@ -115,10 +114,10 @@ class ActionModule(ActionBase):
             # The launch configuration carries the secret environment, the API keys file the keys.
             secret=bool(settings['sglang_secret_environment']) or _configs.keyed(settings),
             secret_files=_configs.secret_labels(settings),
-            configs=[dict((key, entry[key]) for key in ('label', 'path', 'content', 'systemd_only'))
+            configs=[{key: entry[key] for key in ('label', 'path', 'content', 'systemd_only')}
                      for entry in files],
-            contents=dict((entry['label'], entry['content']) for entry in files),
-            files=[dict((key, value) for key, value in entry.items() if key != 'content') for entry in files],
+            contents={entry['label']: entry['content'] for entry in files},
+            files=[{key: value for key, value in entry.items() if key != 'content'} for entry in files],
             peers=peers, perf_levels=perf_levels, patch=patch,
             dynamic_spec_env_read_by=_rules.dynamic_spec_env_reader(settings, (patch or {}).get('content')),
             launcher={'path': where['launcher'], 'content': self._role_file('files', LAUNCHER)},
@@ -129,21 +128,21 @@ class ActionModule(ActionBase):
         return result
 
     @staticmethod
-    def _group_vars(settings, task_vars):
+    def _group_vars(settings: dict[str, Any], task_vars: dict[str, Any]) -> Callable:
         """The fleet's variables as _groups reads them: this host's own group and rank rendered (a template or
         an -e value), the others' through hostvars."""
         peer, me = inventory_vars(task_vars), task_vars['inventory_hostname']
         mine = {'sglang_server_group': settings['sglang_server_group'], 'sglang_node_rank': settings['sglang_node_rank']}
         return lambda name: ChainMap(mine, peer(name)) if name == me else peer(name)
 
-    def _canary(self, settings, task_vars):
+    def _canary(self, settings: dict[str, Any], task_vars: dict[str, Any]) -> list[Any]:
         """The canary's hosts: the rollout's first servers, across the single-node and the group play (the plays
         name the whole rollout, sglang_server_batches' rollout_hosts; one play alone is its own rollout)."""
         rollout = rendered(self._templar, task_vars, ['sglang_rollout_hosts'], {'sglang_rollout_hosts': None})
         return _rollout.canary_hosts(rollout['sglang_rollout_hosts'] or task_vars.get('ansible_play_hosts_all', []),
                                      settings['sglang_canary'], inventory_vars(task_vars))
 
-    def _gate(self, settings, task_vars, canary):
+    def _gate(self, settings: dict[str, Any], task_vars: dict[str, Any], canary: list[Any]) -> str:
         """Why this host is left alone (its skip flag, a failed canary, the failure budget); "" to go on."""
         peer = inventory_vars(task_vars)
         reports = _rollout.peer_reports(settings['sglang_fleet_hosts'], task_vars['inventory_hostname'],
@@ -151,7 +150,7 @@ class ActionModule(ActionBase):
         return _rollout.gate(settings['sglang_redeploy_skip'], reports, canary, settings['sglang_max_fail_percentage'])
 
     @staticmethod
-    def _tune(settings):
+    def _tune(settings: dict[str, Any]) -> dict[str, Any]:
         """{modes, deadline, problems} of a speculation tuning run (playbooks/tune_speculation.yml) on this host."""
         modes = [dict(mode, settings=_speculation.mode_settings(mode, settings)) for mode in
                  _speculation.modes(settings['sglang_speculative_num_steps'], settings['sglang_tune_steps'] or [])]
@@ -159,7 +158,8 @@ class ActionModule(ActionBase):
                 'problems': _speculation.problems(settings)}
 
     @staticmethod
-    def _bake(settings, task_vars, canary, peers):
+    def _bake(settings: dict[str, Any], task_vars: dict[str, Any], canary: list[Any],
+              peers: dict[str, str]) -> dict[str, Any]:
         """{seconds, baselines}: a canary server bakes against the fleet's other servers; any other host does not
         (seconds 0), nor any host without sglang_canary_bake."""
         seconds = as_float(settings['sglang_canary_bake'])
@@ -168,14 +168,14 @@ class ActionModule(ActionBase):
         return {'seconds': seconds, 'baselines': _rollout.bake_baselines(
             settings['sglang_fleet_hosts'], canary, peers, inventory_vars(task_vars))}
 
-    def _inventory(self, task_vars):
-        inventory = dict((name, self._templar.template(task_vars[name]))
-                         for name in ('pve_node', 'pve_vmid') if name in task_vars)
+    def _inventory(self, task_vars: dict[str, Any]) -> dict[str, Any]:
+        inventory = {name: self._templar.template(task_vars[name])
+                     for name in ('pve_node', 'pve_vmid') if name in task_vars}
         inventory['proxmox'] = (task_vars.get('groups') or {}).get('proxmox', [])
         inventory['controller'] = self._controller(task_vars)
         return inventory
 
-    def _controller(self, task_vars):
+    def _controller(self, task_vars: dict[str, Any]) -> dict[str, Any]:
         """What bounds the controller's gap between two steps of a host: the connection's timeout and
         retries, forks, the play's strategy and the hosts of this batch."""
         try:
@@ -191,7 +191,7 @@ class ActionModule(ActionBase):
             'batch': len(task_vars.get('ansible_play_batch') or [task_vars.get('inventory_hostname')]),
         }
 
-    def _patch(self, name):
+    def _patch(self, name: str) -> tuple[dict[str, str] | None | None, list[Any]]:
         """The patch, read once on the controller where lookup('file') finds it (the role's and the play's files/
         folders, or a path): the dry run, the stamp and the apply then use the same bytes, even if the file is
         edited during the run. (None, []) without a patch; (None, [problem]) when it cannot be read."""
@@ -202,17 +202,17 @@ class ActionModule(ActionBase):
             with open(path, 'rb') as handle:
                 data = handle.read()
             content = data.decode('utf-8')  # the module takes text: a patch that is not UTF-8 is refused here
-        except (AnsibleError, IOError, OSError, UnicodeError) as exc:
+        except (AnsibleError, OSError, UnicodeError) as exc:
             return None, ['sglang_patch_file %s cannot be read on the controller: %s' % (name, to_text(exc))]
         return {'file': name, 'content': content, 'sha256': hashlib.sha256(data).hexdigest()}, []
 
-    def _templates(self):
-        return dict((name, self._role_file('templates', name)) for name in TEMPLATES)
+    def _templates(self) -> dict[str, str]:
+        return {name: self._role_file('templates', name) for name in TEMPLATES}
 
-    def _role_file(self, kind, name):
+    def _role_file(self, kind: str, name: str) -> str:
         """The text of one of the role's templates/ or files/."""
         try:
             with open(self._find_needle(kind, name), 'rb') as handle:
                 return to_text(handle.read())
-        except (AnsibleActionFail, IOError, OSError) as exc:
+        except (AnsibleActionFail, OSError) as exc:
             raise AnsibleActionFail('cannot read the role %s %s: %s' % (kind.rstrip('s'), name, to_text(exc)))

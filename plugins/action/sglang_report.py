@@ -13,9 +13,7 @@ host (as the window opens, and at the end), and a module round trip to localhost
 each time, on the no-op path too.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import datetime
 import json
@@ -73,7 +71,7 @@ class ActionModule(ActionBase):
     _requires_connection = False
 
     def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+        result = super().run(tmp, task_vars)
         validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         folder, host = args['report_dir'], args['host']
         report = args['report']

@@ -6,12 +6,11 @@ threshold and the adaptive tiers drawn from it (plugin_utils/_speculation.py, un
 <report_dir>/<host>.speculation.json with the vars file that applies it (the host's name percent-encoded where it
 holds more than letters, digits and '_.-~:', plugin_utils/_host_files.py)."""
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
@@ -36,13 +35,13 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def files_of(folder, host):
+def files_of(folder: str, host: str) -> tuple[str, str]:
     """(the table's path, the vars file's path) in folder."""
     return (os.path.join(folder, host_file(host, 'speculation')),
             os.path.join(folder, host_file(host, 'speculation_vars')))
 
 
-def vars_text(host, applied, measured_at):
+def vars_text(host: str, applied: dict[str, int], measured_at: str) -> str:
     """The vars file: YAML, written as JSON (which YAML reads), with a comment that says where it comes from."""
     return ('# Written by playbooks/tune_speculation.yml for %s%s: the settings its measurements recommend.\n'
             '# Apply: ansible-playbook playbooks/redeploy.yml --limit %s -e @THIS_FILE -e sglang_perf_gate=true\n'
@@ -54,15 +53,15 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
-        result = super(ActionModule, self).run(tmp, task_vars)
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = super().run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         mode_list = [{'name': str(mode['name']), 'steps': int(mode['steps'])} for mode in args['modes']]
         missing = [mode['name'] for mode in mode_list if not (args['measured'].get(mode['name']) or {}).get('levels')]
         if missing:
             raise AnsibleActionFail('no benchmark of the mode(s) %s: nothing to recommend from' % ', '.join(missing))
-        levels = _speculation.table(dict((mode['name'], args['measured'][mode['name']]['levels'])
-                                         for mode in mode_list))
+        levels = _speculation.table({mode['name']: args['measured'][mode['name']]['levels']
+                                    for mode in mode_list})
         recommended = _speculation.recommend(levels, mode_list)
         if not recommended['compared']:
             raise AnsibleActionFail('no level was served in time and without errors by plain decoding or EAGLE-3: '
@@ -82,7 +81,7 @@ class ActionModule(ActionBase):
                          mode=0o644, durable=False)
             write_atomic(vars_file, vars_text(args['host'], applied, args['measured_at']).encode('utf-8'),
                          mode=0o644, durable=False)
-        except (IOError, OSError) as exc:
+        except OSError as exc:
             raise AnsibleActionFail('could not write the tuning table of %s to %s: %s'
                                     % (args['host'], args['report_dir'], to_native(exc)))
         table = (_speculation.lines(levels, mode_list, recommended) + recommended['notes']

@@ -2,9 +2,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 name: concise
@@ -42,6 +40,8 @@ requirements:
   - set as the stdout callback (C(stdout_callback = gpuops.sglang.concise) in C(ansible.cfg)).
 '''
 
+from typing import Any
+
 from ansible import constants as C
 from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallbackModule
@@ -54,7 +54,7 @@ REPORTS_KEY = 'sglang_redeploy'
 TUNING_KEY = 'sglang_speculation'
 
 
-def tuning_lines(tables):
+def tuning_lines(tables: Any) -> list[Any]:
     """The SPECULATION TUNING block: each tuned host's name, then its table's lines indented ([] without one)."""
     shown = []
     for host in sorted(tables or {}) if isinstance(tables, dict) else []:
@@ -64,7 +64,7 @@ def tuning_lines(tables):
     return shown
 
 
-def report_line(host, report):
+def report_line(host: str, report: dict[str, Any]) -> str:
     """One line for a host's redeploy report: 'gpu1: redeployed, healthy, downtime 3.05 s: why' (and the
     performance gate's verdict, when it judged the run)."""
     words = [str(report.get('status', 'unknown'))]
@@ -80,7 +80,7 @@ def report_line(host, report):
     return '%s: %s' % (line, report['reason']) if report.get('reason') else line
 
 
-def dry_run_lines(report):
+def dry_run_lines(report: dict[str, Any]) -> list[Any]:
     """A check run's dry run under its host's line, indented: what the window would end, the flags it would change,
     the guard's bounds ([] where no dry run ran)."""
     if report.get('would_kill') is None:
@@ -95,32 +95,32 @@ class CallbackModule(DefaultCallbackModule):
     CALLBACK_TYPE = 'stdout'
     CALLBACK_NAME = 'gpuops.sglang.concise'
 
-    def __init__(self):
-        super(CallbackModule, self).__init__()
+    def __init__(self) -> None:
+        super().__init__()
         self._last_task_path_shown = None
         # The task whose banner a failure printed last, quiet; whether a banner is printed for a failure now.
         self._last_failure_banner = None
         self._failure_banner = False
 
-    def set_options(self, task_keys=None, var_options=None, direct=None):
-        super(CallbackModule, self).set_options(task_keys=task_keys, var_options=var_options, direct=direct)
+    def set_options(self, task_keys: Any = None, var_options: Any = None, direct: Any = None) -> None:
+        super().set_options(task_keys=task_keys, var_options=var_options, direct=direct)
         if self._display.verbosity > 0:
             self._plugin_options['display_ok_hosts'] = True
             self._plugin_options['display_skipped_hosts'] = True
 
-    def _quiet(self):
+    def _quiet(self) -> bool:
         """The one-line layout: without -v, and with ok and skipped results hidden (the checkout's ansible.cfg)."""
         return not (self._display.verbosity > 0 or self.get_option('display_ok_hosts')
                     or self.get_option('display_skipped_hosts'))
 
-    def _print_task_banner(self, task):
+    def _print_task_banner(self, task: Any) -> None:
         if self._quiet() and not self._failure_banner:
             # each line shown for the task names it instead (_task_line)
             self._last_task_banner = task._uuid
             return
-        super(CallbackModule, self)._print_task_banner(task)
+        super()._print_task_banner(task)
 
-    def _print_failure_banner(self, task):
+    def _print_failure_banner(self, task: Any) -> None:
         """A failure keeps its task's banner, quiet or not (once per task, as the default callback does)."""
         if not self._quiet():
             if self._last_task_banner != task._uuid:
@@ -134,7 +134,7 @@ class CallbackModule(DefaultCallbackModule):
                 self._failure_banner = False
             self._last_failure_banner = task._uuid
 
-    def _task_line(self, status, result, item=None):
+    def _task_line(self, status: str, result: Any, item: Any = None) -> str:
         line = '%s: [%s] %s' % (status, self.host_label(result), result.task.get_name(include_role_fqcn=False).strip())
         if item is not None:
             line += ' (item=%s)' % item
@@ -142,9 +142,9 @@ class CallbackModule(DefaultCallbackModule):
             line += ' [CHECK MODE]'
         return line
 
-    def v2_runner_on_ok(self, result):
+    def v2_runner_on_ok(self, result: Any) -> None:
         if not self._quiet():
-            super(CallbackModule, self).v2_runner_on_ok(result)
+            super().v2_runner_on_ok(result)
             return
         if isinstance(result.task, TaskInclude) or not result.result.get('changed', False):
             return
@@ -152,25 +152,25 @@ class CallbackModule(DefaultCallbackModule):
         if not (result.task.loop and 'results' in result.result):  # loops: one line per item, as they come
             self._display.display(self._task_line('changed', result), color=C.COLOR_CHANGED)
 
-    def v2_runner_item_on_ok(self, result):
+    def v2_runner_item_on_ok(self, result: Any) -> None:
         if not self._quiet():
-            super(CallbackModule, self).v2_runner_item_on_ok(result)
+            super().v2_runner_item_on_ok(result)
             return
         if isinstance(result.task, TaskInclude) or not result.result.get('changed', False):
             return
         self._display.display(self._task_line('changed', result, self._get_item_label(result.result)),
                               color=C.COLOR_CHANGED)
 
-    def v2_on_file_diff(self, result):
+    def v2_on_file_diff(self, result: Any) -> None:
         if self._quiet() and result.result.get('changed', False) and result.result.get('diff'):
             self._display.display(self._task_line('diff', result))
-        super(CallbackModule, self).v2_on_file_diff(result)
+        super().v2_on_file_diff(result)
 
-    def v2_playbook_on_include(self, included_file):
+    def v2_playbook_on_include(self, included_file: Any) -> None:
         if not self._quiet():
-            super(CallbackModule, self).v2_playbook_on_include(included_file)
+            super().v2_playbook_on_include(included_file)
 
-    def v2_playbook_on_stats(self, stats):
+    def v2_playbook_on_stats(self, stats: Any) -> None:
         custom = (getattr(stats, 'custom', None) or {}).get('_run', {})
         reports = custom.get(REPORTS_KEY) or {}
         if reports and isinstance(reports, dict):
@@ -184,23 +184,23 @@ class CallbackModule(DefaultCallbackModule):
         if shown:
             self._display.banner('SPECULATION TUNING')
             self._display.display('\n'.join(shown))
-        super(CallbackModule, self).v2_playbook_on_stats(stats)
+        super().v2_playbook_on_stats(stats)
 
-    def v2_runner_on_unreachable(self, result):
+    def v2_runner_on_unreachable(self, result: Any) -> None:
         self._print_failure_banner(result.task)
-        super(CallbackModule, self).v2_runner_on_unreachable(result)
+        super().v2_runner_on_unreachable(result)
 
-    def v2_runner_item_on_failed(self, result):
+    def v2_runner_item_on_failed(self, result: Any) -> None:
         self._print_failure_banner(result.task)
-        super(CallbackModule, self).v2_runner_item_on_failed(result)
+        super().v2_runner_item_on_failed(result)
 
-    def v2_runner_on_failed(self, result, ignore_errors=False):
+    def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
         if self._display.verbosity > 0:
-            super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors=ignore_errors)
+            super().v2_runner_on_failed(result, ignore_errors=ignore_errors)
             return
         self._print_failure_banner(result.task)
         if result.task.loop and 'results' in result.result:
-            super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors=ignore_errors)
+            super().v2_runner_on_failed(result, ignore_errors=ignore_errors)
             return
         self._handle_warnings(result.result)
         if self.get_option('show_task_path_on_failure') and self._last_task_path_shown != result.task._uuid:

@@ -2,12 +2,10 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 
-class ModuleDocFragment(object):
+class ModuleDocFragment:
     """Where the server is: the options sglang_server, sglang_server_info and sglang_guard's O(server) share
     (module_utils/_server.py SERVER_OPTIONS)."""
 

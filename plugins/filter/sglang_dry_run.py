@@ -54,27 +54,30 @@ EXAMPLES = r'''
 
 RETURN = r'''
 _value:
-  description: V(would_kill) (V(stop), V(kill_in_container), V(gpu_release) - each a list), V(flag_changes), V(deadline), V(lines).
+  description: V(would_kill) (V(stop), V(kill), V(gpu_release) - each a list), V(flag_changes), V(deadline), V(lines).
   type: dict
 '''
 
 import base64
 import binascii
+from typing import Any, Callable
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._dry_run import dry_run
 
 
-def _text(slurped):
+def _text(slurped: dict[str, Any]) -> str | None:
     try:
         return base64.b64decode((slurped or {}).get('content') or '').decode('utf-8', 'replace') or None
     except (binascii.Error, ValueError):
         return None
 
 
-def sglang_dry_run(stop, container=None, release=None, live_launch=None, wanted_args=(), deadline=None):
+def sglang_dry_run(stop: dict[str, Any], container: dict[str, Any] | None = None, release: dict[str, Any] | None = None,
+                   live_launch: dict[str, Any] | None = None, wanted_args: list[str] = (),
+                   deadline: dict[str, int] | None = None) -> dict[str, Any]:
     return dry_run(stop, container, release, _text(live_launch), list(wanted_args or []), deadline or {})
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {'sglang_dry_run': sglang_dry_run}

@@ -2,9 +2,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 name: sglang_failure
@@ -43,13 +41,15 @@ _value:
   type: str
 '''
 
+from typing import Callable
+
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._report import failure_note
 
 
-def sglang_failure(task, result, limit=600):
+def sglang_failure(task: dict[str, str], result: dict[str, str], limit: int = 600) -> str:
     return failure_note(task, result, limit)
 
 
-class FilterModule(object):
-    def filters(self):
+class FilterModule:
+    def filters(self) -> dict[str, Callable]:
         return {'sglang_failure': sglang_failure}

@@ -2,9 +2,9 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any, Callable
 
 DOCUMENTATION = r'''
 name: sglang_kill_lines
@@ -37,10 +37,10 @@ _value:
 '''
 
 
-def sglang_kill_lines(killed):
+def sglang_kill_lines(killed: list[dict[str, Any]] | None) -> list[Any]:
     return ['%s <- SIG%s' % (entry.get('cmdline', '?'), entry.get('signal', '?')) for entry in killed or []]
 
 
-class FilterModule(object):
-    def filters(self):
+class FilterModule:
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {'sglang_kill_lines': sglang_kill_lines}

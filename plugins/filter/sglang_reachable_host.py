@@ -2,9 +2,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 name: sglang_reachable_host
@@ -39,13 +37,15 @@ _value:
   type: str
 '''
 
+from typing import Any, Callable
+
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import reachable_host
 
 
-def sglang_reachable_host(listen, inventory_address):
+def sglang_reachable_host(listen: str, inventory_address: str) -> str:
     return reachable_host(listen, inventory_address)
 
 
-class FilterModule(object):
-    def filters(self):
+class FilterModule:
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {'sglang_reachable_host': sglang_reachable_host}

@@ -2,9 +2,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 name: sglang_server_batches
@@ -145,13 +143,16 @@ _value:
           sample: "default (no redeploy_serial, ...): canary 1 server(s), then batches of 25% server(s), ..."
 '''
 
+from typing import Any, Callable
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import rollout_plan
 
 
-def sglang_server_batches(play_hosts, hostvars, serial=None, canary=None, max_unavailable=None,
-                          max_fail_percentage=None, fleet=None):
+def sglang_server_batches(play_hosts: list[str], hostvars: dict[str, Any], serial: int | str | None = None,
+                          canary: str | int | None = None, max_unavailable: int | None = None,
+                          max_fail_percentage: int | None = None, fleet: list[str] | None = None) -> dict[str, Any]:
     asked = {'serial': serial, 'canary': canary, 'max_unavailable': max_unavailable,
              'max_fail_percentage': max_fail_percentage}
     try:
@@ -161,6 +162,6 @@ def sglang_server_batches(play_hosts, hostvars, serial=None, canary=None, max_un
         raise AnsibleFilterError('sglang_server_batches: %s' % exc)
 
 
-class FilterModule(object):
-    def filters(self):
+class FilterModule:
+    def filters(self) -> dict[str, Callable]:
         return {'sglang_server_batches': sglang_server_batches}

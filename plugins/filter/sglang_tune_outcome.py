@@ -2,9 +2,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 name: sglang_tune_outcome
@@ -46,13 +44,15 @@ _value:
   type: str
 '''
 
+from typing import Any, Callable
+
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._speculation import restore_outcome
 
 
-def sglang_tune_outcome(host, armed, fired, was_in_router):
+def sglang_tune_outcome(host: str, armed: Any, fired: Any, was_in_router: Any) -> dict[str, Any]:
     return restore_outcome(host, armed, fired, was_in_router)
 
 
-class FilterModule(object):
-    def filters(self):
+class FilterModule:
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {'sglang_tune_outcome': sglang_tune_outcome}

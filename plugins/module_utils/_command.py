@@ -22,14 +22,13 @@ Two back ends behind one ``CommandRunner``:
 No Ansible import here: the module object is passed in.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import os
 import subprocess
 import threading
 import time
+from typing import Any, Callable
 
 C_LOCALE = {'LANG': 'C', 'LC_ALL': 'C'}
 # After the deadline: TERM to the command's process group, KILL this much later.
@@ -40,12 +39,12 @@ KILL_AFTER = 5
 class CommandError(Exception):
     """A command could not be run at all, or did not finish before its deadline."""
 
-    def __init__(self, msg, result=None):
-        super(CommandError, self).__init__(msg)
+    def __init__(self, msg: str, result: CommandResult | None = None) -> None:
+        super().__init__(msg)
         self.result = result
 
 
-class BoundedCall(object):
+class BoundedCall:
     """action() run in a daemon thread of its own and waited for at most `bound` seconds.
 
     For what has no process to kill: an in-process library call (NVML, wedged with its driver) or a client
@@ -54,21 +53,21 @@ class BoundedCall(object):
     in the waiting thread.
     """
 
-    def __init__(self, action, bound, name):
+    def __init__(self, action: Callable, bound: float, name: str) -> None:
         self.action, self.bound, self.name = action, float(bound), name
         self.thread = None
         self.outcome = {}
 
-    def _run(self):
+    def _run(self) -> None:
         try:
             self.outcome['value'] = self.action()
         except BaseException as exc:  # handed to the waiting thread
             self.outcome['error'] = exc
 
-    def timeout_error(self):
+    def timeout_error(self) -> CommandError:
         return CommandError('%s did not return within %gs' % (self.name, self.bound))
 
-    def wait(self):
+    def wait(self) -> list[dict[str, Any]] | int | None:
         """action()'s value; timeout_error() when it has not returned within the bound."""
         self.thread = threading.Thread(target=self._run, name=self.name)
         self.thread.daemon = True
@@ -80,14 +79,14 @@ class BoundedCall(object):
             raise self.outcome['error']
         return self.outcome.get('value')
 
-    def running(self):
+    def running(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
 
 
-class CommandResult(object):
+class CommandResult:
     __slots__ = ('argv', 'rc', 'stdout', 'stderr', 'timed_out', 'timeout')
 
-    def __init__(self, argv, rc, stdout, stderr, timed_out, timeout):
+    def __init__(self, argv: list[str], rc: int, stdout: str, stderr: str, timed_out: bool, timeout: float) -> None:
         self.argv = argv
         self.rc = rc
         self.stdout = stdout
@@ -96,22 +95,22 @@ class CommandResult(object):
         self.timeout = timeout
 
     @property
-    def output(self):
+    def output(self) -> str:
         """stdout and stderr together, stripped: nvidia-smi prints its driver errors on stdout."""
         return '\n'.join(part.strip() for part in (self.stdout, self.stderr) if part and part.strip())
 
-    def describe(self):
+    def describe(self) -> str:
         """'`ARGV` timed out after Ns' or '`ARGV` failed (rc N): OUTPUT' for a failure message."""
         if self.timed_out:
             return '`%s` timed out after %gs and was killed' % (format_argv(self.argv), self.timeout)
         return '`%s` failed (rc %d): %s' % (format_argv(self.argv), self.rc, self.output or 'no output')
 
 
-def format_argv(argv):
+def format_argv(argv: list[str]) -> str:
     return ' '.join(argv)
 
 
-def subprocess_runner(argv, timeout):
+def subprocess_runner(argv: list[str], timeout: float) -> tuple[int, str, str]:
     """The standard-library back end: (rc, stdout, stderr) of argv, rc 124 when it missed its deadline."""
     env = dict(os.environ, **C_LOCALE)
     try:
@@ -129,14 +128,14 @@ def subprocess_runner(argv, timeout):
     return proc.returncode, out, err
 
 
-class CommandRunner(object):
+class CommandRunner:
     """Runs argv lists through ``module.run_command`` under a deadline and records each in ``cmd``.
 
     ``cmd`` holds the argv as the operator would type it, without the
     ``timeout`` prefix that bounds it.
     """
 
-    def __init__(self, module, timeout, clock=time.monotonic, runner=None):
+    def __init__(self, module: Any, timeout: int, clock: Any = time.monotonic, runner: Any = None) -> None:
         if timeout <= 0:
             raise CommandError('command_timeout must be greater than 0, got %r' % timeout)
         self.module = module
@@ -147,11 +146,12 @@ class CommandRunner(object):
         self._runner = runner
 
     @classmethod
-    def over(cls, runner=subprocess_runner, timeout=60.0, clock=time.monotonic):
+    def over(cls, runner: Any = subprocess_runner, timeout: int = 60.0,
+             clock: Callable = time.monotonic) -> CommandRunner:
         """The standard-library back end: commands go to ``runner(argv, timeout)``, not to an AnsibleModule."""
         return cls(None, timeout, clock=clock, runner=runner)
 
-    def _deadline_prefix(self, timeout):
+    def _deadline_prefix(self, timeout: float) -> list[str]:
         if self._timeout_bin is None:
             self._timeout_bin = self.module.get_bin_path('timeout', required=False)
             if not self._timeout_bin:
@@ -159,7 +159,8 @@ class CommandRunner(object):
                                    'so that a hung driver or container cannot hang the task')
         return [self._timeout_bin, '--kill-after=%d' % KILL_AFTER, '%gs' % timeout]
 
-    def run(self, argv, timeout=None, cwd=None, data=None):
+    def run(self, argv: list[str], timeout: float | None = None, cwd: str | None = None,
+            data: bytes | None = None) -> CommandResult:
         """Run argv and return a CommandResult; never raises for a non-zero rc or a timeout."""
         argv = [str(arg) for arg in argv]
         timeout = self.timeout if timeout is None else timeout
@@ -179,15 +180,16 @@ class CommandRunner(object):
         timed_out = rc == 124 or (rc == 137 and self.clock() - started >= timeout)
         return CommandResult(argv, rc, stdout or '', stderr or '', timed_out, timeout)
 
-    def as_runner(self):
+    def as_runner(self) -> Callable:
         """A ``runner(argv, timeout) -> (rc, stdout, stderr)`` for the pure-stdlib helpers (_server, _guard),
         which run the same commands without Ansible on the host-side guard."""
-        def runner(argv, timeout):
+        def runner(argv: list[str], timeout: float | None) -> tuple[int, str, str]:
             result = self.run(argv, timeout=timeout)
             return result.rc, result.stdout, result.stderr
         return runner
 
-    def check(self, argv, timeout=None, cwd=None, data=None):
+    def check(self, argv: list[str], timeout: float | None = None, cwd: str | None = None,
+              data: bytes | None = None) -> CommandResult:
         """Run argv; raise CommandError (carrying the result) unless it exited 0 in time."""
         result = self.run(argv, timeout=timeout, cwd=cwd, data=data)
         if result.timed_out or result.rc != 0:

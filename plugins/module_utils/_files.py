@@ -10,9 +10,7 @@ and fsynced, given its mode and owner, then renamed over the target: a reader se
 the new ones, never half of them, and a crash leaves at most a temp file whose suffix names its writer.
 """
 
-from __future__ import absolute_import, annotations, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import errno
 import fcntl
@@ -24,25 +22,26 @@ import pwd
 import stat
 import tempfile
 import time
+from typing import Any, Callable
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 
 
-def read_bytes(path):
+def read_bytes(path: str) -> bytes:
     with open(path, 'rb') as handle:
         return handle.read()
 
 
-def read_json(path):
+def read_json(path: str) -> Any:
     """The JSON document at path; None when the file is not there (or cannot be read). ValueError when not JSON."""
     try:
         with open(path) as handle:
             return json.load(handle)
-    except (IOError, OSError):
+    except OSError:
         return None
 
 
-def fsync_dir(directory):
+def fsync_dir(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -50,7 +49,7 @@ def fsync_dir(directory):
         os.close(fd)
 
 
-def unlink_quietly(path):
+def unlink_quietly(path: str) -> bool:
     """Remove path; False when it was not there."""
     try:
         os.unlink(path)
@@ -61,7 +60,8 @@ def unlink_quietly(path):
         return False
 
 
-def write_beside(target, data, suffix='.tmp', mode=0o600, owner=None, durable=True):
+def write_beside(target: str, data: bytes, suffix: str = '.tmp', mode: int = 0o600,
+                 owner: tuple[int, int] | None = None, durable: bool = True) -> str:
     """A new file in target's folder holding data, with mode and owner (uid, gid); returns its path.
 
     durable: fsynced before it is returned (what a rename over a file that must survive a crash needs).
@@ -87,7 +87,8 @@ def write_beside(target, data, suffix='.tmp', mode=0o600, owner=None, durable=Tr
     return temp
 
 
-def write_atomic(path, data, mode=0o600, suffix='.tmp', owner=None, durable=True):
+def write_atomic(path: str, data: bytes, mode: int = 0o600, suffix: str = '.tmp', owner: tuple[int, int] | None = None,
+                 durable: bool = True) -> None:
     """Put data at path atomically (a temp file beside it, renamed over it)."""
     temp = write_beside(path, data, suffix, mode, owner, durable)
     try:
@@ -97,7 +98,7 @@ def write_atomic(path, data, mode=0o600, suffix='.tmp', owner=None, durable=True
         raise
 
 
-def mode_and_owner(path):
+def mode_and_owner(path: str) -> tuple[int, tuple[int, int]]:
     """(mode, (uid, gid) when this process may give files away, else None) of path: what a replacement keeps."""
     info = os.stat(path)
     return info.st_mode & 0o7777, ((info.st_uid, info.st_gid) if os.geteuid() == 0 else None)
@@ -113,7 +114,7 @@ class UntrustedPath(Exception):
     """Another user could have written or replaced what lies at the path; the message says who and where."""
 
 
-def _owners(euid):
+def _owners(euid: int) -> tuple[int, ...]:
     # root may change anything anyway: a folder of root's is as safe for another uid as one of its own.
     return (euid, 0) if euid != 0 else (0,)
 
@@ -157,7 +158,8 @@ def _has_acl(path: str) -> bool:
     return True
 
 
-def _problem(path, info, owners, want_dir=True, system_group_writers=False):
+def _problem(path: str, info: os.stat_result, owners: tuple[int, ...], want_dir: bool = True,
+             system_group_writers: bool = False) -> str | None:
     if want_dir and not stat.S_ISDIR(info.st_mode):
         return '%s is not a folder' % path
     if info.st_uid not in owners:
@@ -174,7 +176,7 @@ def _problem(path, info, owners, want_dir=True, system_group_writers=False):
     return None
 
 
-def distrust(path, euid=None, system_group_writers=False):
+def distrust(path: str, euid: int | None = None, system_group_writers: bool = False) -> str | None:
     """Why a process running as euid must not trust the folder at path; None when it may.
 
     Trusted: every folder the kernel walks through to reach path, from / down, symlinks followed as the
@@ -245,7 +247,7 @@ SYSTEM_FOLDERS = frozenset([
 KERNEL_FOLDERS = ('/proc/', '/sys/', '/dev/')
 
 
-def system_folder_refusal(path):
+def system_folder_refusal(path: str) -> str:
     """Why a folder made private (0700/0750) by this collection cannot be the absolute `path` ("" when it can)."""
     normal = posixpath.normpath(path)
     # normpath keeps a leading '//' (POSIX lets it mean something else); here it is the root.
@@ -257,7 +259,7 @@ def system_folder_refusal(path):
     return ''
 
 
-def make_private_folder(path, mode=0o700):
+def make_private_folder(path: str, mode: int = 0o700) -> None:
     """Create path (and every missing folder above it) with mode, whatever the umask; tighten an existing path to
     mode. UntrustedPath when any folder on the way is not trusted (distrust), before anything is made."""
     problem = distrust(path)
@@ -276,7 +278,7 @@ def make_private_folder(path, mode=0o700):
         raise UntrustedPath(problem)
 
 
-def read_json_trusted(path, euid=None):
+def read_json_trusted(path: str, euid: int | None = None) -> Any:
     """As read_json, for a file a root process acts on: UntrustedPath when it is a symlink, not a regular file,
     another user's, or writable by group or others (a file left from before its folder was made private).
 
@@ -300,7 +302,7 @@ def read_json_trusted(path, euid=None):
         return json.loads(handle.read().decode('utf-8'))
 
 
-def open_append_no_follow(path, mode=0o640):
+def open_append_no_follow(path: str, mode: int = 0o640) -> int:
     """A descriptor that appends to the regular file at path (made 0640 less the umask when missing: the server
     logs its arguments, keys included, at start), opened without following a link: UntrustedPath when path is a
     symlink, not a regular file, a file with another name too (a hard link), another user's file or one others may
@@ -340,7 +342,7 @@ class LockTimeout(Exception):
     """The lock was held by someone else for the whole wait."""
 
 
-class FileLock(object):
+class FileLock:
     """An exclusive flock on a file or a folder, waited for at most ``timeout`` seconds.
 
     The kernel drops a flock when its holder dies, so a crashed run never leaves a stale lock. A folder
@@ -348,7 +350,8 @@ class FileLock(object):
     LockTimeout message: who else holds it and what to do.
     """
 
-    def __init__(self, path, timeout, hint='', clock=time.monotonic, sleep=time.sleep, max_interval=1.0):
+    def __init__(self, path: str, timeout: float, hint: str = '', clock: Callable = time.monotonic,
+                 sleep: Callable = time.sleep, max_interval: float = 1.0) -> None:
         self.path = path
         self.timeout = timeout
         self.hint = hint
@@ -358,16 +361,16 @@ class FileLock(object):
         self.sleep = sleep
         self.fd = None
 
-    def _try(self):
+    def _try(self) -> bool:
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
-        except (IOError, OSError) as exc:
+        except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 raise
             return False
 
-    def acquire(self):
+    def acquire(self) -> FileLock:
         if os.path.isdir(self.path):
             self.fd = os.open(self.path, os.O_RDONLY)
         else:
@@ -378,14 +381,14 @@ class FileLock(object):
             raise LockTimeout('waited %gs for the lock on %s: %s' % (self.timeout, self.path, self.hint))
         return self
 
-    def release(self):
+    def release(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
 
-    def __enter__(self):
+    def __enter__(self) -> FileLock:
         return self.acquire()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         self.release()
         return False

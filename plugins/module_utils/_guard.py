@@ -30,9 +30,7 @@ have written, at any level from / down (_files.distrust), and everything it make
 Pure standard library plus this collection's own module_utils (installed into lib/).
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import errno
 import hashlib
@@ -46,11 +44,13 @@ import stat
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Callable
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import BoundedCall, CommandError, CommandRunner, subprocess_runner
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import (
     HOST_CLOCK,
     LEASE_FILE,
+    HostClock,
     arm_problem,
     armed_in_another_boot,
     deadline_passed,
@@ -89,6 +89,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._router import Route
 from ansible_collections.gpuops.sglang.plugins.module_utils._identity import UnknownIdentity, identity
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
 
+if TYPE_CHECKING:
+    import argparse  # only main() parses arguments: the watcher imports it there
+
 PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
 # What the watcher imports, installed into lib/ from the collection that armed the guard.
 RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py', '_router.py',
@@ -115,7 +118,7 @@ class GuardError(Exception):
 
 # --- the guard's files ---------------------------------------------------------
 
-def _read_json(path):
+def _read_json(path: str) -> dict[str, Any] | None:
     try:
         return read_json_trusted(path)
     except UntrustedPath as exc:
@@ -125,11 +128,11 @@ def _read_json(path):
         raise GuardError('%s is not valid JSON; inspect it before running again' % path)
 
 
-def _write_json(path, document, mode=0o600):
+def _write_json(path: str, document: dict[str, Any], mode: int = 0o600) -> None:
     write_atomic(path, json.dumps(document, indent=1, sort_keys=True).encode('utf-8'), mode)
 
 
-def untrusted_message(folder, problem):
+def untrusted_message(folder: str, problem: str) -> str:
     return ('the guard folder %s is not safe for a guard that runs as root: %s. The guard writes files back and '
             'starts the server its launch configuration names from what it keeps there, so every folder from / '
             'down to it must belong to root and be writable by no one else (a sticky, world-writable folder such '
@@ -137,7 +140,7 @@ def untrusted_message(folder, problem):
             'The guard did nothing' % (folder, problem))
 
 
-def service_name_problem(name):
+def service_name_problem(name: str | None) -> str:
     """Why `name` cannot name a guard's service ("" when it can)."""
     if not isinstance(name, str) or not SERVICE_NAME.match(name) or name in ('.', '..'):
         return ('the service name %r is not a plain name (letters, digits, _ . @ -; not . or ..): the guard folder '
@@ -145,19 +148,19 @@ def service_name_problem(name):
     return ''
 
 
-def _sha256(data):
+def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 class Lock(FileLock):
     """The guard folder's lock file: one actor (arm, confirm, restore) at a time, with a bounded wait."""
 
-    def __init__(self, folder, timeout):
-        super(Lock, self).__init__(os.path.join(folder, 'lock'), timeout, max_interval=0.5)
+    def __init__(self, folder: str, timeout: float) -> None:
+        super().__init__(os.path.join(folder, 'lock'), timeout, max_interval=0.5)
 
-    def acquire(self):
+    def acquire(self) -> Lock:
         try:
-            return super(Lock, self).acquire()
+            return super().acquire()
         except LockTimeout:
             raise GuardError('another run or the guard itself holds %s (restoring?); gave up after %ss'
                              % (self.path, self.timeout))
@@ -165,8 +168,9 @@ class Lock(FileLock):
 
 # --- the guard ------------------------------------------------------------------
 
-class Guard(object):
-    def __init__(self, folder, runner=subprocess_runner, lock_timeout=60.0, clock=HOST_CLOCK):
+class Guard:
+    def __init__(self, folder: str, runner: Any = subprocess_runner, lock_timeout: float = 60.0,
+                 clock: HostClock = HOST_CLOCK) -> None:
         self.folder = folder
         self.runner = runner
         self.lock_timeout = lock_timeout
@@ -182,11 +186,11 @@ class Guard(object):
         self.entry_point = os.path.join(self.lib, 'gpuops_sglang_guard.py')
         self.commands = []
 
-    def _run(self, argv, timeout=60):
+    def _run(self, argv: list[str], timeout: int = 60) -> tuple[int, str, str]:
         self.commands.append(list(argv))
         return self.runner(argv, timeout)
 
-    def check_folder(self):
+    def check_folder(self) -> None:
         """GuardError unless the folder (and every folder above it) is one only root can change, and not a folder
         of the system (made 0700, it would lock out whatever else reads it)."""
         refusal = system_folder_refusal(os.path.abspath(self.folder))
@@ -198,7 +202,7 @@ class Guard(object):
         if problem:
             raise GuardError(untrusted_message(self.folder, problem))
 
-    def make_folder(self):
+    def make_folder(self) -> None:
         """The folder, made (or tightened to) 0700 after the trust check, before anything is written in it."""
         self.check_folder()
         try:
@@ -206,20 +210,21 @@ class Guard(object):
         except UntrustedPath as exc:
             raise GuardError(untrusted_message(self.folder, exc))
 
-    def state(self):
+    def state(self) -> dict[str, Any] | None:
         self.check_folder()
         return _read_json(self.state_path)
 
-    def last_fired(self):
+    def last_fired(self) -> dict[str, Any] | None:
         self.check_folder()
         return _read_json(self.fired_path)
 
-    def router_owed(self):
+    def router_owed(self) -> dict[str, Any] | None:
         """The router a restore left the server out of: {router_url, worker_url, run_id, at, why}, or None."""
         self.check_folder()
         return _read_json(self.router_owed_path)
 
-    def _settle_router(self, state, readmitted, report=None):
+    def _settle_router(self, state: dict[str, Any], readmitted: bool | None,
+                       report: dict[str, Any] | None = None) -> None:
         """Record or clear the readmission owed: readmitted False (a restore that could not put the server back)
         records it, True clears it, None (no router step) leaves it as it is."""
         router = (state.get('settings') or {}).get('router')
@@ -236,18 +241,18 @@ class Guard(object):
             'run_id': (report or {}).get('run_id'), 'at': (report or {}).get('finished_at'),
             'why': (report or {}).get('router_problem')})
 
-    def lease(self):
+    def lease(self) -> dict[str, Any]:
         """The armed guard's lease as the query reports it (armed_at, renewed_at/by, idle, expires_at,
         deadline_at, acts_at, acts_in, the boot-clock readings); None when no guard is armed."""
         return describe(self.state(), read_lease(self.folder), now=self.clock.now())
 
     @staticmethod
-    def unit_name(service_name):
+    def unit_name(service_name: str) -> str:
         return 'gpuops-sglang-guard-%s' % service_name
 
     # --- arm ---------------------------------------------------------------
 
-    def install_runtime(self, read_source):
+    def install_runtime(self, read_source: Callable) -> bool:
         """Write the watcher's code into lib/ (read_source(name) -> bytes); True when anything changed.
 
         The guard folder is made first (0700, after the trust check): lib/ inside it must never be the
@@ -266,7 +271,8 @@ class Guard(object):
             changed = True
         return changed
 
-    def arm(self, run_id, deadline_s, files, server, host, python, settings, systemd, idle_s=None, after_s=0):
+    def arm(self, run_id: str, deadline_s: int, files: list[Any], server: dict[str, Any], host: str, python: str,
+            settings: dict[str, Any], systemd: bool, idle_s: int | None = None, after_s: int = 0) -> dict[str, Any]:
         """Snapshot files, record how to restore, start the watcher. Returns the state written."""
         problem = service_name_problem(server.get('service_name')) or arm_problem(deadline_s, idle_s, after_s)
         if problem:
@@ -312,7 +318,7 @@ class Guard(object):
                 raise
             return state
 
-    def _snapshot(self, path, backup):
+    def _snapshot(self, path: str, backup: str) -> dict[str, Any]:
         entry = {'path': path, 'backup': backup, 'existed': False}
         try:
             info = os.lstat(path)
@@ -329,7 +335,7 @@ class Guard(object):
         entry.update(kind='file', sha256=_sha256(data))
         return entry
 
-    def _start_watcher(self, state, deadline_s):
+    def _start_watcher(self, state: dict[str, Any], deadline_s: int) -> None:
         """The watcher polls the lease and the deadline (main's watch): a transient systemd service, or a
         process in its own session. A timer at the deadline could not see the lease lapse."""
         # -B: no __pycache__ beside lib/ (it would get the umask's mode, not the guard folder's 0700).
@@ -367,7 +373,7 @@ class Guard(object):
 
     # --- confirm ---------------------------------------------------------------
 
-    def confirm(self, run_id):
+    def confirm(self, run_id: str) -> tuple[bool, None]:
         """The new server is verified: drop the guard. Returns (confirmed, fired_report_or_None)."""
         self.check_folder()
         with Lock(self.folder, self.lock_timeout):
@@ -390,7 +396,7 @@ class Guard(object):
                 pass  # the record stays: the next run readmits a server the router already lists, a no-op
             return True, None
 
-    def _drop(self, state):
+    def _drop(self, state: dict[str, Any]) -> None:
         os.unlink(self.state_path)
         shutil.rmtree(os.path.join(self.folder, 'files'), ignore_errors=True)
         try:
@@ -405,7 +411,8 @@ class Guard(object):
 
     # --- restore -----------------------------------------------------------------
 
-    def restore(self, reason, acted_by, run_id=None, bound=None, only_if_due=False):
+    def restore(self, reason: str, acted_by: str, run_id: str | None = None, bound: str | None = None,
+                only_if_due: bool = False) -> dict[str, Any]:
         """Put back the pre-run state and start the previous server; None when no guard is armed.
 
         only_if_due (the watcher): None too when neither bound has passed any more: the run renewed or confirmed
@@ -445,7 +452,7 @@ class Guard(object):
             self._settle(state, report)
             return report
 
-    def _settle(self, state, report):
+    def _settle(self, state: dict[str, Any], report: dict[str, Any]) -> None:
         """Write the report and leave state.json saying the truth: gone (every file of the state handled, none
         failed), or still owed a restore, with its backups."""
         state.pop('restoring', None)
@@ -474,7 +481,7 @@ class Guard(object):
             except Exception as exc:
                 report['problems'].append('could not drop the guard: %s' % _describe(exc))
 
-    def _restore(self, state, reason, acted_by):
+    def _restore(self, state: dict[str, Any], reason: str, acted_by: str) -> dict[str, Any]:
         started = time.time()
         steps = RestoreSteps()
         outcome = {'files': [], 'killed': [], 'health': {'healthy': False, 'healthy_at': None},
@@ -515,7 +522,7 @@ class Guard(object):
             'files_handled': files_handled,
         }
 
-    def _carry_out(self, steps, state, outcome):
+    def _carry_out(self, steps: RestoreSteps, state: dict[str, Any], outcome: dict[str, Any]) -> None:
         settings = state['settings']
         server = Server.from_dict(state['server'], runner=self.runner)
         router = settings.get('router')
@@ -554,7 +561,7 @@ class Guard(object):
                 steps, router, server, bool(outcome['health']['healthy']), taking_out)
 
     @staticmethod
-    def _start_previous(steps, state, server):
+    def _start_previous(steps: RestoreSteps, state: dict[str, Any], server: Server) -> dict[str, Any]:
         """Start the server the restored files describe and wait for its /health; the wait's result."""
         settings = state['settings']
         previous = any(entry['existed'] for entry in state['files']
@@ -574,7 +581,8 @@ class Guard(object):
                 steps.problems.append('the previous server is not healthy: %s' % health['why'])
         return health
 
-    def _readmit_restored(self, steps, router, server, healthy, taking_out):
+    def _readmit_restored(self, steps: RestoreSteps, router: dict[str, Any], server: Server, healthy: bool,
+                          taking_out: BoundedStep) -> tuple[bool, str | None]:
         """(put back into the router, why not)."""
         name = 'put the server back into the router'
         if not healthy:
@@ -590,19 +598,19 @@ class Guard(object):
         return False, steps.failed.get(name) or 'the router did not admit it'
 
     @staticmethod
-    def _router(router_settings):
+    def _router(router_settings: dict[str, Any]) -> Router:
         return Router(router_settings['url'], api_key=router_settings.get('api_key'))
 
-    def _take_out(self, router_settings):
+    def _take_out(self, router_settings: dict[str, Any]) -> bool:
         return self._router(router_settings).take_out(router_settings['worker_url'],
                                                       float(router_settings.get('timeout') or 30))
 
-    def _readmit(self, router_settings, worker_api_key=None):
+    def _readmit(self, router_settings: dict[str, Any], worker_api_key: str | None = None) -> dict[str, Any]:
         return self._router(router_settings).admit(router_settings['worker_url'],
                                                    float(router_settings.get('timeout') or 30),
                                                    worker_api_key=worker_api_key)
 
-    def _kill_leftovers(self, settings, server_uid, killed):
+    def _kill_leftovers(self, settings: dict[str, Any], server_uid: int, killed: list[Any]) -> list[Any]:
         """SGLang's leftovers: processes of the server's user whose command line matches the kill patterns
         (the role anchors them to SGLang's own command lines). Each one signalled lands in killed."""
         local = LocalProcesses()
@@ -620,7 +628,8 @@ class Guard(object):
         return killed
 
     @staticmethod
-    def _restore_files(steps, entries, outcomes=None):
+    def _restore_files(steps: RestoreSteps, entries: list[dict[str, Any]],
+                       outcomes: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """Each file on its own (one that cannot be written never keeps the others from being restored):
         [{path, outcome (restored, removed, unchanged, failed), error}], appended to outcomes as each is handled
         (what a restore cut short did is known)."""
@@ -641,7 +650,7 @@ class Guard(object):
                 '%s: %s' % (entry['path'], entry['error']) for entry in outcomes if entry['outcome'] == 'failed')
         return outcomes
 
-    def _wait_gpus(self, settings):
+    def _wait_gpus(self, settings: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The one "memory is free" proof (_nvidia), missing GPUs included; GuardError naming what is not."""
         nvidia_smi = settings.get('nvidia_smi')
         if not nvidia_smi:
@@ -665,7 +674,7 @@ class Guard(object):
         raise GuardError('; '.join(problems))
 
 
-def _unhandled(state, outcomes):
+def _unhandled(state: dict[str, Any], outcomes: list[Any]) -> list[Any]:
     """The paths of the state's files the restore did not handle (all of them when it never reached the files)."""
     entries = state.get('files')
     if not isinstance(entries, list):
@@ -674,7 +683,7 @@ def _unhandled(state, outcomes):
     return [entry.get('path') if isinstance(entry, dict) else repr(entry) for entry in entries[handled:]]
 
 
-def pending_message(state):
+def pending_message(state: dict[str, Any]) -> str:
     """Why a guard cannot be armed over this one."""
     if state.get('restoring'):
         return restoring_message(state, 'its folder')
@@ -686,12 +695,12 @@ def pending_message(state):
     return 'a guard armed by run %s is still pending on this host; restore it first (state=restored)' % state.get('run_id')
 
 
-def _describe(exc):
+def _describe(exc: Exception) -> str:
     text = str(exc)
     return '%s: %s' % (type(exc).__name__, text) if text else type(exc).__name__
 
 
-def _router_bound(router_settings):
+def _router_bound(router_settings: dict[str, Any]) -> float:
     return float(router_settings.get('timeout') or 30) + ROUTER_SLACK_S
 
 
@@ -699,22 +708,22 @@ class BoundedStep(BoundedCall):
     """The router's steps, each a BoundedCall: a router that trickles its answer or never answers costs the
     restore `bound`, then the restore goes on without it."""
 
-    def __init__(self, action, bound):
-        super(BoundedStep, self).__init__(action, bound, 'gpuops-sglang-guard-router')
+    def __init__(self, action: Callable, bound: float) -> None:
+        super().__init__(action, bound, 'gpuops-sglang-guard-router')
 
-    def timeout_error(self):
+    def timeout_error(self) -> GuardError:
         return GuardError('no outcome within %gs (the router hangs or trickles its answer); went on without it'
                           % self.bound)
 
 
-class RestoreSteps(object):
+class RestoreSteps:
     """The restore's steps: each one timed, a failure noted and the next step run anyway."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.done, self.problems = [], []
         self.timings, self.failed = {}, {}
 
-    def run(self, name, action):
+    def run(self, name: str, action: Callable) -> str | None:
         """action()'s outcome; None when it raised (then named in problems and failed).
 
         Any Exception: a hostile router's answer (RecursionError in the JSON parser), a full disk, a bug; one
@@ -736,7 +745,7 @@ class RestoreSteps(object):
     EXPECTED = (ServerError, GuardError, NvidiaSmiError, CommandError, RouterError, OSError)
 
 
-def process_uids(pid, proc_root='/proc'):
+def process_uids(pid: int, proc_root: str = '/proc') -> tuple[int, int] | None:
     """(real, effective) uid of a process from /proc/PID/status; None when it is gone."""
     try:
         with open(os.path.join(proc_root, str(pid), 'status')) as handle:
@@ -744,19 +753,19 @@ def process_uids(pid, proc_root='/proc'):
                 if line.startswith('Uid:'):
                     fields = line.split()
                     return int(fields[1]), int(fields[2])
-    except (IOError, OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):
         return None
     return None
 
 
-def user_name(uid):
+def user_name(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
 
 
-def _holds(path, data):
+def _holds(path: str, data: bytes) -> bool:
     """Whether path is already a private file of ours holding data (a file left by anyone else is replaced)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0))
@@ -769,7 +778,7 @@ def _holds(path, data):
         return handle.read() == data
 
 
-def _restore_entry(entry):
+def _restore_entry(entry: dict[str, Any]) -> str:
     """Put one file back as it was before the run: 'restored', 'removed' or 'unchanged'; raises when it cannot."""
     path = entry['path']
     if not entry['existed']:
@@ -791,7 +800,7 @@ def _restore_entry(entry):
     return 'restored' if _restore_file(entry) else 'unchanged'
 
 
-def _restore_file(entry):
+def _restore_file(entry: dict[str, Any]) -> bool:
     """Put a regular file's pre-run bytes, mode and owner back; False when they are all there already.
 
     A state armed by an older collection may lack the mode or the owner: then the live file's are kept.
@@ -806,12 +815,12 @@ def _restore_file(entry):
     owner = owner if os.geteuid() == 0 else None
     try:
         info = os.lstat(path)
-    except (IOError, OSError):
+    except OSError:
         info = None
     if info is not None and stat.S_ISREG(info.st_mode):
         try:
             same_bytes = read_bytes(path) == data
-        except (IOError, OSError):
+        except OSError:
             same_bytes = False
         if (same_bytes and (mode is None or stat.S_IMODE(info.st_mode) == mode)
                 and (owner is None or (info.st_uid, info.st_gid) == owner)):
@@ -822,19 +831,20 @@ def _restore_file(entry):
     return True
 
 
-def _read_stop_marker(path):
+def _read_stop_marker(path: str | None) -> float | None:
     if not path:
         return None
     try:
         with open(path) as handle:
             return float(handle.read().strip())
-    except (IOError, OSError, ValueError):
+    except (OSError, ValueError):
         return None
 
 
 # --- the watcher's command line ----------------------------------------------------
 
-def watch(guard, run_id, clock=HOST_CLOCK, sleep=time.sleep, known=None):
+def watch(guard: Guard, run_id: str, clock: HostClock = HOST_CLOCK, sleep: Callable = time.sleep,
+          known: dict[str, Any] | None = None) -> str | None:
     """Poll the guard until its run confirms (None) or a bound passes ('idle' or 'deadline'), on clock's boot
     clock (_lease.HostClock): a wall clock stepped either way moves no bound.
 
@@ -848,7 +858,7 @@ def watch(guard, run_id, clock=HOST_CLOCK, sleep=time.sleep, known=None):
     while True:
         try:
             state = guard.state()
-        except (IOError, OSError) as exc:
+        except OSError as exc:
             if known.get('state') is not None and deadline_passed(known['state'], clock.now()):
                 raise GuardError('could not read %s up to the deadline: %s' % (guard.state_path, _describe(exc)))
             sleep(WATCH_INTERVAL)
@@ -870,7 +880,7 @@ REBOOTED = ('the host restarted since the guard was armed (boot %s, now %s): eve
             'so its lease lapsed')
 
 
-def say(message):
+def say(message: str) -> None:
     """What the watcher reports outside the guard folder: its output (the journal, or watcher.log opened at the
     arm) and syslog. A folder it cannot trust any more is never written to."""
     try:
@@ -886,7 +896,7 @@ def say(message):
         pass
 
 
-def _reason(guard, args, bound):
+def _reason(guard: Guard, args: argparse.Namespace, bound: str) -> str:
     state = guard.state() or {}
     now = guard.clock.now()
     if not args.reason and armed_in_another_boot(state, now):
@@ -897,11 +907,11 @@ def _reason(guard, args, bound):
     return args.reason or REASONS[bound] % int(round(seconds or 0))
 
 
-def _fire(guard, args):
+def _fire(guard: Guard, args: argparse.Namespace) -> dict[str, Any]:
     return guard.restore(_reason(guard, args, 'deadline'), 'deadline', run_id=args.run_id, bound='deadline')
 
 
-def _watch_and_restore(guard, args, sleep=time.sleep):
+def _watch_and_restore(guard: Guard, args: argparse.Namespace, sleep: Callable = time.sleep) -> dict[str, Any] | None:
     """Watch, then restore when a bound passed; back to watching when, under the lock, it had not any more (the
     run renewed or confirmed meanwhile) or the state could not be read there (read again on the next poll)."""
     known = {}
@@ -912,7 +922,7 @@ def _watch_and_restore(guard, args, sleep=time.sleep):
         try:
             report = guard.restore(_reason(guard, args, bound), bound, run_id=args.run_id, bound=bound,
                                    only_if_due=True)
-        except (IOError, OSError) as exc:
+        except OSError as exc:
             say('gpuops.sglang guard of run %s in %s: could not read the guard before restoring (will try again): %s'
                 % (args.run_id, args.folder, _describe(exc)))
             sleep(WATCH_INTERVAL)
@@ -921,7 +931,7 @@ def _watch_and_restore(guard, args, sleep=time.sleep):
             return report
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     """``watch``: wait for the lease to lapse or the deadline (exit when confirmed), then restore.
     ``fire``: restore now (the deadline's timer of guards armed before the lease).
 

@@ -25,9 +25,7 @@ Continue before the answer, TLS) and bounds a head line (64 KiB) and the number 
     resolve(host, port, seconds)            -> getaddrinfo's list, None past seconds, or raises its error
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import contextlib
 import http.client
@@ -40,6 +38,7 @@ import threading
 import time
 
 from urllib.parse import urlsplit
+from typing import Any, Callable, Iterator
 
 # What http_request answers when nothing usable answered (refused, timed out, over a cap, not HTTP, a bad URL).
 NO_ANSWER = -1
@@ -88,7 +87,7 @@ _UNSENDABLE_NAME = re.compile(r'[\x00-\x20\x7f:]')
 _UNSENDABLE_VALUE = re.compile(r'[\x00-\x08\x0a-\x1f\x7f]')
 
 
-def json_depth_exceeds(text, max_depth):
+def json_depth_exceeds(text: str, max_depth: int) -> bool:
     """Whether text's arrays and objects nest deeper than max_depth (stops counting as soon as they do)."""
     depth = 0
     for match in _JSON_BRACKET.finditer(_JSON_STRING.sub('""', text)):
@@ -101,7 +100,7 @@ def json_depth_exceeds(text, max_depth):
     return False
 
 
-def parse_json(body, max_depth=MAX_JSON_DEPTH):
+def parse_json(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> dict[str, Any]:
     """The JSON document in body (bytes or str); JsonError when it is not JSON or nests deeper than max_depth.
 
     The depth is checked before json.loads runs: a hostile answer of 200,000 '[' would otherwise raise
@@ -121,12 +120,12 @@ def parse_json(body, max_depth=MAX_JSON_DEPTH):
         raise JsonError('not JSON (%s)' % exc)
 
 
-def bearer(api_key):
+def bearer(api_key: str | None) -> dict[str, str]:
     """The request headers that carry an API key (none without one), as SGLang and its router read them."""
     return {'Authorization': 'Bearer %s' % api_key} if api_key else {}
 
 
-def _refuse_unsendable(target, headers):
+def _refuse_unsendable(target: str, headers: dict[str, str]) -> None:
     """HttpError for a request line or header that cannot go out as written: a line break in a value (an API
     key pasted with its newline) would split the request. http.client lets more through: a folded line
     break, a name with a space in it, a control character in the target before Python 3.7.4."""
@@ -144,7 +143,7 @@ def _refuse_unsendable(target, headers):
 DEFAULT_PORTS = {'http': 80, 'https': 443}
 
 
-def endpoint(url):
+def endpoint(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of an http or https URL, the scheme's own port where it names none; HttpError for
     any other URL (another scheme, no host, a bad port or bracket)."""
     try:
@@ -159,7 +158,8 @@ def endpoint(url):
     return parts.scheme, parts.hostname, port or DEFAULT_PORTS[parts.scheme]
 
 
-def resolve(host, port, seconds):
+def resolve(host: str, port: int,
+            seconds: float) -> list[tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]] | None:
     """getaddrinfo's (family, type, proto, canonname, sockaddr) list for host (stream sockets), or None when the
     lookup takes longer than seconds; the lookup's own exception (socket.gaierror: no such name) when it fails.
 
@@ -174,7 +174,7 @@ def resolve(host, port, seconds):
         pass  # a name, not an address
     answer = []
 
-    def lookup():
+    def lookup() -> None:
         try:
             answer.append(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
         except Exception as exc:  # handed to the caller's thread, raised there
@@ -189,29 +189,30 @@ def resolve(host, port, seconds):
     return answer[0]
 
 
-class _Exchange(object):
+class _Exchange:
     """One exchange's deadline, and its socket as http.client uses one (sendall, makefile, close): each send
     and read first sets the socket's timeout to the time left, so every wait on the peer ends by the deadline."""
 
-    def __init__(self, timeout, clock):
+    def __init__(self, timeout: float, clock: Callable) -> None:
         self.timeout = timeout
         self.clock = clock
         self.deadline = clock() + timeout
         self.phase = 'sending the request'
         self.sock = None
 
-    def timed_out(self):
+    def timed_out(self) -> HttpTimeout:
         return HttpTimeout('no complete answer within %ss (timed out %s)'
                            % (('%.3f' % self.timeout).rstrip('0').rstrip('.'), self.phase))
 
-    def left(self):
+    def left(self) -> float:
         """Seconds left; HttpTimeout when none."""
         left = self.deadline - self.clock()
         if left <= 0:
             raise self.timed_out()
         return left
 
-    def resolve(self, host, port):
+    def resolve(self, host: str,
+                port: int) -> list[tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[str, int]]]:
         """getaddrinfo's list for host (resolve()), within the time left."""
         self.phase = 'resolving %s' % host
         try:
@@ -222,7 +223,7 @@ class _Exchange(object):
             raise self.timed_out()
         return found
 
-    def connect(self, host, port, context):
+    def connect(self, host: str, port: int, context: None) -> _Exchange:
         """Resolve host, then connect to its addresses in turn, all within the one deadline (socket.create_connection
         would resolve without any bound, then give each address the whole timeout again)."""
         failure = None
@@ -254,38 +255,38 @@ class _Exchange(object):
             self.sock = context.wrap_socket(self.sock, server_hostname=host)
         return self
 
-    def _bounded(self, call, data):
+    def _bounded(self, call: Callable, data: memoryview | bytes) -> int | None:
         self.sock.settimeout(self.left())
         try:
             return call(data)
         except socket.timeout:
             raise self.timed_out()
 
-    def sendall(self, data):
+    def sendall(self, data: bytes) -> None:
         self.phase = 'sending the request'
         self._bounded(self.sock.sendall, data)  # since Python 3.5 its timeout bounds the whole call
         self.phase = 'reading the status line'
 
-    def recv_into(self, buffer):
+    def recv_into(self, buffer: memoryview) -> int:
         count = self._bounded(self.sock.recv_into, buffer)
         if self.phase == 'reading the status line' and b'\n' in bytes(buffer[:count]):
             self.phase = 'reading the headers'
         return count
 
-    def makefile(self, mode):
+    def makefile(self, mode: str) -> io.BufferedReader:
         return io.BufferedReader(_Reader(self))
 
-    def close(self):
+    def close(self) -> None:
         """Nothing: http.client closes its connection once the head says the peer will close, then reads the
         body through makefile's reader (a socket.socket defers that close too); Response.close calls end()."""
 
-    def end(self):
+    def end(self) -> None:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
 
     @contextlib.contextmanager
-    def failures(self):
+    def failures(self) -> Iterator[None]:
         """Whatever the socket, ssl or http.client raise, as an HttpError that names the phase."""
         try:
             yield
@@ -310,42 +311,42 @@ class _Exchange(object):
 class _Reader(io.RawIOBase):
     """What http.client reads the answer through: each read one recv bounded by the deadline."""
 
-    def __init__(self, exchange):
+    def __init__(self, exchange: _Exchange) -> None:
         io.RawIOBase.__init__(self)
         self.readinto = exchange.recv_into
 
-    def readable(self):
+    def readable(self) -> bool:
         return True
 
 
-class Response(object):
+class Response:
     """The answer to one request: status, reason, headers (lower-case names), and its body read within caps.
 
     Reads go on within the exchange's deadline; close() (or a with block) ends the connection.
     """
 
-    def __init__(self, response, exchange):
+    def __init__(self, response: http.client.HTTPResponse, exchange: _Exchange) -> None:
         self._response = response
         self._exchange = exchange
         self.status, self.reason = response.status, response.reason
-        self.headers = dict((name.lower(), response.getheader(name)) for name in response.msg.keys())
+        self.headers = {name.lower(): response.getheader(name) for name in response.msg.keys()}
         # email's parser, under http.client, stops at a line that is not a header and keeps the rest as a body.
         if response.msg.defects:
             raise HttpProtocolError('not a header line: %r' % str(response.msg.get_payload())[:100])
         # http.client takes the first of several lengths, and reads to the close past one it cannot parse.
         declared = response.getheader('content-length')
         if declared is not None and not response.chunked:
-            lengths = set(value.strip() for value in declared.split(','))
+            lengths = {value.strip() for value in declared.split(',')}
             if len(lengths) != 1 or not lengths.pop().isdigit():
                 raise HttpProtocolError('a bad Content-Length: %r' % declared[:100])
         exchange.phase = 'reading the body'
 
-    def _ended(self):
+    def _ended(self) -> None:
         # http.client ends a body cut short of its Content-Length quietly, with the rest still counted here.
         if self._response.length:
             raise HttpProtocolError('the answer ended %d bytes short of its Content-Length' % self._response.length)
 
-    def read(self, max_bytes=MAX_CONTROL_BODY):
+    def read(self, max_bytes: int = MAX_CONTROL_BODY) -> bytes:
         """The whole body (what readline has not taken); HttpTooLarge as soon as it passes max_bytes."""
         if (self._response.length or 0) > max_bytes:
             raise HttpTooLarge('the answer is %d bytes (Content-Length), over the %d-byte cap'
@@ -359,7 +360,7 @@ class Response(object):
         self._ended()
         return bytes(body)
 
-    def readline(self, max_line):
+    def readline(self, max_line: int) -> bytes:
         """The body's next line with its b'\\n' (the last one may lack it); b'' at the end of the body.
 
         HttpTooLarge when a line passes max_line bytes; HttpTimeout once the deadline has passed, even
@@ -374,19 +375,21 @@ class Response(object):
             self._ended()
         return line
 
-    def close(self):
+    def close(self) -> None:
         self._response.close()
         self._exchange.end()
 
-    def __enter__(self):
+    def __enter__(self) -> Response:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         self.close()
         return False
 
 
-def open_response(method, url, timeout, body=None, headers=None, ssl_context=None, clock=time.monotonic):
+def open_response(method: str, url: str, timeout: float, body: dict[str, Any] | None = None,
+                  headers: dict[str, str] | None = None, ssl_context: ssl.SSLContext | None = None,
+                  clock: Callable = time.monotonic) -> Response:
     """Send one request and read the answer's head, all within timeout seconds (the body's reads too).
 
     The request goes straight to the URL's address, never through an http_proxy the environment may name,
@@ -418,13 +421,17 @@ def open_response(method, url, timeout, body=None, headers=None, ssl_context=Non
         raise
 
 
-def fetch(method, url, timeout, body=None, headers=None, ssl_context=None, max_body=MAX_CONTROL_BODY):
+def fetch(method: str, url: str, timeout: float, body: dict[str, Any] | None = None,
+          headers: dict[str, str] | None = None, ssl_context: ssl.SSLContext | None = None,
+          max_body: int = MAX_CONTROL_BODY) -> tuple[int, bytes]:
     """(status, body bytes) of one request, all of it within timeout seconds; raises HttpError."""
     with open_response(method, url, timeout, body=body, headers=headers, ssl_context=ssl_context) as response:
         return response.status, response.read(max_body)
 
 
-def http_request(method, url, timeout, body=None, headers=None, ssl_context=None, max_body=MAX_CONTROL_BODY):
+def http_request(method: str, url: str, timeout: float, body: dict[str, Any] | None = None,
+                 headers: dict[str, str] | None = None, ssl_context: ssl.SSLContext | None = None,
+                 max_body: int = MAX_CONTROL_BODY) -> tuple[int, bytes]:
     """(status, body bytes) of one request; (NO_ANSWER, why as bytes) when no usable answer came in time.
 
     Never raises for anything the peer does: fetch's HttpError becomes NO_ANSWER with its message.
@@ -435,5 +442,5 @@ def http_request(method, url, timeout, body=None, headers=None, ssl_context=None
         return NO_ANSWER, str(exc).encode('utf-8', 'replace')
 
 
-def http_get(url, timeout, max_body=MAX_CONTROL_BODY):
+def http_get(url: str, timeout: float, max_body: int = MAX_CONTROL_BODY) -> tuple[int, bytes]:
     return http_request('GET', url, timeout, max_body=max_body)

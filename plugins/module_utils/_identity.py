@@ -26,6 +26,7 @@ import signal
 import stat
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 # Seconds the child may take over every folder: a hung NFS mount must not hang the preflight.
 CHECK_TIMEOUT = 30.0
@@ -36,7 +37,7 @@ NAMED_FILES = 5
 class UnknownIdentity(LookupError):
     """The user or group does not exist on this host: `kind` says which (user, group), the message names it."""
 
-    def __init__(self, kind: str, name: str):
+    def __init__(self, kind: str, name: str) -> None:
         super().__init__('the %s %s does not exist on this host' % (kind, name))
         self.kind = kind
 
@@ -63,7 +64,7 @@ class Identity:
         os.setuid(self.uid)
 
 
-def _entry(kind: str, name: str, by_name, by_id):
+def _entry(kind: str, name: str, by_name: Callable, by_id: Callable) -> pwd.struct_passwd:
     """The account database's entry of `name` (a name, else a number as systemd's User= takes one)."""
     try:
         return by_name(name)
@@ -130,7 +131,7 @@ def folder_problem(path: str) -> str | None:
         len(unreadable), ', '.join(unreadable[:NAMED_FILES]), ' and %d more' % more if more > 0 else '')
 
 
-def _problems_here(folders):
+def _problems_here(folders: list[dict[str, str]]) -> list[dict[str, str]]:
     found = []
     for entry in folders:
         why = folder_problem(entry['path'])
@@ -139,11 +140,11 @@ def _problems_here(folders):
     return found
 
 
-def _all(folders, why):
+def _all(folders: list[dict[str, str]], why: str) -> list[dict[str, str]]:
     return [{'label': entry['label'], 'path': entry['path'], 'why': why} for entry in folders]
 
 
-def folder_problems(who: Identity, folders, timeout: float = CHECK_TIMEOUT):
+def folder_problems(who: Identity, folders: list[Any], timeout: float = CHECK_TIMEOUT) -> list[Any]:
     """[{label, path, why}] of folders ([{label, path}]) that `who` cannot load, each checked as `who` in a child
     process; [] when every one can be. Without root (and not already `who`) nothing can be checked: every folder is
     a problem that says so."""
@@ -183,7 +184,7 @@ def folder_problems(who: Identity, folders, timeout: float = CHECK_TIMEOUT):
     return json.loads(answer.decode('utf-8'))
 
 
-def _read_until(fd, deadline):
+def _read_until(fd: int, deadline: float) -> bytes | None:
     """Everything the child writes until it closes the pipe; None when the deadline passes first."""
     chunks = []
     while True:
@@ -196,7 +197,7 @@ def _read_until(fd, deadline):
         chunks.append(chunk)
 
 
-def _end(pid):
+def _end(pid: int) -> None:
     """SIGKILL a child that hangs, and reap it when it goes (one blocked in an uninterruptible read stays a zombie
     of this short-lived process, not a wait)."""
     try:

@@ -32,15 +32,14 @@ Domain layer, standard library plus _files and _procfs: imported by the modules 
 watcher in lib/.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import json
 import math
 import os
 import time
 from collections import namedtuple
+from typing import Any, Callable
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import FileLock, LockTimeout, read_json, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_proc_record
@@ -78,19 +77,20 @@ def boot_seconds() -> float:
     return time.monotonic()
 
 
-def read_boot_id(path: str = BOOT_ID_FILE) -> 'str | None':
+def read_boot_id(path: str = BOOT_ID_FILE) -> str | None:
     """This boot's id (changes at every boot); None where it cannot be read."""
     try:
         with open(path) as handle:
             return handle.read().strip() or None
-    except (IOError, OSError):
+    except OSError:
         return None
 
 
 class HostClock:
     """The clocks a guard reads, injectable as a whole: tests step `wall` while `boot` runs on."""
 
-    def __init__(self, wall=time.time, boot=boot_seconds, boot_id=read_boot_id):
+    def __init__(self, wall: Callable = time.time, boot: Callable = boot_seconds,
+                 boot_id: Callable = read_boot_id) -> None:
         self.wall, self.boot, self.boot_id = wall, boot, boot_id
 
     def now(self) -> Instant:
@@ -104,18 +104,18 @@ class LeaseError(Exception):
     """The lease could not be renewed: the guard is not this run's any more (it restored, or another run's)."""
 
 
-def _read(path):
+def _read(path: str) -> Any:
     try:
         return read_json(path)
     except ValueError:
         return None
 
 
-def read_lease(folder):
+def read_lease(folder: str) -> dict[str, Any] | None:
     return _read(os.path.join(folder, LEASE_FILE))
 
 
-def duration_problem(name: str, seconds, most: float, above_zero: bool = False) -> str:
+def duration_problem(name: str, seconds: float, most: float, above_zero: bool = False) -> str:
     """Why `seconds` cannot be the guard's `name` ('' when it can): it must be a finite number of seconds from 0
     (above 0 with above_zero) to `most`. NaN compares false with every bound, so it is refused by the shape of the
     test: a NaN deadline would never pass."""
@@ -128,7 +128,7 @@ def duration_problem(name: str, seconds, most: float, above_zero: bool = False) 
         else 'the longest a host may stay down once nothing of its run renews the guard')
 
 
-def arm_problem(deadline_s, idle_s=None, after_s=0.0) -> str:
+def arm_problem(deadline_s: float, idle_s: float | None = None, after_s: float = 0.0) -> str:
     """Why a guard cannot be armed with these bounds ('' when it can): the deadline above 0 and at most
     MOST_DEADLINE_S, the idle bound (None or 0: no lease) at most MOST_IDLE_S, the arm's hand-over within the
     deadline's maximum."""
@@ -138,7 +138,8 @@ def arm_problem(deadline_s, idle_s=None, after_s=0.0) -> str:
     return '; '.join(problem for problem in problems if problem)
 
 
-def lease_document(run_id, step, now, horizon_s, idle_s, holder=None):
+def lease_document(run_id: str, step: str, now: Instant, horizon_s: float, idle_s: float,
+                   holder: dict[str, int] | None = None) -> dict[str, Any]:
     """What lease.json holds after a renewal at `now` (an Instant; pure). holder: {pid, start_time} of the step
     still running. Each time is written twice: on the wall clock (display) and on the boot clock (the bounds)."""
     document = {'run_id': run_id, 'by': step, 'holder': holder, 'boot_id': now.boot_id}
@@ -154,23 +155,23 @@ def lease_document(run_id, step, now, horizon_s, idle_s, holder=None):
     return document
 
 
-def this_process(proc_root='/proc'):
+def this_process(proc_root: str = '/proc') -> dict[str, int]:
     """{pid, start_time} of the running process, as the watcher will look for it."""
     record = read_proc_record(os.getpid(), proc_root)
     return {'pid': os.getpid(), 'start_time': record.start_time if record else None}
 
 
-def holder_alive(holder, proc_root='/proc'):
+def holder_alive(holder: dict[str, Any], proc_root: str = '/proc') -> bool:
     """Whether the step that renewed still runs: the same PID and start time, not a zombie."""
     record = read_proc_record(holder['pid'], proc_root)
     return record is not None and record.start_time == holder.get('start_time') and record.state != 'Z'
 
 
-def write_lease(folder, document):
+def write_lease(folder: str, document: dict[str, Any]) -> None:
     write_atomic(os.path.join(folder, LEASE_FILE), json.dumps(document, sort_keys=True).encode('utf-8'), 0o600)
 
 
-def restoring_message(state, folder, alive=holder_alive):
+def restoring_message(state: dict[str, Any], folder: str, alive: Callable = holder_alive) -> str:
     """Why nothing of the run may act while state.json carries a restore's mark ('' without one)."""
     restorer = state.get('restoring')
     if not restorer:
@@ -185,14 +186,15 @@ def restoring_message(state, folder, alive=holder_alive):
             'it over) before anything else acts' % (state.get('run_id'), folder, who, restorer.get('at')))
 
 
-def restoring_mark(acted_by, now, proc_root='/proc'):
+def restoring_mark(acted_by: str, now: float, proc_root: str = '/proc') -> dict[str, Any]:
     """What state.json carries while a restore acts: who (this process) and since when."""
     mark = this_process(proc_root)
     mark.update(by=acted_by, at=now)
     return mark
 
 
-def renew(folder, run_id, step, horizon_s=0.0, clock=HOST_CLOCK, holder=None, lock_timeout=RENEW_LOCK_TIMEOUT):
+def renew(folder: str, run_id: str, step: str, horizon_s: float = 0.0, clock: HostClock = HOST_CLOCK,
+          holder: dict[str, int] | None = None, lock_timeout: float = RENEW_LOCK_TIMEOUT) -> dict[str, Any] | None:
     """Renew the lease of the guard run_id armed; LeaseError when that guard is not armed (any more), a
     restore holds it (running, or cut short and owed), or it was armed in another boot of the host.
 
@@ -226,7 +228,7 @@ def renew(folder, run_id, step, horizon_s=0.0, clock=HOST_CLOCK, holder=None, lo
                          'nothing of the run may act now; see fired.json there' % (run_id, folder, lock_timeout))
 
 
-def _check(state, folder, run_id):
+def _check(state: Any, folder: str, run_id: str) -> dict[str, Any]:
     """The state when run_id may renew it; LeaseError saying why not."""
     if state is None or state.get('run_id') != run_id:
         raise LeaseError('the rollback guard of run %s is not armed in %s (armed: %s); it restored the previous '
@@ -243,13 +245,13 @@ def _check(state, folder, run_id):
     return state
 
 
-def on_boot_clock(state) -> bool:
+def on_boot_clock(state: dict[str, Any]) -> bool:
     """Whether the guard keeps its bounds on the boot clock (armed by this release or a later one); a guard armed
     by an earlier release kept only wall-clock times, and is read on the wall clock."""
     return state.get('armed_at_boot') is not None
 
 
-def armed_in_another_boot(state, now) -> bool:
+def armed_in_another_boot(state: dict[str, Any], now: Instant) -> bool:
     """Whether the guard was armed in a boot of the host before this one: its boot-clock readings mean nothing
     now. A boot-clock reading below the arm's can only come from another boot (where the boot id is unknown)."""
     if not on_boot_clock(state):
@@ -257,24 +259,24 @@ def armed_in_another_boot(state, now) -> bool:
     return state.get('boot_id') != now.boot_id or now.boot < float(state['armed_at_boot'])
 
 
-def rebooted_message(state, now, folder) -> str:
+def rebooted_message(state: dict[str, Any], now: Instant, folder: str) -> str:
     return ('the host restarted since the rollback guard of run %s in %s was armed (boot %s, now %s): its lease '
             'lapsed with every step of the run, and its watcher is gone; restore it (playbooks/rollback.yml, or a '
             'later run takes it over) before anything else acts'
             % (state.get('run_id'), folder, state.get('boot_id'), now.boot_id))
 
 
-def _suffix(state) -> str:
+def _suffix(state: dict[str, Any]) -> str:
     """Which of the readings kept twice count: the boot clock's ('_boot'), or the wall clock's ('')."""
     return '_boot' if on_boot_clock(state) else ''
 
 
-def _reading(state, now) -> float:
+def _reading(state: dict[str, Any], now: Instant) -> float:
     """`now` on the clock the guard's bounds are kept on."""
     return now.boot if on_boot_clock(state) else now.wall
 
 
-def _renewal_of(state, lease) -> bool:
+def _renewal_of(state: dict[str, Any], lease: Any) -> bool:
     """Whether lease is a renewal of this guard that its clock can read: this run's, and (on the boot clock) made
     in the boot the guard was armed in, with boot-clock readings (a module of an earlier release wrote none)."""
     if lease is None or lease.get('run_id') != state.get('run_id'):
@@ -284,7 +286,7 @@ def _renewal_of(state, lease) -> bool:
     return True
 
 
-def expiry(state, lease, alive=holder_alive):
+def expiry(state: dict[str, Any], lease: Any, alive: Callable = holder_alive) -> float | None:
     """When the lease of this armed guard lapses (held_until while its holder runs, else expires_at), on the
     guard's clock (_reading); None without an idle bound (only the deadline counts). alive(holder) -> bool."""
     if not state.get('idle'):
@@ -299,17 +301,17 @@ def expiry(state, lease, alive=holder_alive):
     return float(state['armed_at' + suffix]) + float(state['idle'])
 
 
-def deadline(state) -> float:
+def deadline(state: dict[str, Any]) -> float:
     """The guard's deadline, on its clock."""
     return float(state['deadline' + _suffix(state)])
 
 
-def deadline_passed(state, now) -> bool:
+def deadline_passed(state: dict[str, Any], now: Instant) -> bool:
     """Whether the guard's deadline passed at `now` (at once for a guard armed in another boot)."""
     return armed_in_another_boot(state, now) or _reading(state, now) >= deadline(state)
 
 
-def due(state, lease, now, alive=holder_alive):
+def due(state: dict[str, Any], lease: Any, now: Instant, alive: Callable = holder_alive) -> str | None:
     """The bound that fired ('idle' or 'deadline') at `now` (an Instant), or None while neither has passed (pure
     but for alive). In another boot than the arm's, at once: the lease lapsed with the reboot."""
     if armed_in_another_boot(state, now):
@@ -323,14 +325,15 @@ def due(state, lease, now, alive=holder_alive):
     return None
 
 
-def acts_at(state, lease, alive=holder_alive):
+def acts_at(state: dict[str, Any], lease: dict[str, Any], alive: Callable = holder_alive) -> float:
     """When the watcher acts unless renewed or confirmed, on the guard's clock: the lease's expiry or the
     deadline, the earlier."""
     expires = expiry(state, lease, alive)
     return deadline(state) if expires is None else min(expires, deadline(state))
 
 
-def describe(state, lease, alive=holder_alive, now=None):
+def describe(state: dict[str, Any] | None, lease: dict[str, Any] | None, alive: Callable = holder_alive,
+             now: Instant | None = None) -> dict[str, Any] | None:
     """The guard's lease as the query reports it; None when no guard is armed.
 
     The times to come (expires_at, deadline_at, acts_at) are on the wall clock as it reads at `now` (their
@@ -373,14 +376,15 @@ GUARD_OPTION = dict(type='dict', options=dict(
 ))
 
 
-class Renewer(object):
+class Renewer:
     """A module's hold on the lease: renew at a step's start, and as a long wait polls (at most every few s).
 
     Without a guard (folder None) every call does nothing: the modules work the same outside a window.
     """
 
-    def __init__(self, folder=None, run_id=None, step='', clock=HOST_CLOCK, every=RENEW_EVERY, after=0.0,
-                 holder=None):
+    def __init__(self, folder: str | None = None, run_id: str | None = None, step: str = '',
+                 clock: HostClock = HOST_CLOCK, every: float = RENEW_EVERY, after: float = 0.0,
+                 holder: dict[str, int] | None = None) -> None:
         self.folder, self.run_id, self.step, self.after = folder, run_id, step, float(after or 0)
         self.clock, self.every = clock, every
         self.holder = holder
@@ -388,13 +392,13 @@ class Renewer(object):
         self.renewals = 0
 
     @classmethod
-    def from_option(cls, option, step):
+    def from_option(cls, option: dict[str, Any] | None, step: str) -> Renewer:
         """From a module's guard option (folder, run_id); a Renewer that does nothing when it is None."""
         if not option:
             return cls(step=step)
         return cls(option['folder'], option['run_id'], step, after=option.get('after') or 0, holder=this_process())
 
-    def renew(self, horizon_s=0.0, step=None, holder=True):
+    def renew(self, horizon_s: float = 0.0, step: str | None = None, holder: bool = True) -> dict[str, Any] | None:
         """Hold the lease for horizon_s more while this process runs (the idle bound after it is gone)."""
         if self.folder is None:
             return None
@@ -410,12 +414,12 @@ class Renewer(object):
         self.renewals += 1
         return lease
 
-    def tick(self, horizon_s=0.0):
+    def tick(self, horizon_s: float = 0.0) -> None:
         """Renew when the last renewal is RENEW_EVERY old: called before every read of a wait that may
         take up to horizon_s."""
         if self.folder is not None and (self.last is None or self.clock.boot() - self.last >= self.every):
             self.renew(horizon_s, '%s (waiting)' % self.step)
 
-    def done(self, handed_over=True):
+    def done(self, handed_over: bool = True) -> dict[str, Any] | None:
         """The step's last renewal: the idle bound from now, plus `after` when the next step cannot renew."""
         return self.renew(self.after if handed_over else 0.0, '%s (done)' % self.step, holder=False)

@@ -24,11 +24,10 @@ infinity is NaN): every sum of a snapshot and every difference is checked too (_
 numbers reaches the verdict.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import math
+from typing import Any, Iterator
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, http_request
 
@@ -44,7 +43,7 @@ class LiveMetricsError(Exception):
     pass
 
 
-def prometheus_sample(line):
+def prometheus_sample(line: str) -> tuple[str, dict[str, str], float] | None:
     """(name, labels, value) of one sample line; None for a comment, a blank or a line that is not one. The value
     is what float() reads, NaN and infinities included: read the series a figure comes from through finite_samples."""
     line = line.strip()
@@ -67,7 +66,7 @@ def prometheus_sample(line):
         return None
 
 
-def finite_samples(text, names):
+def finite_samples(text: str, names: set[str] | dict[str, str]) -> Iterator[tuple[str, dict[str, str], float]]:
     """(name, labels, value) of every sample of the series `names` in Prometheus text, in order; raises
     LiveMetricsError naming the first whose value is not a finite number (NaN, +Inf, or past a float's range such
     as 1e309). Series outside `names` are not looked at: an exporter may hold a NaN gauge of its own."""
@@ -83,7 +82,7 @@ def finite_samples(text, names):
         yield sample
 
 
-def _finite(value, series, what):
+def _finite(value: float, series: str, what: str) -> float:
     """value, or LiveMetricsError naming the series when it is not a finite number (a sum or a difference of finite
     samples beyond a float's range)."""
     if not math.isfinite(value):
@@ -92,7 +91,7 @@ def _finite(value, series, what):
     return value
 
 
-def _labels(text):
+def _labels(text: str) -> tuple[dict[str, str], str]:
     """({label: value}, the text after the closing brace) of `a="x",b="y"} 1`; (None, '') when malformed."""
     labels, i = {}, 0
     while True:
@@ -117,7 +116,7 @@ def _labels(text):
         i += 1
 
 
-def _bound(text):
+def _bound(text: str) -> float:
     """A bucket's upper bound (its `le`); ValueError for one that is not a number or is NaN (no order)."""
     bound = math.inf if text in ('+Inf', 'Inf', '+inf', 'inf') else float(text)
     if math.isnan(bound):
@@ -125,17 +124,17 @@ def _bound(text):
     return bound
 
 
-def snapshot(text):
+def snapshot(text: str) -> dict[str, Any]:
     """The live figures of one scrape: counters and histograms summed over their label sets; a figure the
     server does not export is None (a server without --enable-metrics exports none of them). Raises
     LiveMetricsError for a sample of them that is not a finite number, or a histogram without its +Inf bucket."""
-    counters = dict((key, None) for key, dummy in COUNTERS)
-    cumulative = dict((key, {}) for key, dummy in HISTOGRAMS)
-    counter_of = dict((name, key) for key, name in COUNTERS)
-    bucket_of = dict((name + '_bucket', key) for key, name in HISTOGRAMS)
-    sum_of = dict((name + '_sum', key) for key, name in HISTOGRAMS)
-    count_of = dict((name + '_count', key) for key, name in HISTOGRAMS)
-    sums, samples = dict((key, None) for key, dummy in HISTOGRAMS), dict((key, 0.0) for key, dummy in HISTOGRAMS)
+    counters = {key: None for key, dummy in COUNTERS}
+    cumulative = {key: {} for key, dummy in HISTOGRAMS}
+    counter_of = {name: key for key, name in COUNTERS}
+    bucket_of = {name + '_bucket': key for key, name in HISTOGRAMS}
+    sum_of = {name + '_sum': key for key, name in HISTOGRAMS}
+    count_of = {name + '_count': key for key, name in HISTOGRAMS}
+    sums, samples = {key: None for key, dummy in HISTOGRAMS}, {key: 0.0 for key, dummy in HISTOGRAMS}
     wanted = set(counter_of) | set(bucket_of) | set(sum_of) | set(count_of)
     summed = 'sums over its label sets'
     for name, labels, value in finite_samples(text, wanted):
@@ -167,7 +166,7 @@ def snapshot(text):
     return figures
 
 
-def _histogram(cumulative):
+def _histogram(cumulative: dict[float, float]) -> dict[str, list[float]]:
     bounds = sorted(cumulative)
     if bounds[-1] != math.inf:
         raise LiveMetricsError('a histogram without its +Inf bucket')
@@ -179,7 +178,7 @@ def _histogram(cumulative):
     return {'bounds': bounds, 'counts': counts}
 
 
-def difference(before, after):
+def difference(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """What the server served between two snapshots; raises LiveMetricsError when it restarted in between
     (a counter went down) or a histogram changed its buckets."""
     served = {}
@@ -213,7 +212,7 @@ def difference(before, after):
     return served
 
 
-def jsonable(figures):
+def jsonable(figures: dict[str, Any]) -> dict[str, Any]:
     """The figures with +Inf written as the string "+Inf" (JSON has no infinity); LiveMetricsError naming a figure
     that is not a finite number (Python's json writes NaN and Infinity, which no verdict can read)."""
     out = dict(figures)
@@ -229,7 +228,7 @@ def jsonable(figures):
     return out
 
 
-def scrape(base_url, timeout):
+def scrape(base_url: str, timeout: float) -> dict[str, Any] | None:
     """The server's snapshot now; None when it exports no /metrics (404: started without --enable-metrics).
     Raises LiveMetricsError when it does not answer, answers what is not Prometheus text, or a figure it reads is
     not a finite number (finite_samples)."""

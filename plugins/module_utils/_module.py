@@ -13,44 +13,45 @@ module names: either becomes ``fail_json`` with a clear msg and the result as fa
 failure still says what was already signalled, stopped or changed.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any, Callable, NoReturn
 
 
 class ModuleFailure(Exception):
     """Ends the module run as failed with msg; ``keys`` are added to the result first."""
 
-    def __init__(self, msg, **keys):
-        super(ModuleFailure, self).__init__(msg)
+    def __init__(self, msg: str, **keys: Any) -> None:
+        super().__init__(msg)
         self.msg = msg
         self.keys = keys
 
 
-def fail(msg, **keys):
+def fail(msg: str, **keys: Any) -> NoReturn:
     raise ModuleFailure(msg, **keys)
 
 
-def new_result(**keys):
+def new_result(**keys: Any) -> dict[str, Any]:
     """The result of a run: ``changed`` false and every key the module returns, at its empty value."""
     result = dict(changed=False)
     result.update(keys)
     return result
 
 
-def require_not_negative(params, names, msg=None):
+def require_not_negative(params: dict[str, Any], names: tuple[str, ...], msg: str | None = None) -> None:
     """ModuleFailure unless each of params[names] is at least 0 (msg, else '<name> must not be negative')."""
     for name in names:
         if params[name] < 0:
             fail(msg or '%s must not be negative' % name)
 
 
-def require_positive(params, name):
+def require_positive(params: dict[str, Any], name: str) -> None:
     if params[name] <= 0:
         fail('%s must be greater than 0' % name)
 
 
-def run_module(module, result, body, errors=(), describe=str, finish=None):
+def run_module(module: Any, result: dict[str, Any], body: Callable, errors: tuple[type[Exception], ...] = (),
+               describe: Callable = str, finish: Callable | None = None) -> None:
     """Run body() and end the module: exit_json with result, or fail_json with msg and the partial result.
 
     errors: the project's own exceptions the body may raise; describe(exc) is then the msg.

@@ -11,15 +11,14 @@ real H200. ``nvidia-smi | grep 0MiB`` cannot tell a free GPU from a busy one
 below gives one number per GPU.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import glob
 import os
 import stat
+from typing import Any
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 
 GPU_FIELDS = ('index', 'uuid', 'memory.used', 'memory.total')
@@ -51,14 +50,14 @@ class DeviceError(Exception):
     """The device patterns match nothing, or match something that is not an NVIDIA device file."""
 
 
-def device_refusal(path):
+def device_refusal(path: str) -> str | None:
     """Why path is not an NVIDIA device file, or None when it is one.
 
     A name starting with "nvidia", and under /dev a character device: "/dev/*" matched
     /dev/null, which would make every process on the host a holder.
     """
     real = os.path.realpath(path)
-    for name in sorted(set([path, real])):
+    for name in sorted({path, real}):
         if not os.path.basename(name).startswith('nvidia'):
             return 'its name does not start with "nvidia"' + ('' if name == path else ' (it links to %s)' % real)
     try:
@@ -73,7 +72,7 @@ def device_refusal(path):
     return None
 
 
-def expand_devices(patterns):
+def expand_devices(patterns: list[str]) -> list[str]:
     """Paths the glob patterns match, each with its real path (what /proc/PID/fd links show).
 
     Raises DeviceError naming every refused path, or when nothing matches at all.
@@ -97,25 +96,25 @@ class NvidiaSmiError(Exception):
     """nvidia-smi failed or printed something we cannot read."""
 
 
-class NvidiaSmiCommand(object):
-    def __init__(self, nvidia_smi_path):
+class NvidiaSmiCommand:
+    def __init__(self, nvidia_smi_path: str) -> None:
         self.path = nvidia_smi_path
 
-    def query_gpus(self):
+    def query_gpus(self) -> list[str]:
         return [self.path, '--query-gpu=' + ','.join(GPU_FIELDS), CSV_FORMAT]
 
-    def query_compute_apps(self):
+    def query_compute_apps(self) -> list[str]:
         return [self.path, '--query-compute-apps=' + ','.join(APP_FIELDS), CSV_FORMAT]
 
 
-def _int_or_none(value):
+def _int_or_none(value: str) -> int | None:
     try:
         return int(value)
     except ValueError:
         return None
 
 
-def parse_gpus(stdout):
+def parse_gpus(stdout: str) -> list[dict[str, Any]]:
     """GPU records from ``--query-gpu=index,uuid,memory.used,memory.total`` CSV.
 
     A GPU whose cells are not numbers ("[N/A]", "[Unknown Error]", "[GPU requires reset]") or a
@@ -147,7 +146,7 @@ def parse_gpus(stdout):
     return gpus
 
 
-def _mib(value, line_desc):
+def _mib(value: str, line_desc: str) -> int:
     try:
         return int(value)
     except ValueError:
@@ -155,7 +154,7 @@ def _mib(value, line_desc):
         raise NvidiaSmiError('nvidia-smi reported %r instead of a MiB number for %s' % (value, line_desc))
 
 
-def parse_compute_apps(stdout):
+def parse_compute_apps(stdout: str) -> list[Any]:
     """Compute-app records from ``--query-compute-apps=pid,process_name,used_memory`` CSV."""
     apps = []
     for line in stdout.splitlines():
@@ -171,34 +170,35 @@ def parse_compute_apps(stdout):
     return apps
 
 
-def unreadable(gpus):
+def unreadable(gpus: list[dict[str, Any]]) -> list[Any]:
     """GPUs (or lines) whose memory could not be read."""
     return [gpu for gpu in gpus if gpu['error'] is not None or gpu['memory_used_mib'] is None]
 
 
-def gpus_over(gpus, max_used_mib):
+def gpus_over(gpus: list[dict[str, Any]], max_used_mib: int) -> list[Any]:
     """GPUs not shown to be at or under max_used_mib: over it, or unreadable (fail safe for "is it free")."""
     return [gpu for gpu in gpus if gpu['memory_used_mib'] is None or gpu['error'] is not None or
             gpu['memory_used_mib'] > max_used_mib]
 
 
-def missing_gpus(gpus, expected_indices):
+def missing_gpus(gpus: list[dict[str, Any]], expected_indices: list[int] | tuple[()]) -> list[Any]:
     """Indices seen earlier that this reading does not list."""
-    seen = set(gpu['index'] for gpu in gpus)
+    seen = {gpu['index'] for gpu in gpus}
     return sorted(index for index in expected_indices if index not in seen)
 
 
-def proven_free(gpus, max_used_mib, expected_indices=()):
+def proven_free(gpus: list[Any], max_used_mib: int, expected_indices: list[int] | tuple[()] = ()) -> bool:
     """True only when every GPU (each expected index included) was read and is at or under the threshold."""
     return bool(gpus) and not unreadable(gpus) and not gpus_over(gpus, max_used_mib) and \
         not missing_gpus(gpus, expected_indices)
 
 
-def _cell(value):
+def _cell(value: str | int | None) -> str:
     return '?' if value is None else str(value)
 
 
-def format_gpu_table(gpus, max_used_mib, expected_indices=()):
+def format_gpu_table(gpus: list[dict[str, Any]], max_used_mib: int,
+                     expected_indices: list[int] | tuple[()] = ()) -> str:
     lines = ['GPU  memory.used/total MiB  uuid']
     for gpu in gpus:
         if gpu['error'] is not None:
@@ -214,27 +214,27 @@ def format_gpu_table(gpus, max_used_mib, expected_indices=()):
     return '\n'.join(lines)
 
 
-def memory_dropped(previous, current):
+def memory_dropped(previous: list[Any], current: list[Any]) -> bool:
     """True when some GPU read in both readings uses less memory in the second (the driver is freeing it)."""
-    before = dict((gpu['index'], gpu['memory_used_mib']) for gpu in previous
-                  if gpu['index'] is not None and gpu['memory_used_mib'] is not None)
+    before = {gpu['index']: gpu['memory_used_mib'] for gpu in previous
+              if gpu['index'] is not None and gpu['memory_used_mib'] is not None}
     return any(gpu['index'] in before and gpu['memory_used_mib'] is not None and
                gpu['memory_used_mib'] < before[gpu['index']] for gpu in current)
 
 
-class GpuReader(object):
+class GpuReader:
     """nvidia-smi through the one command runner (either back end): every call bounded by its deadline."""
 
     # One nvidia-smi call costs about 22 ms (a process start) on an H200.
     poll_intervals = POLL_INTERVALS
     source_name = 'nvidia-smi'
 
-    def __init__(self, runner, nvidia_smi_path, timeout=None):
+    def __init__(self, runner: CommandRunner, nvidia_smi_path: str, timeout: float | None = None) -> None:
         self.runner = runner
         self.command = NvidiaSmiCommand(nvidia_smi_path)
         self.timeout = timeout
 
-    def gpus(self):
+    def gpus(self) -> list[dict[str, Any]]:
         """GPU records; NvidiaSmiError when nvidia-smi fails and names no GPU; CommandError on a timeout."""
         result = self.runner.run(self.command.query_gpus(), timeout=self.timeout)
         if result.timed_out:
@@ -252,7 +252,7 @@ class GpuReader(object):
                          'error': result.describe()})
         return gpus
 
-    def compute_apps(self):
+    def compute_apps(self) -> list[Any]:
         result = self.runner.run(self.command.query_compute_apps(), timeout=self.timeout)
         if result.timed_out or result.rc != 0:
             return [{'error': result.describe()}]
@@ -262,7 +262,7 @@ class GpuReader(object):
             return [{'error': str(exc)}]
 
 
-class FreeMemoryProof(object):
+class FreeMemoryProof:
     """Polls nvidia-smi until every expected GPU is read and at or under the threshold.
 
     gpu_release and the guard both prove "the memory is free" with this. ``expected_indices``: the GPUs
@@ -272,7 +272,7 @@ class FreeMemoryProof(object):
     nvidia-smi ends the polling at once, since the next call would hang as well.
     """
 
-    def __init__(self, reader, max_used_mib, expected_indices=None):
+    def __init__(self, reader: Any, max_used_mib: int, expected_indices: list[int] | None = None) -> None:
         self.reader = reader
         self.max_used_mib = max_used_mib
         self.expected = expected_indices
@@ -280,7 +280,7 @@ class FreeMemoryProof(object):
         self.last_error = None
         self.gpus = []
 
-    def read(self):
+    def read(self) -> list[Any]:
         try:
             gpus = self.reader.gpus()
             self.last_error = None
@@ -295,13 +295,13 @@ class FreeMemoryProof(object):
         self.gpus = gpus
         return gpus
 
-    def free(self, gpus=None):
+    def free(self, gpus: list[dict[str, Any]] | None = None) -> bool:
         return proven_free(self.gpus if gpus is None else gpus, self.max_used_mib, self.expected or ())
 
-    def done(self, gpus):
+    def done(self, gpus: list[Any]) -> bool:
         return self.timed_out is not None or self.free(gpus)
 
-    def wait(self, timeout, max_interval=None):
+    def wait(self, timeout: float, max_interval: float | None = None) -> list[Any]:
         """The last reading: free, or what it was when timeout passed (or nvidia-smi hung).
 
         Polls at the reader's pace (``poll_intervals``: first and longest wait; max_interval, when
@@ -314,10 +314,10 @@ class FreeMemoryProof(object):
         return poll_until(self.read, self.done, timeout, first_interval=first, max_interval=longest,
                           progressed=memory_dropped)
 
-    def busy(self):
+    def busy(self) -> list[Any]:
         """Readable GPUs of the last reading over the threshold."""
         sick = unreadable(self.gpus)
         return [gpu for gpu in gpus_over(self.gpus, self.max_used_mib) if gpu not in sick]
 
-    def missing(self):
+    def missing(self) -> list[Any]:
         return missing_gpus(self.gpus, self.expected or ())

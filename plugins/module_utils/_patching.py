@@ -15,9 +15,7 @@ Diffs are handled as bytes, as GNU patch does: a diff in another encoding
 applies byte for byte; only file names must be UTF-8.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import ast
 import glob
@@ -28,6 +26,7 @@ import re
 import shutil
 import tempfile
 import time
+from typing import Any, Callable
 
 # LockTimeout is what PackageLock raises: callers catch it from here.
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import (  # pylint: disable=unused-import
@@ -40,6 +39,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._files import (  # p
     write_atomic,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_beside as write_file_beside
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandResult
 
 
 class DiffError(Exception):
@@ -56,12 +56,12 @@ _MODE_LINES = ('old mode ', 'new mode ')
 _HUNK_HEADER = re.compile(r'^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@')
 
 
-def diff_text(data):
+def diff_text(data: bytes) -> str:
     """The diff bytes as text for parsing; bytes that are not UTF-8 survive as surrogates."""
     return data.decode('utf-8', 'surrogateescape')
 
 
-def is_utf8(data):
+def is_utf8(data: bytes) -> bool:
     try:
         data.decode('utf-8')
     except UnicodeDecodeError:
@@ -69,7 +69,7 @@ def is_utf8(data):
     return True
 
 
-def restore_final_newline(data):
+def restore_final_newline(data: bytes) -> bytes:
     """The diff with its final line ending, and the blank context lines a strip removed, put back.
 
     ``lookup('file', ...)`` strips trailing whitespace (rstrip=true by default):
@@ -113,7 +113,7 @@ def restore_final_newline(data):
     return data
 
 
-def _header_name(line):
+def _header_name(line: str) -> str:
     name = line[4:].split('\t', 1)[0].rstrip('\r\n')
     if name.startswith('"'):
         raise DiffError('quoted file names are not supported: %r' % line.strip())
@@ -124,7 +124,7 @@ def _header_name(line):
     return name.rstrip()
 
 
-def _strip_components(name, strip):
+def _strip_components(name: str, strip: int) -> str:
     parts = name.split('/')
     if name.startswith('/'):
         raise DiffError('absolute path in diff: %r' % name)
@@ -139,7 +139,7 @@ def _strip_components(name, strip):
     return '/'.join(cleaned)
 
 
-def parse_targets(diff_text, strip):
+def parse_targets(diff_text: str, strip: int) -> list[str]:
     """Relative paths the diff modifies, in order of appearance, each once.
 
     Raises DiffError for an empty diff, hunks without file headers, paths that
@@ -185,7 +185,7 @@ def parse_targets(diff_text, strip):
     return targets
 
 
-def confine(tree, relative_paths):
+def confine(tree: str, relative_paths: list[str]) -> list[str]:
     """Real paths for relative_paths, each an existing regular file really inside tree.
 
     A symlink inside the tree is followed: its real file is what gets patched,
@@ -209,26 +209,27 @@ def confine(tree, relative_paths):
     return absolute
 
 
-def sha256_bytes(data):
+def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def sha256_text(text):
+def sha256_text(text: str) -> str:
     return sha256_bytes(text.encode('utf-8', 'surrogateescape'))
 
 
-def diff_bytes(content):
+def diff_bytes(content: str) -> bytes:
     """A diff given as module text, as the bytes patch reads (its final newline back; see restore_final_newline)."""
     return restore_final_newline(content.encode('utf-8', 'surrogateescape'))
 
 
-class PatchCommand(object):
+class PatchCommand:
     """argv builder for GNU patch, strict enough to never guess or prompt."""
 
-    def __init__(self, patch_path):
+    def __init__(self, patch_path: str) -> None:
         self.path = patch_path
 
-    def apply(self, directory, patch_file, strip, reverse=False, dry_run=False):
+    def apply(self, directory: str, patch_file: str, strip: int, reverse: bool = False,
+              dry_run: bool = False) -> list[str]:
         argv = [
             self.path,
             '--batch',            # never stop at "File to patch:"
@@ -248,7 +249,7 @@ class PatchCommand(object):
         return argv
 
 
-def read_dist_version(site_packages, distribution='sglang'):
+def read_dist_version(site_packages: str, distribution: str = 'sglang') -> str | None:
     """Version from DIST-*.dist-info/METADATA without importing the package (sglang imports torch)."""
     pattern = os.path.join(site_packages, '%s-*.dist-info' % distribution)
     for info_dir in sorted(glob.glob(pattern)):
@@ -261,7 +262,7 @@ def read_dist_version(site_packages, distribution='sglang'):
                         return line.split(':', 1)[1].strip()
                     if not line.strip():
                         break
-        except (IOError, OSError):
+        except OSError:
             continue
     return None
 
@@ -278,7 +279,7 @@ DISCOVER_SITE_PACKAGES = (
 )
 
 
-def parse_site_packages(stdout):
+def parse_site_packages(stdout: str) -> str | None:
     """The folder DISCOVER_SITE_PACKAGES printed, or None (a sitecustomize may print more lines)."""
     for line in stdout.splitlines():
         if line.startswith(SITE_MARKER) and line[len(SITE_MARKER):].strip():
@@ -286,7 +287,7 @@ def parse_site_packages(stdout):
     return None
 
 
-def discover_site_packages(run, python, cwd):
+def discover_site_packages(run: Callable, python: str, cwd: str) -> tuple[str | None, CommandResult]:
     """(the folder holding python's sglang or None, the command's result); run is a CommandRunner's run.
 
     cwd must be an empty folder (the module's tmpdir): with -I, neither it nor PYTHONPATH can put
@@ -305,13 +306,13 @@ LOCK_HINT = ('another sglang_patch run is changing this package (or a process ho
              'see `fuser -v %s`)')
 
 
-def write_beside(target, data, suffix, mode_from=None):
+def write_beside(target: str, data: bytes, suffix: str, mode_from: str | None = None) -> str:
     """A new file in target's folder holding data, with target's mode and owner; returns its path."""
     mode, owner = mode_and_owner(mode_from or target)
     return write_file_beside(target, data, suffix, mode, owner)
 
 
-def replace_file(path, data, suffix, mode):
+def replace_file(path: str, data: bytes, suffix: str, mode: int) -> None:
     """Put data at path atomically with mode, owned as its folder is (when root)."""
     dummy, owner = mode_and_owner(os.path.dirname(path) or '.')
     write_atomic(path, data, mode, suffix, owner)
@@ -324,12 +325,13 @@ class PackageLock(FileLock):
     the holder dies, so a crashed run never leaves a stale lock behind.
     """
 
-    def __init__(self, package_dir, timeout, clock=time.monotonic, sleep=time.sleep):
-        super(PackageLock, self).__init__(package_dir, timeout, LOCK_HINT % package_dir, clock, sleep)
+    def __init__(self, package_dir: str, timeout: float, clock: Callable = time.monotonic,
+                 sleep: Callable = time.sleep) -> None:
+        super().__init__(package_dir, timeout, LOCK_HINT % package_dir, clock, sleep)
         self.package_dir = package_dir
 
 
-class Journal(object):
+class Journal:
     """The record of a commit in progress, in the package folder: what an interrupted commit left behind.
 
     ``state`` is "committing" from before the first rename until the last one,
@@ -339,45 +341,45 @@ class Journal(object):
     the tree is whole again and no temp file is left.
     """
 
-    def __init__(self, package_dir):
+    def __init__(self, package_dir: str) -> None:
         self.path = os.path.join(package_dir, JOURNAL_NAME)
 
-    def exists(self):
+    def exists(self) -> bool:
         return os.path.exists(self.path)
 
-    def write(self, state, entries):
+    def write(self, state: str, entries: list[dict[str, str]]) -> None:
         replace_file(self.path, json.dumps({'state': state, 'pid': os.getpid(), 'entries': entries},
                                            sort_keys=True).encode('utf-8'), TEMP_SUFFIX, 0o600)
         fsync_dir(os.path.dirname(self.path))
 
-    def read(self):
+    def read(self) -> tuple[str, list[dict[str, str]]]:
         try:
             with open(self.path, 'rb') as handle:
                 record = json.loads(handle.read().decode('utf-8'))
             state, entries = record['state'], [dict(entry) for entry in record['entries']]
             if state not in ('committing', 'committed') or \
-                    not all(set(entry) >= set(['target', 'new', 'orig']) for entry in entries):
+                    not all(set(entry) >= {'target', 'new', 'orig'} for entry in entries):
                 raise ValueError('unexpected content')
             return state, entries
         except (ValueError, KeyError, TypeError) as exc:
             raise DiffError('the journal %s of an interrupted commit cannot be read (%s); compare the files it '
                             'names with a fresh sglang install, then remove it' % (self.path, exc))
 
-    def remove(self):
+    def remove(self) -> None:
         unlink_quietly(self.path)
         fsync_dir(os.path.dirname(self.path))
 
-    def plan(self):
+    def plan(self) -> tuple[str, dict[str, str]]:
         """(state, {target: file holding what the target must contain}) without changing anything."""
         if not self.exists():
             return None, {}
         state, entries = self.read()
         if state == 'committing':
-            return state, dict((entry['target'], entry['orig']) for entry in entries
-                               if os.path.exists(entry['orig']))
+            return state, {entry['target']: entry['orig'] for entry in entries
+                           if os.path.exists(entry['orig'])}
         return state, {}
 
-    def recover(self):
+    def recover(self) -> list[Any]:
         """Undo or finish an interrupted commit; return what was done, one line each (empty if nothing)."""
         if not self.exists():
             return []
@@ -397,7 +399,7 @@ class Journal(object):
         return done
 
 
-def stray_temp_files(real_targets):
+def stray_temp_files(real_targets: list[str]) -> list[Any]:
     """Temp files an earlier run of this module left beside the targets (written, never renamed)."""
     found = []
     for target in real_targets:
@@ -407,7 +409,7 @@ def stray_temp_files(real_targets):
     return sorted(set(found))
 
 
-class PatchTransaction(object):
+class PatchTransaction:
     """Copies of the target files in a staging folder, and an all-or-nothing, journaled commit back.
 
     ``real_targets`` maps each relative path to its real file (see confine);
@@ -418,11 +420,12 @@ class PatchTransaction(object):
 
     SUFFIX = TEMP_SUFFIX
 
-    def __init__(self, tree, relative_paths, staging_parent, real_targets=None, sources=None, journal=None):
+    def __init__(self, tree: str, relative_paths: list[str], staging_parent: str, real_targets: list[str] | None = None,
+                 sources: dict[str, Any] | None = None, journal: Journal | None = None) -> None:
         self.tree = os.path.realpath(tree)
         self.relative_paths = list(relative_paths)
         self.real = dict(zip(self.relative_paths, real_targets)) if real_targets else \
-            dict((rel, os.path.realpath(os.path.join(self.tree, rel))) for rel in self.relative_paths)
+            {rel: os.path.realpath(os.path.join(self.tree, rel)) for rel in self.relative_paths}
         self.journal = journal
         self.staging = tempfile.mkdtemp(prefix='sglang_patch-', dir=staging_parent)
         self.originals = {}
@@ -437,22 +440,22 @@ class PatchTransaction(object):
                 handle.write(self.originals[rel])
             shutil.copystat(source, staged)
 
-    def staging_tree(self):
+    def staging_tree(self) -> str:
         return os.path.join(self.staging, 'tree')
 
-    def staged_path(self, rel):
+    def staged_path(self, rel: str) -> str:
         return os.path.join(self.staging_tree(), rel)
 
-    def target_path(self, rel):
+    def target_path(self, rel: str) -> str:
         """The real file behind rel: a symlinked target is patched through its link, which stays a link."""
         return self.real[rel]
 
-    def changed_files(self):
+    def changed_files(self) -> list[str]:
         return [rel for rel in self.relative_paths
                 if read_bytes(self.staged_path(rel)) != self.originals[rel]]
 
-    def diff(self, rel):
-        def text(data):
+    def diff(self, rel: str) -> dict[str, str]:
+        def text(data: bytes) -> str:
             return data.decode('utf-8', 'replace')
         return {
             'before_header': rel + ' (before)',
@@ -461,17 +464,18 @@ class PatchTransaction(object):
             'after': text(read_bytes(self.staged_path(rel))),
         }
 
-    def commit(self, relative_paths):
+    def commit(self, relative_paths: list[str]) -> list[str]:
         """Replace targets with the staged files; on any error put every original back and re-raise."""
-        return self._replace(dict((rel, read_bytes(self.staged_path(rel))) for rel in relative_paths),
+        return self._replace({rel: read_bytes(self.staged_path(rel)) for rel in relative_paths},
                              self.originals, relative_paths)
 
-    def restore(self, relative_paths):
+    def restore(self, relative_paths: list[str]) -> list[str]:
         """Put the original bytes back, through the same journaled replacement."""
-        staged = dict((rel, read_bytes(self.staged_path(rel))) for rel in relative_paths)
-        return self._replace(dict((rel, self.originals[rel]) for rel in relative_paths), staged, relative_paths)
+        staged = {rel: read_bytes(self.staged_path(rel)) for rel in relative_paths}
+        return self._replace({rel: self.originals[rel] for rel in relative_paths}, staged, relative_paths)
 
-    def _replace(self, new_contents, old_contents, relative_paths):
+    def _replace(self, new_contents: dict[str, bytes], old_contents: dict[str, bytes],
+                 relative_paths: list[str]) -> list[str]:
         entries = []
         try:
             for rel in relative_paths:
@@ -505,20 +509,21 @@ class PatchTransaction(object):
         return list(relative_paths)
 
     @staticmethod
-    def _discard(entries):
+    def _discard(entries: list[dict[str, str]]) -> None:
         for entry in entries:
             for key in ('new', 'orig'):
                 if entry.get(key):
                     unlink_quietly(entry[key])
 
-    def cleanup(self):
+    def cleanup(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
 STAMP_VERSION = 1
 
 
-def write_stamp(path, patch_sha256, strip, python, site_packages, targets, real_targets):
+def write_stamp(path: str, patch_sha256: str, strip: int, python: str, site_packages: str, targets: list[str],
+                real_targets: list[str]) -> None:
     """Record, right after a verified apply, which patch is in and what each patched file now holds.
 
     Not a marker: read_stamp trusts it only while every file still hashes as recorded, so a revert, a
@@ -532,16 +537,17 @@ def write_stamp(path, patch_sha256, strip, python, site_packages, targets, real_
     replace_file(path, json.dumps(stamp, sort_keys=True).encode('utf-8'), '.tmp', 0o644)
 
 
-def remove_stamp(path):
+def remove_stamp(path: str) -> bool:
     return unlink_quietly(path)
 
 
-def read_stamp(path, patch_sha256, python, strip=1):
+def read_stamp(path: str, patch_sha256: str, python: str | None,
+               strip: int = 1) -> tuple[dict[str, Any] | None, str | None]:
     """(stamp, None) when the stamp at path proves `patch_sha256` applied for `python`; else (None, why)."""
     try:
         with open(path) as handle:
             stamp = json.load(handle)
-    except (IOError, OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         return None, 'no readable patch stamp (%s)' % exc
     if not isinstance(stamp, dict) or stamp.get('version') != STAMP_VERSION:
         return None, 'the patch stamp has another format'
@@ -555,7 +561,7 @@ def read_stamp(path, patch_sha256, python, strip=1):
     for entry in files:
         try:
             current = sha256_bytes(read_bytes(entry['real']))
-        except (IOError, OSError, KeyError, TypeError):
+        except (OSError, KeyError, TypeError):
             return None, 'a file the patch stamp lists is gone'
         if current != entry.get('sha256'):
             return None, '%s changed since the patch was applied' % entry['real']
@@ -565,7 +571,7 @@ def read_stamp(path, patch_sha256, python, strip=1):
 ADAPTIVE_PARAMS = os.path.join('sglang', 'srt', 'speculative', 'adaptive_spec_params.py')
 
 
-def adaptive_tiers_supported(site_packages):
+def adaptive_tiers_supported(site_packages: str) -> bool | None:
     """Whether the installed sglang reads --speculative-adaptive-config as batch-size tiers.
 
     Read from its own source, without importing it (sglang imports torch): releases with tiers (0.5.23)
@@ -575,9 +581,9 @@ def adaptive_tiers_supported(site_packages):
     """
     try:
         tree = ast.parse(read_bytes(os.path.join(site_packages, ADAPTIVE_PARAMS)))
-    except (IOError, OSError):
+    except OSError:
         return False if os.path.isdir(os.path.join(site_packages, 'sglang')) else None
     except (SyntaxError, ValueError):
         return None
-    names = set(node.name for node in tree.body if isinstance(node, ast.FunctionDef))
+    names = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
     return '_load_adaptive_config' in names

@@ -24,14 +24,15 @@ The scripts print their own PID first; the module never selects that shell or
 anything it started, and never PID 1.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any, NoReturn
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     ProcessRecord,
     ProcessSourceError,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandRunner, CommandResult
 
 # One line per process: "proc PID PPID STATE STARTTIME CMDLINE", NULs and newlines of the
 # command line turned into spaces. Field 22 of /proc/PID/stat is the start time; the fields
@@ -81,33 +82,33 @@ SIGNAL_NAME = 'gpuops-sglang-signal'
 CONTAINER_INIT_PID = 1
 
 
-class PctCommand(object):
+class PctCommand:
     """argv builder for one pct binary and one container."""
 
-    def __init__(self, pct_path, vmid):
+    def __init__(self, pct_path: str, vmid: int) -> None:
         self.pct_path = pct_path
         self.vmid = int(vmid)
 
-    def status(self):
+    def status(self) -> list[str]:
         return [self.pct_path, 'status', str(self.vmid)]
 
-    def exec_(self, argv):
+    def exec_(self, argv: list[str]) -> list[str]:
         return [self.pct_path, 'exec', str(self.vmid), '--'] + list(argv)
 
-    def list_processes(self, users=False):
+    def list_processes(self, users: bool = False) -> list[str]:
         return self.exec_(['/bin/sh', '-c', LIST_SCRIPT, LIST_NAME] + (['users'] if users else []))
 
-    def signal(self, signame, records):
+    def signal(self, signame: str, records: list[ProcessRecord]) -> list[str]:
         return self.exec_(['/bin/sh', '-c', SIGNAL_SCRIPT, SIGNAL_NAME, signame] +
                           ['%d:%d' % (record.pid, record.start_time) for record in records])
 
 
-def short_argv(argv):
+def short_argv(argv: list[str]) -> str:
     """The argv for a message, with the inline scripts shown by name."""
     return ' '.join('<script>' if '\n' in arg else arg for arg in argv)
 
 
-def parse_status(stdout):
+def parse_status(stdout: str) -> str | None:
     """'status: running' -> 'running'. Returns None for output pct never prints."""
     for line in stdout.splitlines():
         key, sep, value = line.partition(':')
@@ -116,7 +117,7 @@ def parse_status(stdout):
     return None
 
 
-def parse_listing(stdout):
+def parse_listing(stdout: str) -> tuple[int, list[ProcessRecord]]:
     """(PID of the listing shell, records) from LIST_SCRIPT's output; ProcessSourceError when incomplete."""
     self_pid = None
     records = []
@@ -140,7 +141,7 @@ def parse_listing(stdout):
     return self_pid, records
 
 
-def parse_users(stdout):
+def parse_users(stdout: str) -> dict[str, Any]:
     """{pid: the name of its effective user} from the "uid" and "account" lines of LIST_SCRIPT's output with
     "users" (the uid itself where the container has no account for it)."""
     uids, accounts = {}, {}
@@ -150,10 +151,10 @@ def parse_users(stdout):
             uids[int(fields[1])] = fields[2]
         elif len(fields) == 3 and fields[0] == 'account' and fields[1].isdigit():
             accounts.setdefault(fields[1], fields[2])
-    return dict((pid, accounts.get(uid, uid)) for pid, uid in uids.items())
+    return {pid: accounts.get(uid, uid) for pid, uid in uids.items()}
 
 
-def own_processes(self_pid, records):
+def own_processes(self_pid: int, records: list[ProcessRecord]) -> set[int]:
     """The listing shell and every process below it (its command substitutions)."""
     children = {}
     for record in records:
@@ -167,7 +168,7 @@ def own_processes(self_pid, records):
     return own
 
 
-def parse_signal_output(stdout):
+def parse_signal_output(stdout: str) -> dict[int, str]:
     """{pid: 'sent' | 'gone' | 'refused'}; ProcessSourceError when the script did not finish."""
     outcome = {}
     complete = False
@@ -182,7 +183,7 @@ def parse_signal_output(stdout):
     return outcome
 
 
-class ContainerProcesses(object):
+class ContainerProcesses:
     """Processes inside one LXC container, seen and signalled through ``pct exec``.
 
     ``runner`` is a _command.CommandRunner: every pct call has a deadline.
@@ -195,7 +196,7 @@ class ContainerProcesses(object):
     # while a draining server is awaited, so its exit is seen soon after and the node is not flooded.
     poll_max_interval = 0.1
 
-    def __init__(self, runner, pct_command, with_users=False):
+    def __init__(self, runner: CommandRunner, pct_command: PctCommand, with_users: bool = False) -> None:
         self.runner = runner
         self.pct = pct_command
         # A dry run's listing also names each process's user (users, by PID, from the last listing).
@@ -203,17 +204,17 @@ class ContainerProcesses(object):
         self.users = {}
 
     @property
-    def vmid(self):
+    def vmid(self) -> int:
         return self.pct.vmid
 
-    def _fail(self, doing, result, hint=''):
+    def _fail(self, doing: str, result: CommandResult, hint: str = '') -> NoReturn:
         if result.timed_out:
             why = '`%s` timed out after %gs and was killed' % (short_argv(result.argv), result.timeout)
         else:
             why = '`%s` failed (rc %d): %s' % (short_argv(result.argv), result.rc, result.output or 'no output')
         raise ProcessSourceError('%s in container %d failed: %s%s' % (doing, self.vmid, why, hint))
 
-    def list(self):
+    def list(self) -> list[ProcessRecord]:
         result = self.runner.run(self.pct.list_processes(self.with_users))
         if result.timed_out or result.rc != 0:
             self._fail('listing processes', result,
@@ -228,7 +229,7 @@ class ContainerProcesses(object):
         self.users = parse_users(result.stdout) if self.with_users else {}
         return [record for record in records if record.pid not in own]
 
-    def signal(self, records, signame):
+    def signal(self, records: list[ProcessRecord], signame: str) -> list[ProcessRecord]:
         records = [record for record in records if record.pid not in self.PROTECTED]
         if not records:
             return []
@@ -243,6 +244,6 @@ class ContainerProcesses(object):
                                      % (signame, self.vmid, exc, result.output[-400:]))
         return [record for record in records if outcome.get(record.pid) == 'sent']
 
-    def alive(self, records):
+    def alive(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
         current = self.list()
         return [now for now in current if not now.is_zombie and any(record.same_process(now) for record in records)]

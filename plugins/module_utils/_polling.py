@@ -3,14 +3,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The one wait loop: read until done or out of time, with a growing interval, never a fixed sleep."""
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 
-def next_interval(interval, first_interval, max_interval, progressed=False):
+def next_interval(interval: float, first_interval: float, max_interval: float, progressed: bool = False) -> float:
     """The wait before the next read: doubled up to max_interval, or back to first_interval on progress.
 
     A state that is moving (GPU memory going down while the driver frees it) is about to settle:
@@ -22,8 +21,8 @@ def next_interval(interval, first_interval, max_interval, progressed=False):
     return min(interval * 2, max_interval)
 
 
-def poll_until(read, done, timeout, first_interval, max_interval, clock=time.monotonic, sleep=time.sleep,
-               progressed=None):
+def poll_until(read: Callable, done: Callable, timeout: float, first_interval: float, max_interval: float,
+               clock: Callable[[], float] = time.monotonic, sleep: Callable = time.sleep, progressed: Callable | None = None) -> Any:
     """Call read() until done(reading) or timeout seconds pass; return the last reading.
 
     The interval starts at first_interval and doubles up to max_interval, so a

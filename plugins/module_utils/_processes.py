@@ -13,14 +13,13 @@ source.
 Pure standard library: a host-side helper imports this without Ansible.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import os
 import re
 import signal as _signal
 import time
+from typing import Any, Callable, Protocol
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 
@@ -49,7 +48,7 @@ class ProcessSourceError(Exception):
     """A process source could not list or signal processes."""
 
 
-class ProcessRecord(object):
+class ProcessRecord:
     """One process as a source saw it.
 
     ``state`` is the ps/proc state letter(s); ``start_time`` is field 22 of
@@ -58,7 +57,8 @@ class ProcessRecord(object):
 
     __slots__ = ('pid', 'ppid', 'state', 'cmdline', 'name', 'start_time')
 
-    def __init__(self, pid, ppid, state, cmdline, name=None, start_time=None):
+    def __init__(self, pid: int | str, ppid: int | str, state: str, cmdline: str, name: str | None = None,
+                 start_time: int | str | None = None) -> None:
         self.pid = int(pid)
         self.ppid = int(ppid)
         self.state = state
@@ -67,17 +67,17 @@ class ProcessRecord(object):
         self.start_time = int(start_time) if start_time is not None else None
 
     @property
-    def is_zombie(self):
+    def is_zombie(self) -> bool:
         # A zombie holds no memory and no files; it only waits for its parent
         # to reap it, so for "is it gone" it counts as gone.
         return self.state.startswith('Z') or self.state.startswith('X')
 
     @property
-    def key(self):
+    def key(self) -> tuple[int, int]:
         """Identity of the process: a PID is reused, a PID with its start time is not."""
         return (self.pid, self.start_time if self.start_time is not None else self.cmdline)
 
-    def same_process(self, other):
+    def same_process(self, other: ProcessRecord) -> bool:
         # The start time, not the command line, tells a newcomer on a reused PID from the
         # process we saw: SGLang (setproctitle) and others change their command line, also
         # while shutting down. Without a start time, the command line is the best guard.
@@ -87,20 +87,31 @@ class ProcessRecord(object):
             return self.start_time == other.start_time
         return self.cmdline == other.cmdline
 
-    def describe(self):
+    def describe(self) -> str:
         return 'pid %d (state %s): %s' % (self.pid, self.state, self.cmdline)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return 'ProcessRecord(%r, %r, %r, %r, start_time=%r)' % (
             self.pid, self.ppid, self.state, self.cmdline, self.start_time)
 
 
-def _name_from_cmdline(cmdline):
+class ProcessSource(Protocol):
+    """The three verbs the kill policy needs of a process source: the local /proc (_procfs.LocalProcesses), a
+    container seen through `pct exec` (_pct.ContainerProcesses), gpu_release's traced local one."""
+
+    def list(self) -> list[ProcessRecord]: ...
+
+    def signal(self, records: list[ProcessRecord], signame: str) -> list[ProcessRecord]: ...
+
+    def alive(self, records: list[ProcessRecord]) -> list[ProcessRecord]: ...
+
+
+def _name_from_cmdline(cmdline: str) -> str:
     first = cmdline.split(' ', 1)[0] if cmdline else ''
     return os.path.basename(first)
 
 
-def compile_patterns(patterns, what='pattern'):
+def compile_patterns(patterns: list[Any], what: str = 'pattern') -> list[Any]:
     """Compile regexes, raising ValueError that names the bad one."""
     compiled = []
     for pattern in patterns:
@@ -111,7 +122,8 @@ def compile_patterns(patterns, what='pattern'):
     return compiled
 
 
-def is_excluded_daemon(executable, uids, patterns):
+def is_excluded_daemon(executable: str | None, uids: tuple[int, int, int, int] | None,
+                       patterns: list[re.Pattern]) -> bool:
     """True when a holder is one of the daemons ``patterns`` name, judged on what its user cannot choose.
 
     ``executable`` is the real path of the running program (/proc/PID/exe), matched in full and by base
@@ -127,7 +139,8 @@ def is_excluded_daemon(executable, uids, patterns):
     return any(pattern.search(name) for pattern in patterns for name in names)
 
 
-def select(records, patterns, protected_pids=()):
+def select(records: list[ProcessRecord], patterns: list[re.Pattern],
+           protected_pids: set[int] | tuple[()] | frozenset = ()) -> list[Any]:
     """Records whose command line matches any pattern, once per PID, minus protected PIDs."""
     chosen = {}
     for record in records:
@@ -138,17 +151,17 @@ def select(records, patterns, protected_pids=()):
     return [chosen[pid] for pid in sorted(chosen)]
 
 
-def killed_entry(record, signame):
+def killed_entry(record: ProcessRecord, signame: str) -> dict[str, Any]:
     return {'pid': record.pid, 'cmdline': record.cmdline, 'signal': signame}
 
 
-def planned_kills(targets, term_timeout):
+def planned_kills(targets: list[ProcessRecord], term_timeout: float) -> list[dict[str, Any]]:
     """What check mode reports: each target with the first signal terminate() would send."""
     signame = 'KILL' if term_timeout <= 0 else 'TERM'
     return [killed_entry(record, signame) for record in targets]
 
 
-def signalled_summary(killed):
+def signalled_summary(killed: list[Any]) -> str:
     """What a failure message says was already sent, from killed entries."""
     if not killed:
         return 'nothing was signalled'
@@ -156,13 +169,13 @@ def signalled_summary(killed):
                                                for entry in killed)
 
 
-class TerminationOutcome(object):
-    def __init__(self, killed, remaining):
+class TerminationOutcome:
+    def __init__(self, killed: list[Any], remaining: list[Any]) -> None:
         self.killed = killed
         self.remaining = remaining
 
 
-class Termination(object):
+class Termination:
     """TERM, wait up to term_timeout, KILL the survivors, wait up to kill_timeout.
 
     Every signalled process is tracked by PID and start time until it is gone,
@@ -179,8 +192,9 @@ class Termination(object):
     half way (a listing that failed or timed out) can still say what was sent.
     """
 
-    def __init__(self, source, term_timeout, kill_timeout=10.0, rescan=None,
-                 clock=time.monotonic, sleep=time.sleep):
+    def __init__(self, source: ProcessSource, term_timeout: float, kill_timeout: float = 10.0,
+                 rescan: Callable | None = None, clock: Callable = time.monotonic,
+                 sleep: Callable = time.sleep) -> None:
         self.source = source
         self.term_timeout = term_timeout
         self.kill_timeout = kill_timeout
@@ -192,10 +206,10 @@ class Termination(object):
         self.order = []        # keys in the order they were first signalled
 
     @property
-    def killed(self):
+    def killed(self) -> list[Any]:
         return [killed_entry(self.tracked[key], self.last_signal[key]) for key in self.order]
 
-    def _send(self, records, signame):
+    def _send(self, records: list[Any], signame: str) -> None:
         if not records:
             return
         sent = self.source.signal(records, signame)
@@ -206,7 +220,7 @@ class Termination(object):
             self.tracked[record.key] = record
             self.last_signal[record.key] = signame
 
-    def _read(self, signame):
+    def _read(self, signame: str) -> tuple[list[Any], list[Any]]:
         """(tracked processes still alive, matches nobody signalled yet); the latter get signame now."""
         if self.rescan is None:
             return self.source.alive([self.tracked[key] for key in self.order]), []
@@ -218,7 +232,7 @@ class Termination(object):
         self._send(fresh, signame)
         return alive, fresh
 
-    def _round(self, targets, signame, timeout):
+    def _round(self, targets: list[ProcessRecord], signame: str, timeout: float) -> list[Any]:
         self._send(targets, signame)
         # A source says how often it is cheap to ask (/proc: often; a pct exec each time: less).
         reading = poll_until(lambda: self._read(signame), lambda state: not state[0] and not state[1], timeout,
@@ -227,7 +241,7 @@ class Termination(object):
         alive, fresh = reading
         return alive + fresh
 
-    def run(self, targets):
+    def run(self, targets: list[Any]) -> TerminationOutcome:
         if not targets and self.rescan is None:
             return TerminationOutcome([], [])
         survivors = list(targets)
@@ -241,17 +255,18 @@ class Termination(object):
             survivors = self._final_survivors()
         return TerminationOutcome(self.killed, survivors)
 
-    def _final_survivors(self):
+    def _final_survivors(self) -> list[ProcessRecord]:
         listing = [record for record in self.source.list() if not record.is_zombie]
-        matches = dict((record.pid, record) for record in self.rescan(listing))
+        matches = {record.pid: record for record in self.rescan(listing)}
         for record in listing:
             if any(self.tracked[key].same_process(record) for key in self.order):
                 matches[record.pid] = record
         return [matches[pid] for pid in sorted(matches)]
 
 
-def terminate(source, targets, term_timeout, kill_timeout=10.0, rescan=None,
-              clock=time.monotonic, sleep=time.sleep):
+def terminate(source: ProcessSource, targets: list[ProcessRecord], term_timeout: float, kill_timeout: float = 10.0,
+              rescan: Callable | None = None, clock: Callable = time.monotonic,
+              sleep: Callable = time.sleep) -> TerminationOutcome:
     """SIGTERM the targets, wait up to term_timeout, SIGKILL survivors, wait up to kill_timeout.
 
     Waits poll rather than sleep a fixed time: a GPU holder killed with SIGKILL
@@ -262,20 +277,21 @@ def terminate(source, targets, term_timeout, kill_timeout=10.0, rescan=None,
     return Termination(source, term_timeout, kill_timeout, rescan, clock, sleep).run(targets)
 
 
-def nothing_awaited():
+def nothing_awaited() -> dict[str, Any]:
     """The awaited report when there was nothing to wait for (the same keys on every run)."""
     return {'pids': [], 'waited_s': 0.0, 'still_running': [], 'gone_at': None}
 
 
-class Awaited(object):
+class Awaited:
     """What await_exit found: its report, who got SIGKILL after the bound, and who survived even that."""
 
-    def __init__(self, report, killed=(), remaining=()):
+    def __init__(self, report: dict[str, Any], killed: list[dict[str, Any]] | tuple[()] = (),
+                 remaining: tuple[()] | list[ProcessRecord] = ()) -> None:
         self.report = report
         self.killed = list(killed)
         self.remaining = list(remaining)
 
-    def failure(self):
+    def failure(self) -> str | None:
         """Why the awaiting step must fail (a process of the server survived SIGKILL), or None."""
         if not self.remaining:
             return None
@@ -283,7 +299,8 @@ class Awaited(object):
             len(self.remaining), '; '.join(record.describe() for record in self.remaining))
 
 
-def await_exit(source, pids, timeout, kill_timeout=10.0, clock=time.monotonic, sleep=time.sleep):
+def await_exit(source: ProcessSource, pids: list[int], timeout: float, kill_timeout: float = 10.0,
+               clock: Callable = time.monotonic, sleep: Callable = time.sleep) -> Awaited:
     """Wait up to timeout for the processes with these PIDs, as listed now, to exit on their own; SIGKILL the rest.
 
     For a step that follows a stop which did not wait (sglang_server wait=false): the server drains
@@ -294,7 +311,7 @@ def await_exit(source, pids, timeout, kill_timeout=10.0, clock=time.monotonic, s
     up) and gone_at (when none of them was running any more, seconds since the epoch; None when nothing
     was awaited or some survived SIGKILL).
     """
-    wanted = set(int(pid) for pid in pids)
+    wanted = {int(pid) for pid in pids}
     if not wanted:
         return Awaited(nothing_awaited())
     started = clock()

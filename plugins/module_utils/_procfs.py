@@ -9,20 +9,19 @@ Same verbs as the container source in _pct.py (list, signal, alive), plus
 Pure standard library: a host-side helper imports this without Ansible.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import os
 import pwd
 import re
+from typing import Any, Iterator
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import SIGNALS, ProcessRecord
 
 DELETED = ' (deleted)'
 
 
-def parse_stat(stat):
+def parse_stat(stat: str) -> tuple[str, str, int, int]:
     """(comm, state, ppid, start_time) from the text of /proc/PID/stat."""
     # comm sits in parentheses and may itself contain spaces and ')'.
     comm = stat[stat.find('(') + 1:stat.rfind(')')]
@@ -31,7 +30,7 @@ def parse_stat(stat):
     return comm, fields[0], int(fields[1]), int(fields[19])
 
 
-def read_proc_record(pid, proc_root='/proc'):
+def read_proc_record(pid: int, proc_root: str = '/proc') -> ProcessRecord | None:
     """ProcessRecord for one PID from /proc, or None if it is gone."""
     base = os.path.join(proc_root, str(pid))
     try:
@@ -40,7 +39,7 @@ def read_proc_record(pid, proc_root='/proc'):
         with open(os.path.join(base, 'cmdline'), 'rb') as cmdline_file:
             raw_cmdline = cmdline_file.read()
         comm, state, ppid, start_time = parse_stat(stat)
-    except (IOError, OSError, IndexError, ValueError):
+    except (OSError, IndexError, ValueError):
         return None
     # setproctitle pads the argv area with NULs; kernel threads have none.
     cmdline = raw_cmdline.replace(b'\0', b' ').decode('utf-8', 'replace').strip()
@@ -49,7 +48,7 @@ def read_proc_record(pid, proc_root='/proc'):
     return ProcessRecord(pid, ppid, state, cmdline, name=comm, start_time=start_time)
 
 
-def read_identity(pid, proc_root='/proc'):
+def read_identity(pid: int, proc_root: str = '/proc') -> tuple[str | None | None, tuple[int, int, int, int] | None]:
     """(executable, uids) of PID: the real path of its program and its four uids; None for what cannot be read.
 
     Unlike the command line, neither is the process's own choice (``is_excluded_daemon`` decides on them).
@@ -58,7 +57,7 @@ def read_identity(pid, proc_root='/proc'):
     base = os.path.join(proc_root, str(pid))
     try:
         executable = os.readlink(os.path.join(base, 'exe'))
-    except (IOError, OSError):
+    except OSError:
         executable = None
     if executable is not None and executable.endswith(DELETED):
         # A program replaced on disk since it started (a driver upgrade) keeps its path, with this note.
@@ -70,12 +69,12 @@ def read_identity(pid, proc_root='/proc'):
                 if line.startswith(b'Uid:'):
                     uids = tuple(int(value) for value in line.split()[1:])
                     break
-    except (IOError, OSError, ValueError):
+    except (OSError, ValueError):
         uids = None
     return executable, uids
 
 
-def user_named(uid):
+def user_named(uid: int) -> str:
     """The account name of a uid, or the uid itself where the host has no account for it."""
     try:
         return pwd.getpwuid(uid).pw_name
@@ -87,12 +86,12 @@ def user_named(uid):
 GPU_DEVICE = re.compile(r'(?:^|/)nvidia([0-9]+)$')
 
 
-def gpu_minors(devices):
+def gpu_minors(devices: list[Any]) -> list[Any]:
     """The device minors of the GPUs among device paths, sorted."""
-    return sorted(set(int(found.group(1)) for found in (GPU_DEVICE.search(path) for path in devices) if found))
+    return sorted({int(found.group(1)) for found in (GPU_DEVICE.search(path) for path in devices) if found})
 
 
-def described(record, proc_root='/proc', devices=None):
+def described(record: ProcessRecord, proc_root: str = '/proc', devices: list[str] | None = None) -> dict[str, Any]:
     """{pid, user, cmdline, gpus} of a process as a dry run lists what it would end: its effective user (from
     /proc/PID/status, not its command line), and the GPUs (device minors) of the devices it holds."""
     uids = read_identity(record.pid, proc_root)[1]
@@ -100,22 +99,22 @@ def described(record, proc_root='/proc', devices=None):
             'gpus': gpu_minors(devices or [])}
 
 
-def open_files(pid, proc_root='/proc'):
+def open_files(pid: int, proc_root: str = '/proc') -> Iterator[str]:
     """What each open file descriptor of pid points to (a path, or ``socket:[INODE]`` and the like); nothing when
     it is gone or its descriptors cannot be read (another user's, without root)."""
     fd_dir = os.path.join(proc_root, str(pid), 'fd')
     try:
         fds = os.listdir(fd_dir)
-    except (IOError, OSError):
+    except OSError:
         return
     for fd in fds:
         try:
             yield os.readlink(os.path.join(fd_dir, fd))
-        except (IOError, OSError):
+        except OSError:
             continue
 
 
-def protected_pids(proc_root='/proc', pid=None):
+def protected_pids(proc_root: str = '/proc', pid: int | None = None) -> set[int]:
     """This process and every ancestor: never signalled, whatever their command line."""
     guarded = set()
     current = os.getpid() if pid is None else pid
@@ -128,20 +127,20 @@ def protected_pids(proc_root='/proc', pid=None):
     return guarded
 
 
-class LocalProcesses(object):
+class LocalProcesses:
     """Processes of the host the module runs on, read from /proc."""
 
     # Reading a few /proc entries costs microseconds: a draining server is seen gone within 0.05 s
     # (inside the outage window every tenth of a second of polling slack is downtime).
     poll_max_interval = 0.05
 
-    def __init__(self, proc_root='/proc'):
+    def __init__(self, proc_root: str = '/proc') -> None:
         self.proc_root = proc_root
 
-    def pids(self):
+    def pids(self) -> list[int]:
         return sorted(int(entry) for entry in os.listdir(self.proc_root) if entry.isdigit())
 
-    def list(self):
+    def list(self) -> list[ProcessRecord]:
         records = []
         for pid in self.pids():
             record = read_proc_record(pid, self.proc_root)
@@ -149,7 +148,7 @@ class LocalProcesses(object):
                 records.append(record)
         return records
 
-    def signal(self, records, signame):
+    def signal(self, records: list[ProcessRecord], signame: str) -> list[ProcessRecord]:
         """Signal each record still running as the same process (PID and start time); return those signalled."""
         sent = []
         for record in records:
@@ -164,7 +163,7 @@ class LocalProcesses(object):
             sent.append(record)
         return sent
 
-    def alive(self, records):
+    def alive(self, records: list[ProcessRecord]) -> list[Any]:
         still = []
         for record in records:
             current = read_proc_record(record.pid, self.proc_root)
@@ -172,7 +171,7 @@ class LocalProcesses(object):
                 still.append(current)
         return still
 
-    def holders(self, device_paths):
+    def holders(self, device_paths: list[str]) -> dict[str, Any]:
         """Map PID -> sorted device paths it holds open or mapped (fuser semantics, no fuser).
 
         fuser -v on a real H200 missed the /dev/nvidia-caps files a torch process
@@ -181,13 +180,13 @@ class LocalProcesses(object):
         wanted = set(device_paths)
         found = {}
         for pid in self.pids():
-            held = set(target for target in open_files(pid, self.proc_root) if target in wanted)
+            held = {target for target in open_files(pid, self.proc_root) if target in wanted}
             held.update(self._mapped(pid, wanted))
             if held:
                 found[pid] = sorted(held)
         return found
 
-    def _mapped(self, pid, wanted):
+    def _mapped(self, pid: int, wanted: set[str]) -> set[Any]:
         mapped = set()
         try:
             with open(os.path.join(self.proc_root, str(pid), 'maps'), 'rb') as maps:
@@ -195,6 +194,6 @@ class LocalProcesses(object):
                     parts = line.decode('utf-8', 'replace').split(None, 5)
                     if len(parts) == 6 and parts[5].strip() in wanted:
                         mapped.add(parts[5].strip())
-        except (IOError, OSError):
+        except OSError:
             pass
         return mapped

@@ -6,13 +6,15 @@
 Domain layer, over the /proc reader (_procfs) and the nvidia-smi proof (_nvidia).
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import math
 import os
 import time
+from re import Pattern
+from typing import Any, Callable
+from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import FreeMemoryProof, GpuReader
+from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses
 
 try:
     import pynvml
@@ -22,11 +24,12 @@ except ImportError:
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import BoundedCall, CommandError
 from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import NvidiaSmiError, format_gpu_table, unreadable
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import is_excluded_daemon, signalled_summary
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import ProcessRecord, is_excluded_daemon, signalled_summary
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import parse_stat, read_identity, read_proc_record
 
 
-def classify_holders(holders, excludes, guarded, proc_root='/proc'):
+def classify_holders(holders: dict[str, Any], excludes: list[Pattern], guarded: set[int],
+                     proc_root: str = '/proc') -> tuple[list[Any], list[Any]]:
     """Split holders into those to stop and those left alone (with why)."""
     targets, left_alone = [], []
     for pid in sorted(holders):
@@ -46,7 +49,8 @@ def classify_holders(holders, excludes, guarded, proc_root='/proc'):
     return targets, left_alone
 
 
-def not_free_message(proof, timeout, killed, compute_apps, still_holding):
+def not_free_message(proof: FreeMemoryProof, timeout: float, killed: list[Any], compute_apps: list[Any],
+                     still_holding: list[Any]) -> str:
     """Why the memory was not proven free within timeout: per-GPU table, what was signalled, what holds on."""
     gpus = proof.gpus
     sick = unreadable(gpus)
@@ -71,7 +75,8 @@ def not_free_message(proof, timeout, killed, compute_apps, still_holding):
                only_threshold_hint(proof, busy, compute_apps, still_holding) if not (sick or missing) else ''))
 
 
-def only_threshold_hint(proof, busy, compute_apps, still_holding):
+def only_threshold_hint(proof: FreeMemoryProof, busy: list[dict[str, Any]], compute_apps: list[Any],
+                        still_holding: list[Any]) -> str:
     """When nothing but the threshold failed (no compute app, no holder, every GPU read): the readings against
     it, and the one setting to look at first, as some GPUs idle above 0 MiB (an idle H100 reads about 4)."""
     if not busy or compute_apps or still_holding:
@@ -83,7 +88,7 @@ def only_threshold_hint(proof, busy, compute_apps, still_holding):
                proof.max_used_mib))
 
 
-class Timeline(object):
+class Timeline:
     """What happened when during a release, for RV(timeline): signals, /proc polls, nvidia-smi calls.
 
     Every entry is kept against one monotonic clock and reported as seconds from the first signal (the
@@ -94,20 +99,20 @@ class Timeline(object):
 
     LIMIT = 200
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock: Callable = time.monotonic) -> None:
         self.clock = clock
         self.entries = []
         self.dropped = 0
         # Set when the first signal goes out; until then entries count from the first entry.
         self.origin = None
 
-    def add(self, event, detail='', at=None, took=None):
+    def add(self, event: str, detail: str = '', at: float | None = None, took: float | None = None) -> None:
         if len(self.entries) >= self.LIMIT:
             self.dropped += 1
             return
         self.entries.append((self.clock() if at is None else at, event, took, detail))
 
-    def report(self):
+    def report(self) -> list[dict[str, Any]]:
         """Entries as dicts, ``at`` in seconds from the origin (negative before it), 3 decimals."""
         origin = self.origin
         if origin is None:
@@ -120,10 +125,10 @@ class Timeline(object):
         return rows
 
 
-class TracedProcesses(object):
+class TracedProcesses:
     """A process source (same verbs) that notes signals and changes in who is alive on a Timeline."""
 
-    def __init__(self, source, timeline):
+    def __init__(self, source: LocalProcesses, timeline: Timeline) -> None:
         self.source = source
         self.timeline = timeline
         self.poll_max_interval = getattr(source, 'poll_max_interval', 0.5)
@@ -131,16 +136,16 @@ class TracedProcesses(object):
         self.last_counts = None
         self.last_poll = None
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Callable:
         return getattr(self.source, name)
 
-    def signal(self, records, signame):
+    def signal(self, records: list[ProcessRecord], signame: str) -> list[ProcessRecord]:
         sent = self.source.signal(records, signame)
         self.timeline.add('signal', 'SIG%s to pid %s' % (signame, ', '.join(
             str(record.pid) for record in (records if sent is None else sent)) or 'none (all gone)'))
         return sent
 
-    def alive(self, records):
+    def alive(self, records: list[ProcessRecord]) -> list[ProcessRecord]:
         started = self.timeline.clock()
         alive = self.source.alive(records)
         self.polls += 1
@@ -155,18 +160,18 @@ class TracedProcesses(object):
         return alive
 
 
-class TracedReader(object):
+class TracedReader:
     """A GPU reader (same verbs) that notes each nvidia-smi call, its duration and what it read."""
 
-    def __init__(self, reader, timeline):
+    def __init__(self, reader: MemoryReader, timeline: Timeline) -> None:
         self.reader = reader
         self.timeline = timeline
         self.source_name = getattr(reader, 'source_name', 'nvidia-smi')
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> tuple[float, float] | Callable:
         return getattr(self.reader, name)
 
-    def gpus(self):
+    def gpus(self) -> list[dict[str, Any]]:
         started = self.timeline.clock()
         try:
             gpus = self.reader.gpus()
@@ -181,7 +186,7 @@ class TracedReader(object):
         return gpus
 
 
-def process_started_at(clock=time.monotonic, stat_path='/proc/self/stat'):
+def process_started_at(clock: Callable = time.monotonic, stat_path: str = '/proc/self/stat') -> float | None:
     """When this process started, on clock's scale (to 1/CLK_TCK s), or None where it cannot be told.
 
     /proc/PID/stat counts the start in clock ticks since boot (CLOCK_BOOTTIME): the module's own
@@ -197,7 +202,7 @@ def process_started_at(clock=time.monotonic, stat_path='/proc/self/stat'):
         since_boot = time.clock_gettime(boottime)
         now = clock()
         return now - (since_boot - ticks / float(os.sysconf('SC_CLK_TCK')))
-    except (IOError, OSError, IndexError, ValueError):
+    except (OSError, IndexError, ValueError):
         return None
 
 
@@ -208,11 +213,11 @@ class NvmlUnavailable(Exception):
     """NVML cannot be used here (nvidia-ml-py missing or too old, or nvmlInit failed)."""
 
 
-def _text(value):
+def _text(value: bytes | str | None) -> str | None:
     return value.decode('utf-8', 'replace') if isinstance(value, bytes) else value
 
 
-class NvmlReader(object):
+class NvmlReader:
     """GPU records read in-process through NVML (nvidia-ml-py), the same records as GpuReader's.
 
     Why: on an H200 an nvidia-smi reading started while the driver was freeing a killed holder's
@@ -228,12 +233,12 @@ class NvmlReader(object):
     # An NVML reading costs well under a millisecond: polling every 20 ms costs nothing.
     poll_intervals = (0.02, 0.02)
 
-    def __init__(self, nvml, timeout):
+    def __init__(self, nvml: Any, timeout: float) -> None:
         self.nvml = nvml
         self.timeout = timeout
 
     @classmethod
-    def open(cls, timeout, nvml=None):
+    def open(cls, timeout: float, nvml: Any = None) -> NvmlReader:
         """A reader over an initialised NVML; NvmlUnavailable says why there is none."""
         nvml = pynvml if nvml is None else nvml
         if nvml is None:
@@ -254,15 +259,15 @@ class NvmlReader(object):
             raise NvmlUnavailable('NVML v2 memory info cannot be read: %s' % exc)
         return reader
 
-    def _probe_v2(self):
+    def _probe_v2(self) -> None:
         nvml = self.nvml
         if nvml.nvmlDeviceGetCount() > 0:
             nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0), version=nvml.nvmlMemory_v2)
 
-    def _call(self, function, what):
+    def _call(self, function: Callable, what: str) -> list[dict[str, Any]] | None:
         return BoundedCall(function, self.timeout, 'NVML %s' % what).wait()
 
-    def _read_all(self):
+    def _read_all(self) -> list[dict[str, Any]]:
         nvml = self.nvml
         try:
             count = nvml.nvmlDeviceGetCount()
@@ -284,44 +289,45 @@ class NvmlReader(object):
             raise NvidiaSmiError('NVML listed no GPU')
         return gpus
 
-    def gpus(self):
+    def gpus(self) -> list[dict[str, Any]]:
         """GPU records; NvidiaSmiError when NVML names no GPU; CommandError when a call hangs."""
         return self._call(self._read_all, 'memory reading')
 
-    def close(self):
+    def close(self) -> None:
         try:
             self._call(self.nvml.nvmlShutdown, 'nvmlShutdown')
         except (CommandError, self.nvml.NVMLError):
             pass
 
 
-class MemoryReader(object):
+class MemoryReader:
     """What gpu_release reads the memory with: NVML or nvidia-smi, and nvidia-smi for compute apps."""
 
-    def __init__(self, gpus_reader, smi_reader):
+    def __init__(self, gpus_reader: NvmlReader | GpuReader, smi_reader: GpuReader) -> None:
         self.gpus_reader = gpus_reader
         self.smi_reader = smi_reader
         self.source_name = gpus_reader.source_name
         self.poll_intervals = gpus_reader.poll_intervals
 
-    def gpus(self):
+    def gpus(self) -> list[dict[str, Any]]:
         return self.gpus_reader.gpus()
 
-    def compute_apps(self):
+    def compute_apps(self) -> list[Any]:
         if self.smi_reader is None:
             return [{'error': 'nvidia-smi was not found on PATH: no compute apps to show'}]
         return self.smi_reader.compute_apps()
 
-    def cmd(self):
+    def cmd(self) -> list[Any]:
         """The nvidia-smi argv that read the memory; none when NVML did."""
         return [] if self.gpus_reader is not self.smi_reader else self.smi_reader.command.query_gpus()
 
-    def close(self):
+    def close(self) -> None:
         if self.gpus_reader is not self.smi_reader:
             self.gpus_reader.close()
 
 
-def choose_reader(choice, smi_reader, timeout, nvml=None):
+def choose_reader(choice: str, smi_reader: GpuReader | None, timeout: float,
+                  nvml: Any = None) -> tuple[MemoryReader, str | None]:
     """(MemoryReader, why NVML is not used or None) for memory_reader auto, nvml or nvidia-smi.
 
     ``auto`` takes NVML where it works and nvidia-smi otherwise. Raises NvmlUnavailable for ``nvml``

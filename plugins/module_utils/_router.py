@@ -20,14 +20,12 @@ Both changes are asynchronous, so every change is followed by reading /workers u
 Removal only stops new traffic: what the router already sent to the worker still runs there.
 """
 
-from __future__ import absolute_import, annotations, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import ipaddress
 import time
+from typing import Any, Callable, FrozenSet, Optional, Union
 
-from typing import Callable, FrozenSet, Optional, Union
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import (
@@ -43,7 +41,7 @@ class UnmatchedWorker(RouterError):
     the same scheme and port, names no address (its name does not resolve), or two workers are this server."""
 
 
-def normalize_url(url):
+def normalize_url(url: str) -> str:
     return url.strip().rstrip('/')
 
 
@@ -54,7 +52,7 @@ DRAINING = 'draining'
 UNREAD = object()
 
 
-def workers_from_listing(body):
+def workers_from_listing(body: bytes) -> list[Any]:
     """[{"id", "url", "is_healthy", "status"}] from a GET /workers body (sglang-router 0.3.x, smg, or a bare list
     as older gateways sent); "status" is None where the gateway gives none."""
     data = parse_json(body)
@@ -71,7 +69,7 @@ def workers_from_listing(body):
     return workers
 
 
-def entry_for(workers, url):
+def entry_for(workers: list[dict[str, Any]] | None, url: str) -> dict[str, Any] | None:
     """The listing's entry for url, or None."""
     wanted = normalize_url(url)
     return next((worker for worker in workers or [] if worker['url'] == wanted), None)
@@ -157,13 +155,13 @@ def match_worker(workers: list[dict] | None, url: str, addresses: Callable[[str,
     return None
 
 
-def in_router(worker):
+def in_router(worker: dict[str, Any] | None) -> bool:
     """Whether the gateway may send this listed worker new requests: listed, and not being removed (smg keeps a
     draining worker listed for its settle time, but routes nothing new to it)."""
     return worker is not None and worker.get('status') != DRAINING
 
 
-def ready(worker):
+def ready(worker: dict[str, Any] | None) -> bool:
     """Whether the gateway serves from this worker now: in the router, healthy by the gateway's own checks, and
     ready where the gateway says so (smg's status; a worker it lists as not_ready is not)."""
     if not in_router(worker) or worker.get('is_healthy') is False:
@@ -171,13 +169,13 @@ def ready(worker):
     return worker.get('status') in (None, READY)
 
 
-def not_ready_detail(worker):
+def not_ready_detail(worker: dict[str, Any]) -> str:
     if worker.get('status') not in (None, READY):
         return 'but as %s' % worker['status']
     return 'but not as healthy'
 
 
-class Router(object):
+class Router:
     """One router, reached at base_url; every request bounded by request_timeout.
 
     The bound is on the whole exchange and its answer is capped (_http): a router that trickles, never ends
@@ -185,7 +183,7 @@ class Router(object):
     take_out and admit end within their timeout plus about two request_timeouts whatever the router does.
     """
 
-    def __init__(self, base_url, request_timeout=5.0, api_key=None):
+    def __init__(self, base_url: str, request_timeout: float = 5.0, api_key: str | None = None) -> None:
         self.base_url = normalize_url(base_url)
         self.request_timeout = request_timeout
         self.headers = bearer(api_key)
@@ -195,13 +193,13 @@ class Router(object):
         # always a listing read after the change (None when none could be read).
         self.last_workers = None
 
-    def _call(self, method, path, body=None):
+    def _call(self, method: str, path: str, body: dict[str, str] | None = None) -> tuple[int, bytes]:
         status, answer = http_request(method, self.base_url + path, self.request_timeout, body=body,
                                       headers=self.headers)
         self.requests.append('%s %s -> %s' % (method, path, 'no answer' if status == -1 else status))
         return status, answer
 
-    def workers(self):
+    def workers(self) -> list[Any]:
         status, body = self._call('GET', '/workers')
         if status != 200:
             raise RouterError('GET %s/workers answered %s%s' % (
@@ -212,16 +210,16 @@ class Router(object):
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise RouterError('GET %s/workers answered an unexpected body: %s' % (self.base_url, exc))
 
-    def find(self, url):
+    def find(self, url: str) -> dict[str, Any] | None:
         return entry_for(self.workers(), url)
 
-    def remove(self, worker):
+    def remove(self, worker: dict[str, Any]) -> None:
         status, body = self._call('DELETE', '/workers/%s' % worker['id'])
         if status not in (200, 202, 204):
             raise RouterError('DELETE /workers/%s (%s) answered %s%s' % (
                 worker['id'], worker['url'], 'nothing' if status == -1 else status, self._detail(body)))
 
-    def add(self, url, worker_api_key=None):
+    def add(self, url: str, worker_api_key: str | None = None) -> bool:
         """POST the worker; False when the gateway already lists its URL (smg's 409: the caller waits)."""
         document = {'url': normalize_url(url)}
         if worker_api_key:
@@ -234,7 +232,7 @@ class Router(object):
                 url, 'nothing' if status == -1 else status, self._detail(body)))
         return True
 
-    def wait_for(self, url, settled, timeout, interval=0.1):
+    def wait_for(self, url: str, settled: Callable, timeout: float, interval: float = 0.1) -> dict[str, Any] | None:
         """Read /workers until settled(url's entry or None) holds; returns the last entry (None when absent).
 
         One failed read (a router busy for a moment) does not end the wait; a router that never answers
@@ -242,7 +240,7 @@ class Router(object):
         """
         state = {'error': None, 'worker': None}
 
-        def read():
+        def read() -> dict[str, Any]:
             try:
                 state.update(worker=self.find(url), error=None)
             except RouterError as exc:
@@ -255,7 +253,7 @@ class Router(object):
             raise RouterError(str(state['error']))
         return state['worker']
 
-    def take_out(self, url, timeout, worker=None):
+    def take_out(self, url: str, timeout: float, worker: dict[str, Any] | None = None) -> bool:
         """Remove url and wait until the router sends it no new request; returns whether it was in the router.
 
         `worker`: its entry, when the caller has just read it (no second listing). DELETE is asynchronous
@@ -272,7 +270,8 @@ class Router(object):
                               'requests' % (self.base_url, url, timeout, worker['id']))
         return True
 
-    def admit(self, url, timeout, worker=UNREAD, worker_api_key=None):
+    def admit(self, url: str, timeout: float, worker: dict[str, Any] | None = UNREAD,
+              worker_api_key: str | None = None) -> dict[str, Any]:
         """Add url (unless in the router) and wait until the router serves from it; returns its entry.
 
         `worker`: its entry (None: not listed) when the caller has just read the listing; left out, it is read
@@ -303,6 +302,6 @@ class Router(object):
         return worker
 
     @staticmethod
-    def _detail(body):
+    def _detail(body: bytes) -> str:
         text = body.decode('utf-8', 'replace').strip() if body else ''
         return ': %s' % text[:300] if text else ''

@@ -30,26 +30,26 @@ A rank above 0 of a server spanning several hosts (``--node-rank`` > 0) serves n
 every rank (the role checks it there).
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import ipaddress
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
 
 from urllib.parse import urlsplit
+from typing import Any, Callable, Iterator
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import subprocess_runner
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import UntrustedPath, open_append_no_follow, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request, parse_json
-from ansible_collections.gpuops.sglang.plugins.module_utils._identity import UnknownIdentity, identity
+from ansible_collections.gpuops.sglang.plugins.module_utils._identity import Identity, UnknownIdentity, identity
 from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import select, terminate
+from ansible_collections.gpuops.sglang.plugins.module_utils._processes import ProcessRecord, select, terminate
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import (
     LocalProcesses,
     described,
@@ -58,7 +58,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import (
     read_proc_record,
     user_named,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._sockets import held_sockets, read_listeners, reached, socket_holders
+from ansible_collections.gpuops.sglang.plugins.module_utils._sockets import Listener, held_sockets, read_listeners, reached, socket_holders
 
 # Where the server is, as sglang_server, sglang_server_info and sglang_guard's `server` take it (one spec; the doc
 # fragment gpuops.sglang.server documents it).
@@ -91,25 +91,25 @@ class NotOurListener(ServerError):
     """What listens where the server's URL connects is not the server's own (or nothing is): nothing was sent."""
 
 
-def _launch_spec(path):
+def _launch_spec(path: str) -> dict[str, Any]:
     with open(path) as handle:
         return json.load(handle)
 
 
-def _launch_args(spec):
+def _launch_args(spec: dict[str, Any]) -> list[Any]:
     return [str(arg) for arg in spec.get('args', [])]
 
 
-def load_launch(path):
+def load_launch(path: str) -> tuple[list[str], dict[str, str]]:
     """argv and environment of the server described by a launch.json."""
     spec = _launch_spec(path)
     argv = [spec['python'], '-m', spec['module']] + _launch_args(spec)
     env = dict(os.environ)
-    env.update(dict((key, str(value)) for key, value in spec.get('environment', {}).items()))
+    env.update({key: str(value) for key, value in spec.get('environment', {}).items()})
     return argv, env
 
 
-def read_config_keys(path):
+def read_config_keys(path: str) -> dict[str, str]:
     """{option: value} of a flat ``key: value`` YAML file as the role writes it (values JSON-quoted).
 
     Pure standard library (the guard runs without PyYAML): the role renders each value with to_json,
@@ -130,7 +130,7 @@ def read_config_keys(path):
     return options
 
 
-def launch_api_key(launch_file):
+def launch_api_key(launch_file: str) -> str | None:
     """The API key of the server a launch.json describes (its --config file's api-key); None without one.
 
     An --api-key argument is read too (a launch configuration written by hand), though the role never
@@ -138,13 +138,13 @@ def launch_api_key(launch_file):
     """
     try:
         args = _launch_args(_launch_spec(launch_file))
-    except (IOError, OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError):
         return None
     key = None
     for path in _option_values(args, '--config'):
         try:
             key = read_config_keys(path).get('api-key') or key
-        except (IOError, OSError, ValueError):
+        except (OSError, ValueError):
             pass
     # As SGLang merges them: arguments on the command line win over the config file's.
     for value in _option_values(args, '--api-key'):
@@ -152,7 +152,7 @@ def launch_api_key(launch_file):
     return key or None
 
 
-def _option_values(args, name):
+def _option_values(args: list[str], name: str) -> Iterator[str]:
     """Each value given to option name in args, as --name VALUE or --name=VALUE, in order."""
     for index, arg in enumerate(args):
         if arg.startswith(name + '='):
@@ -161,7 +161,7 @@ def _option_values(args, name):
             yield args[index + 1]
 
 
-def answered(path, status, body=None):
+def answered(path: str, status: int, body: bytes | None = None) -> str:
     """How a failed request answered, in words an operator can act on (with no answer, why: body is then
     _http's reason, a timeout or a cap, say)."""
     if status == NO_ANSWER:
@@ -173,7 +173,7 @@ def answered(path, status, body=None):
     return '%s answered %s' % (path, status)
 
 
-def in_flight_from_loads(path, body):
+def in_flight_from_loads(path: str, body: bytes) -> int:
     """Requests the server holds (running + waiting), from SGLang's /v1/loads or older /get_load."""
     data = parse_json(body)
     if path == '/v1/loads':
@@ -181,7 +181,7 @@ def in_flight_from_loads(path, body):
     return sum(int(rank['num_reqs']) for rank in data)
 
 
-class ServiceDriver(object):
+class ServiceDriver:
     """How one server is run and stopped: the part of a Server that depends on its manager, as kolla-ansible's
     ContainerWorker has its DockerWorker and PodmanWorker. A Server picks one at its creation (``DRIVERS``) and
     keeps everything else (HTTP, health, readiness, strays, settings) for both."""
@@ -189,20 +189,21 @@ class ServiceDriver(object):
     # Why the last reading of the server's processes ignored its pid file; only a detached server has one.
     pidfile_ignored = None
 
-    def __init__(self, server):
+    def __init__(self, server: Server) -> None:
         # The Server itself, not a copy of its settings: its runner records each command (server.commands) and a
         # caller may change a setting (cgroup_root, say) after the Server was made.
         self.server = server
 
-    def main_pid(self):
+    def main_pid(self) -> int | None:
         """PID of the running server's main process, or None."""
         raise NotImplementedError
 
-    def own_pids(self, pid):
+    def own_pids(self, pid: int) -> list[int]:
         """The processes, sorted, that a stop of the server running as pid (not None) ends."""
         raise NotImplementedError
 
-    def stop(self, pid, wait, stray_patterns):
+    def stop(self, pid: int | None, wait: bool,
+             stray_patterns: list[re.Pattern]) -> tuple[bool, list[int], list[ProcessRecord]]:
         """Stop the server main_pid() found as pid (with wait=False: begin to); (changed, stopping, strays).
 
         changed is False when nothing of the server ran. strays (Server._strays) is read from the same reading
@@ -210,7 +211,7 @@ class ServiceDriver(object):
         to wait on (Server.stop says more)."""
         raise NotImplementedError
 
-    def start(self, daemon_reload):
+    def start(self, daemon_reload: bool) -> tuple[int, Callable[[], str | None]]:
         """Start the server; (its PID, a callable saying why it died or None)."""
         raise NotImplementedError
 
@@ -218,10 +219,10 @@ class ServiceDriver(object):
 class SystemdDriver(ServiceDriver):
     """A systemd unit: systemctl starts, stops and names it; its control group holds its processes."""
 
-    def _systemctl(self, *args, **kwargs):
+    def _systemctl(self, *args: str, **kwargs: Any) -> tuple[int, str, str]:
         return self.server._run(['systemctl'] + list(args), kwargs.get('timeout'))
 
-    def main_pid(self):
+    def main_pid(self) -> int | None:
         name = self.server.service_name
         rc, out, err = self._systemctl('show', '--property=MainPID', '--value', name)
         # systemctl show answers rc 0 and MainPID 0 for a unit that is stopped or unknown; anything else
@@ -231,7 +232,7 @@ class SystemdDriver(ServiceDriver):
                               ' server is unknown' % (name, rc, (err or out).strip() or 'no answer'))
         return int(out.strip()) or None
 
-    def own_pids(self, pid):
+    def own_pids(self, pid: int) -> list[int]:
         """Every process of the unit (its cgroup), so that the next step waits for the children too; else the main PID."""
         name = self.server.service_name
         rc, out, dummy = self._systemctl('show', '--property=ControlGroup', '--value', name)
@@ -243,14 +244,14 @@ class SystemdDriver(ServiceDriver):
         for root in (self.server.cgroup_root, os.path.join(self.server.cgroup_root, 'systemd')):
             try:
                 with open(root + group + '/cgroup.procs') as handle:
-                    pids = sorted(set(int(line) for line in handle if line.strip()))
-            except (IOError, OSError, ValueError):
+                    pids = sorted({int(line) for line in handle if line.strip()})
+            except (OSError, ValueError):
                 continue
             if pid in pids:
                 return pids
         return [pid]
 
-    def stop(self, pid, wait, stray_patterns):
+    def stop(self, pid: int, wait: bool, stray_patterns: list[Any]) -> tuple[bool, list[Any], list[Any]]:
         server = self.server
         if pid is None:
             return False, [], server._strays(stray_patterns, [])
@@ -264,7 +265,7 @@ class SystemdDriver(ServiceDriver):
             raise ServerError('systemctl stop %s failed (rc %s): %s' % (server.service_name, rc, (err or out).strip()))
         return True, [] if wait else own, strays
 
-    def start(self, daemon_reload):
+    def start(self, daemon_reload: bool) -> tuple[int, Callable]:
         name = self.server.service_name
         if daemon_reload:
             self._systemctl('daemon-reload')
@@ -279,7 +280,7 @@ class SystemdDriver(ServiceDriver):
             raise ServerError('systemctl start %s failed (rc %s): %s' % (name, rc, (err or out).strip()))
         return self.main_pid(), self.death
 
-    def death(self):
+    def death(self) -> str | None:
         """Why the started unit is down (failed or inactive), or None while it runs."""
         dummy, out, dummy = self._systemctl('show', '--property=ActiveState,Result', self.server.service_name)
         props = dict(line.split('=', 1) for line in out.splitlines() if '=' in line)
@@ -293,20 +294,20 @@ class DetachedDriver(ServiceDriver):
     """A process in a session of its own, started here: its pid file names the session's leader (else the marks
     its start put in its environment do), and a stop ends that session."""
 
-    def __init__(self, server):
-        super(DetachedDriver, self).__init__(server)
+    def __init__(self, server: Server) -> None:
+        super().__init__(server)
         self.pidfile_ignored = None
 
-    def main_pid(self):
+    def main_pid(self) -> int | None:
         leader, members = self._session()
         if leader is not None and any(record.pid == leader for record in members):
             return leader
         return None
 
-    def own_pids(self, pid):
+    def own_pids(self, pid: int) -> list[int]:
         return sorted(record.pid for record in self.session_members())
 
-    def stop(self, pid, wait, stray_patterns):
+    def stop(self, pid: int | None, wait: bool, stray_patterns: tuple[()]) -> tuple[bool, list[Any], list[Any]]:
         processes = self.server.processes
         members = self.session_members()
         strays = self.server._strays(stray_patterns, [record.pid for record in members])
@@ -329,7 +330,7 @@ class DetachedDriver(ServiceDriver):
         self._remove_pidfile()
         return True, [], strays
 
-    def start(self, daemon_reload):
+    def start(self, daemon_reload: bool) -> tuple[int, Callable]:
         server = self.server
         argv, env = load_launch(server.launch_file)
         env.update(self._marks())
@@ -353,18 +354,18 @@ class DetachedDriver(ServiceDriver):
         # Not fsynced: a pid file outlives neither the server nor a reboot, and this is inside the outage.
         write_atomic(server.pidfile, str(child.pid).encode('ascii'), 0o644, durable=False)
 
-        def death():
+        def death() -> str | None:
             status = child.poll()
             if status is None:
                 return None
             return 'the server exited with status %s; see %s' % (status, server.log_file)
         return child.pid, death
 
-    def session_members(self):
+    def session_members(self) -> list[Any]:
         """Live processes of the server's session (its pid file names the leader, else its mark)."""
         return self._session()[1]
 
-    def _session(self):
+    def _session(self) -> tuple[int | None, list[Any]]:
         """(leader, live members) of the server's session: the pid file's, when its leader is this
         server's (``_not_ours``), or else the one session whose leader carries the marks of this service and
         launch file (started by a run whose sglang_run_dir was another). A pid file that names another
@@ -391,7 +392,7 @@ class DetachedDriver(ServiceDriver):
                 members.append(record)
         return leader, members
 
-    def _sessions(self):
+    def _sessions(self) -> dict[int, list[int]]:
         """{session id: the PIDs of its live processes}, from one reading of /proc."""
         processes = self.server.processes
         sessions = {}
@@ -400,29 +401,29 @@ class DetachedDriver(ServiceDriver):
                 with open(os.path.join(processes.proc_root, str(pid), 'stat'), 'rb') as handle:
                     fields = handle.read().decode('utf-8', 'replace').rsplit(')', 1)[1].split()
                 session = int(fields[3])
-            except (IOError, OSError, IndexError, ValueError):
+            except (OSError, IndexError, ValueError):
                 continue
             # fields: state ppid pgrp session ...
             if fields[0] not in ('Z', 'X'):
                 sessions.setdefault(session, []).append(pid)
         return sessions
 
-    def _marks(self):
+    def _marks(self) -> dict[str, str]:
         return {SERVICE_MARK: self.server.service_name, LAUNCH_MARK: os.path.abspath(self.server.launch_file)}
 
-    def _read_proc(self, pid, name):
+    def _read_proc(self, pid: int, name: str) -> bytes | None:
         try:
             with open(os.path.join(self.server.processes.proc_root, str(pid), name), 'rb') as handle:
                 return handle.read()
-        except (IOError, OSError):
+        except OSError:
             return None
 
-    def _not_ours(self, pids, legacy=False):
+    def _not_ours(self, pids: list[int], legacy: bool = False) -> str | None:
         """Why the processes pids are not this server's (None when each is): each must run as the server's user
         (all four uids) and carry both marks in its environment. With legacy, a process without marks is
         accepted when its command line is exactly the one the launch file describes (a server started by a
         release before the marks, from the launch file still in place); never one of another user."""
-        marks = set(('%s=%s' % pair).encode('utf-8') for pair in self._marks().items())
+        marks = {('%s=%s' % pair).encode('utf-8') for pair in self._marks().items()}
         try:
             server_uid = self.server.identity().uid
         except ServerError as exc:
@@ -431,7 +432,7 @@ class DetachedDriver(ServiceDriver):
             dummy, uids = read_identity(pid, self.server.processes.proc_root)
             if uids is None:
                 return 'process %d cannot be read' % pid
-            if set(uids) != set([server_uid]):
+            if set(uids) != {server_uid}:
                 return 'process %d runs as uid %s, not as the server\'s user (uid %d)' % (
                     pid, '/'.join(str(uid) for uid in uids), server_uid)
             environment = self._read_proc(pid, 'environ')
@@ -443,16 +444,16 @@ class DetachedDriver(ServiceDriver):
                     ' line that launch file describes' % (pid, self.server.service_name, self.server.launch_file))
         return None
 
-    def _runs_launch_command(self, pid):
+    def _runs_launch_command(self, pid: int) -> bool:
         """Whether pid's command line is the argv the launch file describes, to the byte."""
         try:
             argv = load_launch(self.server.launch_file)[0]
-        except (IOError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return False
         cmdline = self._read_proc(pid, 'cmdline')
         return cmdline is not None and cmdline.split(b'\0')[:-1] == [os.fsencode(arg) for arg in argv]
 
-    def _marked_leader(self, sessions):
+    def _marked_leader(self, sessions: dict[int, list[int]]) -> int | None:
         """The session leader started for this service and launch file (its marks) as the server's user; None
         when there is none. A process of another user is never taken for the server, whatever its environment
         says; two marked sessions are an error, not a guess."""
@@ -465,14 +466,14 @@ class DetachedDriver(ServiceDriver):
                                             ', '.join(str(pid) for pid in found), server.pidfile))
         return found[0] if found else None
 
-    def _read_pid(self):
+    def _read_pid(self) -> int | None:
         try:
             with open(self.server.pidfile) as handle:
                 return int(handle.read().strip())
-        except (IOError, OSError, ValueError):
+        except (OSError, ValueError):
             return None
 
-    def _remove_pidfile(self):
+    def _remove_pidfile(self) -> None:
         try:
             os.unlink(self.server.pidfile)
         except OSError:
@@ -483,7 +484,7 @@ class DetachedDriver(ServiceDriver):
 DRIVERS = {'systemd': SystemdDriver, 'detached': DetachedDriver}
 
 
-def _run_as(who):
+def _run_as(who: Identity) -> dict[str, Any]:
     """Popen's arguments that start the server as `who`: nothing when this process already runs as it. The drop
     happens in the child between fork and exec (initgroups, setgid, setuid, as systemd's User= and Group=), by
     Popen's own C code from Python 3.9; a 3.8 host drops in a preexec_fn."""
@@ -494,12 +495,13 @@ def _run_as(who):
     return {'preexec_fn': who.become}
 
 
-class Server(object):
+class Server:
     """One server: how it is managed (its driver), where its files are and where it answers."""
 
-    def __init__(self, manager, service_name, launch_file, pidfile, log_file, base_url,
-                 term_timeout=30.0, runner=subprocess_runner, command_timeout=60.0, proc_root='/proc',
-                 cgroup_root='/sys/fs/cgroup', check_listener=True, user=None, group=None):
+    def __init__(self, manager: str, service_name: str, launch_file: str, pidfile: str, log_file: str, base_url: str,
+                 term_timeout: float = 30.0, runner: Callable = subprocess_runner, command_timeout: float = 60.0,
+                 proc_root: str = '/proc', cgroup_root: str = '/sys/fs/cgroup', check_listener: bool = True,
+                 user: str | None = None, group: str | None = None) -> None:
         if manager not in DRIVERS:
             raise ValueError('manager must be systemd or detached, not %r' % (manager,))
         self.manager = manager
@@ -529,7 +531,7 @@ class Server(object):
         self.driver = DRIVERS[manager](self)
 
     @classmethod
-    def from_dict(cls, spec, **kwargs):
+    def from_dict(cls, spec: dict[str, Any], **kwargs: Any) -> Server:
         # `base_url`: the name a guard armed before the server's options were one spec recorded.
         url = spec['url'] if 'url' in spec else spec['base_url']
         # `user`, `group`: absent from a guard armed before the server had a user of its own (it ran as root).
@@ -537,7 +539,7 @@ class Server(object):
                    spec['log_file'], url, spec.get('term_timeout', 30), user=spec.get('user'), group=spec.get('group'),
                    **kwargs)
 
-    def identity(self):
+    def identity(self) -> Identity:
         """The identity the server runs as (_identity.Identity); ServerError when its user or group does not exist."""
         try:
             return identity(self.user, self.group)
@@ -545,12 +547,12 @@ class Server(object):
             raise ServerError('%s: the server %s cannot run as it; create it, or name another (the role\'s sglang_user'
                               ' and sglang_group)' % (exc, self.service_name))
 
-    def _run(self, argv, timeout=None):
+    def _run(self, argv: list[str], timeout: float | None = None) -> tuple[int, str, str]:
         self.commands.append(list(argv))
         rc, out, err = self.runner(argv, timeout or self.command_timeout)
         return rc, out, err
 
-    def _request(self, method, path, timeout, body=None):
+    def _request(self, method: str, path: str, timeout: float, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
         """One request to the server, with its API key (read from its launch configuration now), sent only once
         the socket listening where base_url connects is the server's own; NotOurListener, with nothing sent,
         otherwise."""
@@ -561,7 +563,7 @@ class Server(object):
 
     # --- whose port -------------------------------------------------------
 
-    def listener_not_ours(self, name_holders=True):
+    def listener_not_ours(self, name_holders: bool = True) -> str | None:
         """None when every socket a connection to base_url lands on is held by the server's own processes (its
         unit's control group, or its session); else why not, with the holder named where one can be found
         (name_holders: a search of every process's open files, which a probe repeated every interval skips).
@@ -594,14 +596,14 @@ class Server(object):
             '' if pid is not None else ' (the server is not running)')
         return self.foreign_listener
 
-    def foreign_listener_named(self):
+    def foreign_listener_named(self) -> str | None:
         """foreign_listener read anew with its holder named, which the probes of health() skip; None when no other
         process holds the port now (or none did at the last check)."""
         if self.foreign_listener is not None:
             self.listener_not_ours()
         return self.foreign_listener
 
-    def _endpoints(self):
+    def _endpoints(self) -> tuple[int, list[str]]:
         """(port, the addresses base_url's host stands for); ValueError or OSError when it names none."""
         parts = urlsplit(self.base_url)
         port = parts.port or (443 if parts.scheme == 'https' else 80)
@@ -619,7 +621,7 @@ class Server(object):
                 found.append(address)
         return port, found
 
-    def _holders(self, listeners):
+    def _holders(self, listeners: list[Listener]) -> str:
         """Who holds each listener, as an operator finds them: PID, user and command, or the socket's owner."""
         proc_root = self.processes.proc_root
         holders = socket_holders([listener.inode for listener in listeners], proc_root)
@@ -641,43 +643,43 @@ class Server(object):
                              % (user_named(listener.uid), listener.endpoint))
         return ', '.join(named)
 
-    def api_key(self):
+    def api_key(self) -> str | None:
         """The API key its launch configuration gives it now (None without one); never cached: a run rotates it."""
         return launch_api_key(self.launch_file)
 
     # --- what runs --------------------------------------------------------
 
     @property
-    def pidfile_ignored(self):
+    def pidfile_ignored(self) -> str | None:
         """Why the last reading of a detached server's session ignored its pid file (None when it did not)."""
         return self.driver.pidfile_ignored
 
-    def session_members(self):
+    def session_members(self) -> list[Any]:
         """Live processes of the detached server's session (its pid file names the leader, else its mark)."""
         return self.driver.session_members()
 
-    def main_pid(self):
+    def main_pid(self) -> int | None:
         """PID of the running server's main process, or None."""
         return self.driver.main_pid()
 
-    def own_pids(self, pid):
+    def own_pids(self, pid: int | None) -> list[Any]:
         """The processes a stop of the server running as `pid` ends: its unit's control group, or its session."""
         if pid is None:
             return []
         return self.driver.own_pids(pid)
 
-    def described_own(self, pid):
+    def described_own(self, pid: int) -> list[dict[str, Any]]:
         """{pid, user, cmdline, gpus} of each process a stop of the server running as `pid` ends (a dry run's list;
         its GPUs are gpu_release's to name)."""
         records = (read_proc_record(own, self.processes.proc_root) for own in self.own_pids(pid))
         return [described(record, self.processes.proc_root) for record in records if record is not None]
 
-    def strays(self, patterns, pid):
+    def strays(self, patterns: list[Any], pid: int | None) -> list[Any]:
         """Live processes matching any compiled pattern that are not the server's own (nor this process and its ancestors)."""
         # No patterns, nothing to read: a check-mode call without them must not cost a systemctl call.
         return self._strays(patterns, self.own_pids(pid)) if patterns else []
 
-    def _strays(self, patterns, own):
+    def _strays(self, patterns: tuple[()], own: list[Any]) -> list[Any]:
         if not patterns:
             return []
         spared = protected_pids(self.processes.proc_root) | set(own)
@@ -685,7 +687,7 @@ class Server(object):
 
     # --- stop and start ---------------------------------------------------
 
-    def stop(self, wait=True, stray_patterns=()):
+    def stop(self, wait: bool = True, stray_patterns: tuple[()] = ()) -> dict[str, Any]:
         """Stop gracefully (SIGTERM, drain, SIGKILL after term_timeout). Returns a result dict.
 
         With compiled ``stray_patterns``, ``strays`` lists the matching processes that are not the
@@ -707,7 +709,7 @@ class Server(object):
         return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
                 'stopping': stopping, 'strays': strays}
 
-    def start(self, daemon_reload=False):
+    def start(self, daemon_reload: bool = False) -> tuple[dict[str, Any], Callable]:
         """Start the server; returns (result dict, a callable saying why it died or None)."""
         started = time.time()
         pid, death = self.driver.start(daemon_reload)
@@ -715,7 +717,7 @@ class Server(object):
 
     # --- health and verification -----------------------------------------
 
-    def _progress(self, horizon_s):
+    def _progress(self, horizon_s: float) -> None:
         if self.progress is not None:
             self.progress(horizon_s)
 
@@ -725,11 +727,11 @@ class Server(object):
     RANK_SETTLE_S = 1.0
 
     @property
-    def serves_http(self):
+    def serves_http(self) -> bool:
         """False for a rank > 0 of a multi-node server: it runs schedulers only, rank 0 answers for it."""
         return bool(self.base_url)
 
-    def health(self, timeout=5.0):
+    def health(self, timeout: float = 5.0) -> int:
         """/health's status, asked only of the server's own listener: NO_ANSWER, and nothing asked, while its port
         is free or another process's (foreign_listener says so, foreign_listener_named() whose)."""
         if not self.serves_http:
@@ -740,7 +742,7 @@ class Server(object):
         # SGLang leaves /health* open whatever its keys: liveness needs no secret (nor a file read per probe).
         return http_get(self.base_url + '/health', timeout)[0]
 
-    def wait_healthy(self, timeout, interval=0.25, died=None):
+    def wait_healthy(self, timeout: float, interval: float = 0.25, died: Callable | None = None) -> dict[str, Any]:
         """Poll /health on this host every `interval` s until 200, the server dies, or timeout.
 
         A 200 counts only from a socket the server's own processes hold (health()): a process that took its port
@@ -752,7 +754,7 @@ class Server(object):
         state = {'attempts': 0, 'last_status': None, 'why': None}
         settled_at = time.time() + self.RANK_SETTLE_S
 
-        def read():
+        def read() -> int | None:
             state['attempts'] += 1
             probe_timeout = max(0.5, min(5.0, interval * 4))
             self._progress(probe_timeout)
@@ -786,7 +788,7 @@ class Server(object):
     # SGLang 0.5.x's load endpoints, newest first.
     LOAD_PATHS = ('/v1/loads', '/get_load')
 
-    def in_flight(self, paths=LOAD_PATHS):
+    def in_flight(self, paths: tuple[str, ...] = LOAD_PATHS) -> tuple[int | None, str]:
         """(requests in flight, the path read); (None, why) when the server does not say."""
         for path in paths:
             try:
@@ -802,7 +804,7 @@ class Server(object):
                 return None, answered(path, status, body)
         return None, self.NO_LOAD_ENDPOINT
 
-    def wait_idle(self, timeout, interval=0.25, settle_reads=2):
+    def wait_idle(self, timeout: float, interval: float = 0.25, settle_reads: int = 2) -> dict[str, Any]:
         """Wait until the server holds no request (settle_reads zero readings in a row), up to timeout.
 
         Router removal only stops new traffic; what was already routed here finishes before the stop.
@@ -813,7 +815,7 @@ class Server(object):
         begun = time.time()
         state = {'zeros': 0, 'first': None, 'last': None, 'source': None, 'why': None}
 
-        def read():
+        def read() -> dict[str, Any]:
             # Once a path answered, only that one (an older server would cost a 404 first every time).
             self._progress(5.0 * len(self.LOAD_PATHS))
             count, source = self.in_flight((state['source'],) if state['source'] else self.LOAD_PATHS)
@@ -841,13 +843,13 @@ class Server(object):
         return {'idle': idle, 'in_flight_at_start': state['first'], 'in_flight_at_end': state['last'],
                 'waited_s': round(time.time() - begun, 3), 'source': state['source'], 'why': why}
 
-    def wait_ready(self, consecutive, timeout, interval=0.25):
+    def wait_ready(self, consecutive: int, timeout: float, interval: float = 0.25) -> dict[str, Any]:
         """After /health: `consecutive` 200s in a row from /health_generate (a real one-token generation on
         an idle SGLang server), or from /health where the server has no /health_generate."""
         state = {'path': '/health_generate', 'streak': 0, 'attempts': 0, 'last': None, 'refused': None}
         deadline = time.time() + timeout
 
-        def read():
+        def read() -> dict[str, Any]:
             # Each request gets what is left of the budget (at most 20 s), so a hung read cannot overrun it.
             left = deadline - time.time()
             self._progress(max(0.1, min(20.0, left)))
@@ -872,7 +874,7 @@ class Server(object):
                 state['refused'] or ('no answer' if state['last'] == NO_ANSWER else state['last']))
         return {'ready': ready, 'path': state['path'], 'attempts': state['attempts'], 'why': why}
 
-    def generate_once(self, timeout):
+    def generate_once(self, timeout: float) -> dict[str, Any]:
         """One real generation request (one new token), as a client would send it."""
         begun = time.time()
         try:
@@ -895,20 +897,20 @@ class Server(object):
             result['why'] = 'POST /generate answered 200 without a generated text'
         return result
 
-    def compare_settings(self, expected, expected_environment=None):
+    def compare_settings(self, expected: dict[str, Any], expected_environment: dict[str, str] | None = None) -> Any:
         """(the reported values of the expected keys, mismatches); ServerError when /server_info cannot be read."""
         reported = self.server_info()
-        return (dict((key, reported.get(key)) for key in expected),
+        return ({key: reported.get(key) for key in expected},
                 mismatches(reported, expected, expected_environment))
 
-    def settings_or_why(self, expected, expected_environment=None):
+    def settings_or_why(self, expected: dict[str, Any], expected_environment: dict[str, str] | None = None) -> Any:
         """compare_settings, or ({}, [why]) when the settings cannot be read (a read-only report goes on)."""
         try:
             return self.compare_settings(expected, expected_environment)
         except ServerError as exc:
             return {}, ['its settings could not be read: %s' % exc]
 
-    def server_info(self):
+    def server_info(self) -> dict[str, Any]:
         """What the server reports about its arguments: /server_info, or /get_server_info on older releases."""
         for path in ('/server_info', '/get_server_info'):
             status, body = self._request('GET', path, 10)
@@ -925,7 +927,8 @@ class Server(object):
         raise ServerError('neither /server_info nor /get_server_info exists')
 
 
-def mismatches(reported, expected, expected_environment=None):
+def mismatches(reported: dict[str, Any], expected: dict[str, Any],
+               expected_environment: dict[str, str] | None = None) -> list[Any]:
     """What the server reports differently from what was asked, one readable line each."""
     found = []
     for key in sorted(expected):

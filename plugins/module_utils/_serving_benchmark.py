@@ -27,14 +27,13 @@ URL (_server's Server.listener_not_ours), asked before each level and before /me
 levels leaves its port to whoever binds it next, and the next level's requests carry the key.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import json
 import math
 import threading
 import time
+from typing import Any, Callable
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._http import (
     HttpError, JsonError, bearer, http_request, open_response, parse_json)
@@ -51,7 +50,7 @@ MIN_READ_S = 0.05
 MAX_EVENT_LINE = 1024 * 1024
 
 
-def percentile(samples, fraction):
+def percentile(samples: list[Any], fraction: float) -> float | None:
     """The fraction (0..1) percentile of samples by linear interpolation between closest ranks.
 
     The method numpy calls 'linear' and statistics.quantiles 'inclusive': rank (n - 1) * fraction,
@@ -66,7 +65,7 @@ def percentile(samples, fraction):
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def request_timings(sent, arrivals):
+def request_timings(sent: float, arrivals: list[Any]) -> tuple[float | None, list[Any]]:
     """(ttft_s or None, itl samples) of one request from (arrival time, completion_tokens) per event.
 
     Events that add no token (SGLang may send one with the finish reason only) are skipped; the
@@ -86,13 +85,14 @@ def request_timings(sent, arrivals):
     return ttft, itl
 
 
-def summarize_level(concurrency, requests, outcomes, wall_s, timed_out):
+def summarize_level(concurrency: int, requests: int, outcomes: list[dict[str, Any]], wall_s: float,
+                    timed_out: bool) -> dict[str, Any]:
     """One level's figures from its request outcomes (see stream_request)."""
     ttft = [o['ttft_s'] for o in outcomes if o['ttft_s'] is not None]
     itl = [sample for o in outcomes for sample in o['itl_s']]
     tokens = sum(o['output_tokens'] for o in outcomes)
 
-    def rounded(value):
+    def rounded(value: float | None) -> float | None:
         return None if value is None else round(value, 6)
     return {'concurrency': concurrency, 'requests': requests,
             'completed': sum(1 for o in outcomes if o['completed']),
@@ -105,7 +105,7 @@ def summarize_level(concurrency, requests, outcomes, wall_s, timed_out):
             'first_error': next((o['error'] for o in outcomes if o['error'] is not None), None)}
 
 
-def parse_event(line):
+def parse_event(line: bytes) -> Any:
     """('done', None), ('chunk', dict) or (None, None) for one line of SGLang's event stream."""
     line = line.strip()
     if not line.startswith(b'data:'):
@@ -120,7 +120,7 @@ def parse_event(line):
     return 'chunk', chunk if isinstance(chunk, dict) else {'error': {'message': 'an event that is not an object'}}
 
 
-def event_progress(chunk):
+def event_progress(chunk: dict[str, Any]) -> tuple[int, bool]:
     """(completion_tokens so far, finished) of one event; ValueError naming what is malformed."""
     meta = chunk.get('meta_info')
     if meta is None:
@@ -133,14 +133,14 @@ def event_progress(chunk):
     return tokens, meta.get('finish_reason') is not None
 
 
-def parse_metrics(text):
+def parse_metrics(text: str) -> dict[str, float]:
     """{'gen_throughput', 'spec_accept_length'} from Prometheus text (None for a name absent).
 
     A gauge exported once per rank or model (several labelled samples) gives their sum for the
     throughput and their mean for the acceptance length. Raises LiveMetricsError naming a sample of them
     that is not a finite number (finite_samples).
     """
-    found = dict((key, []) for dummy, key in METRICS)
+    found = {key: [] for dummy, key in METRICS}
     names = dict(METRICS)
     for name, dummy, value in finite_samples(text, names):
         found[names[name]].append(value)
@@ -149,7 +149,7 @@ def parse_metrics(text):
             'spec_accept_length': sum(accept) / len(accept) if accept else None}
 
 
-def read_metrics_from(base_url, timeout, api_key=None):
+def read_metrics_from(base_url: str, timeout: float, api_key: str | None = None) -> dict[str, float] | None:
     """The server's figures from /metrics, or None where it exports none (404, no answer, not text) or none to
     believe (a figure that is not a finite number: the benchmark's own measurements stand alone then, as they do
     without /metrics; these figures are reported, never judged)."""
@@ -162,13 +162,14 @@ def read_metrics_from(base_url, timeout, api_key=None):
         return None
 
 
-def generate_body(prompt, max_new_tokens):
+def generate_body(prompt: str, max_new_tokens: int) -> bytes:
     """A fixed-length, repeatable streamed request: greedy, the end-of-sequence token ignored."""
     return json.dumps({'text': prompt, 'stream': True, 'sampling_params': {
         'max_new_tokens': max_new_tokens, 'ignore_eos': True, 'temperature': 0}}).encode('utf-8')
 
 
-def stream_request(base_url, body, api_key, deadline, clock, max_new_tokens=None):
+def stream_request(base_url: str, body: dict[str, Any], api_key: str | None, deadline: float,
+                   clock: Callable[[], float], max_new_tokens: int | None = None) -> dict[str, Any]:
     """One streamed /generate: {'completed', 'error', 'cut', 'ttft_s', 'itl_s', 'output_tokens'}.
 
     The whole exchange ends by the level's deadline, however the server paces its bytes (_http), so a
@@ -216,19 +217,20 @@ def stream_request(base_url, body, api_key, deadline, clock, max_new_tokens=None
             'output_tokens': arrivals[-1][1] if arrivals else 0}
 
 
-def failed_outcome(error):
+def failed_outcome(error: str) -> dict[str, Any]:
     """The outcome of a request that failed before it streamed anything."""
     return {'completed': False, 'error': error, 'cut': False, 'ttft_s': None, 'itl_s': [], 'output_tokens': 0}
 
 
-def run_level(base_url, concurrency, requests, body, timeout_s, api_key, on_progress, clock, max_new_tokens=None):
+def run_level(base_url: str, concurrency: int, requests: int, body: bytes, timeout_s: float, api_key: str | None,
+              on_progress: Callable, clock: Callable, max_new_tokens: int | None = None) -> dict[str, Any]:
     """requests streamed requests, concurrency at a time, within timeout_s: the level's figures."""
     started = clock()
     deadline = started + timeout_s
     outcomes, lock = [], threading.Lock()
     issued = [0]
 
-    def worker():
+    def worker() -> None:
         while True:
             with lock:
                 if issued[0] >= requests or clock() >= deadline:
@@ -264,15 +266,17 @@ class ListenerRefused(RuntimeError):
     """The check of run_benchmark found the socket listening at the URL not the server's: nothing more was sent."""
 
 
-def _checked(listener_check, before):
+def _checked(listener_check: Callable, before: str) -> None:
     """Raise ListenerRefused, saying before what, when listener_check (if any) finds the port not the server's."""
     why = listener_check() if listener_check is not None else None
     if why is not None:
         raise ListenerRefused('before %s, nothing sent: %s' % (before, why))
 
 
-def run_benchmark(base_url, levels, requests_per_level, max_new_tokens, prompt, timeout_s,
-                  api_key=None, read_metrics=True, on_progress=None, clock=time.monotonic, listener_check=None):
+def run_benchmark(base_url: str, levels: list[int], requests_per_level: int, max_new_tokens: int, prompt: str,
+                  timeout_s: float, api_key: str | None = None, read_metrics: bool = True,
+                  on_progress: Callable | None = None, clock: Callable = time.monotonic,
+                  listener_check: Callable | None = None) -> dict[str, Any]:
     """Measure levels (concurrencies) in order, then read /metrics where asked.
 
     -> {'levels': [{'concurrency', 'requests', 'completed', 'errors', 'output_tokens', 'wall_s',

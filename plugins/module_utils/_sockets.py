@@ -24,6 +24,7 @@ import ipaddress
 import os
 import struct
 from dataclasses import dataclass
+from typing import Any, Iterator
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import open_files
 
@@ -84,7 +85,7 @@ def read_listeners(port: int, proc_root: str = '/proc') -> list[Listener]:
         try:
             with open(os.path.join(proc_root, 'net', name), 'rb') as handle:
                 text = handle.read().decode('ascii', 'replace')
-        except (IOError, OSError):
+        except OSError:
             if name == 'tcp6':
                 continue
             raise
@@ -121,7 +122,7 @@ def reached(listeners: list[Listener], address: str, port: int) -> list[Listener
     return []
 
 
-def _socket_links(pid: int, proc_root: str):
+def _socket_links(pid: int, proc_root: str) -> Iterator[int]:
     """The socket inodes among the open files of pid (nothing when it is gone or cannot be read)."""
     for target in open_files(pid, proc_root):
         if target.startswith(SOCKET_LINK) and target.endswith(']'):
@@ -131,7 +132,7 @@ def _socket_links(pid: int, proc_root: str):
                 continue
 
 
-def held_sockets(pids, inodes, proc_root: str = '/proc') -> set[int]:
+def held_sockets(pids: list[Any], inodes: list[int], proc_root: str = '/proc') -> set[int]:
     """Which of the socket inodes the processes pids hold open (reading stops once every one is found)."""
     wanted = set(inodes)
     found = set()
@@ -144,7 +145,7 @@ def held_sockets(pids, inodes, proc_root: str = '/proc') -> set[int]:
     return found
 
 
-def socket_holders(inodes, proc_root: str = '/proc') -> dict[int, list[int]]:
+def socket_holders(inodes: list[int], proc_root: str = '/proc') -> dict[int, list[int]]:
     """{inode: the PIDs, sorted, that hold it open} over every process this one can read (root reads all)."""
     wanted = set(inodes)
     holders: dict[int, list[int]] = {}

@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -104,7 +102,6 @@ options:
     description: Seconds the GPU memory may take to drain after the holders are gone (M(gpuops.sglang.sglang_guard)'s too).
     type: float
     default: 60
-    aliases: [timeout]
   command_timeout:
     description:
       - Seconds any one nvidia-smi call may take before it is killed (a wedged driver hangs it).
@@ -143,7 +140,7 @@ EXAMPLES = r'''
 - name: Release GPUs on H100s that idle at 4 MiB, allowing a slow drain
   gpuops.sglang.gpu_release:
     max_used_mib: 8
-    timeout: 120
+    memory_timeout: 120
     term_timeout: 30
 
 - name: Protect one more GPU daemon, keeping the built-in list of NVIDIA daemons
@@ -342,6 +339,8 @@ timeline:
 '''
 
 import time
+from re import Pattern
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -374,6 +373,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, described, protected_pids
 from ansible_collections.gpuops.sglang.plugins.module_utils._release import (
+    MemoryReader,
     NvmlUnavailable,
     Timeline,
     TracedProcesses,
@@ -392,7 +392,7 @@ ARGUMENT_SPEC = dict(
     kill_timeout=dict(type='float', default=10.0),
     max_used_mib=dict(type='int', default=0),
     # One name with sglang_guard's; `timeout`, its name before, still works.
-    memory_timeout=dict(type='float', default=60.0, aliases=['timeout']),
+    memory_timeout=dict(type='float', default=60.0),
     command_timeout=dict(type='float', default=30.0),
     nvidia_smi=dict(type='path'),
     memory_reader=dict(type='str', default='auto', choices=['auto', 'nvml', 'nvidia-smi']),
@@ -401,13 +401,13 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def release_bound(params):
+def release_bound(params: dict[str, Any]) -> float:
     """Seconds the release may take: two readings, the wait for the stopping server, the kill, the proof."""
     return (2 * params['command_timeout'] + (params['term_timeout'] + params['kill_timeout'] if params['await_exit'] else 0)
             + params['term_timeout'] + params['kill_timeout'] + params['memory_timeout'])
 
 
-def validated_excludes(params):
+def validated_excludes(params: dict[str, Any]) -> list[Pattern]:
     """The compiled exclude patterns, once every option is known to be usable."""
     require_not_negative(params, ('term_timeout', 'kill_timeout', 'memory_timeout', 'max_used_mib'))
     require_positive(params, 'command_timeout')
@@ -417,7 +417,7 @@ def validated_excludes(params):
         fail(str(exc))
 
 
-def gpu_reader(module):
+def gpu_reader(module: AnsibleModule) -> MemoryReader:
     """The memory reader memory_reader asks for (NVML or nvidia-smi), nvidia-smi also for compute apps."""
     params = module.params
     nvidia_smi = params['nvidia_smi'] or module.get_bin_path('nvidia-smi', required=False)
@@ -431,7 +431,7 @@ def gpu_reader(module):
     return reader
 
 
-def read_before(module, reader, result):
+def read_before(module: AnsibleModule, reader: TracedReader, result: dict[str, Any]) -> list[int]:
     """gpus_before; the indices the proof afterwards must read again."""
     try:
         result['gpus_before'] = reader.gpus()
@@ -444,7 +444,7 @@ def read_before(module, reader, result):
     return [gpu['index'] for gpu in result['gpus_before'] if gpu['index'] is not None]
 
 
-def await_stopping(module, local, result):
+def await_stopping(module: AnsibleModule, local: TracedProcesses, result: dict[str, Any]) -> list[Any]:
     """Wait for the stopping server's processes (await_exit); the ones that needed SIGKILL."""
     params = module.params
     if not params['await_exit'] or module.check_mode:
@@ -459,7 +459,8 @@ def await_stopping(module, local, result):
     return awaited.killed
 
 
-def end_holders(module, local, targets, ended_early, result, timeline):
+def end_holders(module: AnsibleModule, local: TracedProcesses, targets: list[Any], ended_early: list[Any],
+                result: dict[str, Any], timeline: Timeline) -> float:
     """SIGTERM, then SIGKILL for the survivors; returns when the kill began (monotonic clock)."""
     params = module.params
     started = timeline.origin = timeline.clock()
@@ -473,7 +474,8 @@ def end_holders(module, local, targets, ended_early, result, timeline):
     return started
 
 
-def prove_free(module, reader, local, expected, started, result, timeline):
+def prove_free(module: AnsibleModule, reader: TracedReader, local: TracedProcesses, expected: list[int], started: float,
+               result: dict[str, Any], timeline: Timeline) -> None:
     params = module.params
     proof = FreeMemoryProof(reader, params['max_used_mib'], expected)
     result['gpus'] = proof.wait(params['memory_timeout'])
@@ -489,7 +491,7 @@ def prove_free(module, reader, local, expected, started, result, timeline):
                           sorted(local.holders(result['devices']))))
 
 
-def release(module, result, timeline):
+def release(module: AnsibleModule, result: dict[str, Any], timeline: Timeline) -> None:
     params = module.params
     excludes = validated_excludes(params)
     lease = Renewer.from_option(None if module.check_mode else params['guard'], 'gpu_release')
@@ -506,7 +508,8 @@ def release(module, result, timeline):
         reader.close()
 
 
-def release_with(module, result, timeline, excludes, lease, reader):
+def release_with(module: AnsibleModule, result: dict[str, Any], timeline: Timeline, excludes: list[Pattern],
+                 lease: Renewer, reader: TracedReader) -> None:
     params = module.params
     expected = read_before(module, reader, result)
     local = TracedProcesses(LocalProcesses(), timeline)
@@ -523,7 +526,7 @@ def release_with(module, result, timeline, excludes, lease, reader):
     lease.done()
 
 
-def main():
+def main() -> None:
     timeline = Timeline()
     process_start = process_started_at(timeline.clock)
     if process_start is not None:

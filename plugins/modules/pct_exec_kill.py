@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -59,7 +57,6 @@ options:
         releases. Upstream's own cleanup searches the bare
         substrings, which also match an editor or a C(tail -f) whose arguments merely name them.
       - An empty list, or an empty pattern (which matches every process), is refused.
-    aliases: [patterns]
     type: list
     elements: str
     default: ['^sglang::', '^(\S*/)?python[0-9.]*( -[WX] \S+| -[^m ]\S*)* -m ?sglang\.(launch_server|bench_\w+|srt(\.\w+)+|data_parallel\w*)( |$)',
@@ -206,32 +203,32 @@ elapsed:
 '''
 
 import time
+from re import Pattern
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, require_positive, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils._pct import (
-    ContainerProcesses,
-    PctCommand,
-    parse_status,
-)
+from ansible_collections.gpuops.sglang.plugins.module_utils._pct import ContainerProcesses, PctCommand, parse_status
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     DEFAULT_SGLANG_PATTERNS,
+    ProcessRecord,
     ProcessSourceError,
     Termination,
+    TerminationOutcome,
     await_exit,
     compile_patterns,
     nothing_awaited,
     planned_kills,
-    signalled_summary,
     select,
+    signalled_summary,
 )
 
 ARGUMENT_SPEC = dict(
     vmid=dict(type='int', required=True),
     # One name with sglang_server and sglang_guard for SGLang's command lines.
-    kill_patterns=dict(type='list', elements='str', default=DEFAULT_SGLANG_PATTERNS, aliases=['patterns']),
+    kill_patterns=dict(type='list', elements='str', default=DEFAULT_SGLANG_PATTERNS),
     term_timeout=dict(type='float', default=10.0),
     kill_timeout=dict(type='float', default=10.0),
     command_timeout=dict(type='float', default=30.0),
@@ -240,16 +237,16 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def remaining_entry(record):
+def remaining_entry(record: ProcessRecord) -> dict[str, Any]:
     return {'pid': record.pid, 'cmdline': record.cmdline, 'state': record.state}
 
 
-def target_entry(record, users):
+def target_entry(record: ProcessRecord, users: dict[str, Any]) -> dict[str, Any]:
     """A matching process as first listed: {pid, user, cmdline, gpus} (no GPUs: gpu_release names the holders)."""
     return {'pid': record.pid, 'user': users.get(record.pid), 'cmdline': record.cmdline, 'gpus': []}
 
 
-def validated_patterns(params):
+def validated_patterns(params: dict[str, Any]) -> list[Pattern]:
     if not params['kill_patterns']:
         fail('kill_patterns is empty: give at least one regular expression for the command lines '
              'to stop (the default matches SGLang)')
@@ -265,7 +262,7 @@ def validated_patterns(params):
     return patterns
 
 
-def running_container(module, result):
+def running_container(module: AnsibleModule, result: dict[str, Any]) -> ContainerProcesses:
     """The container's processes through pct exec, once pct says the container runs."""
     params = module.params
     pct_path = params['pct'] or module.get_bin_path('pct', required=False)
@@ -288,7 +285,8 @@ def running_container(module, result):
     return ContainerProcesses(runner, pct, with_users=module.check_mode)
 
 
-def matching(module, container, patterns, listing):
+def matching(module: AnsibleModule, container: ContainerProcesses, patterns: list[Pattern],
+             listing: list[ProcessRecord]) -> list[Any]:
     """The processes to stop; a match that is the container's init is only warned about."""
     for record in listing:
         if record.pid in container.PROTECTED and any(pattern.search(record.cmdline) for pattern in patterns):
@@ -298,7 +296,8 @@ def matching(module, container, patterns, listing):
     return select(listing, patterns, protected_pids=container.PROTECTED)
 
 
-def kill(module, container, patterns, result):
+def kill(module: AnsibleModule, container: ContainerProcesses, patterns: list[Pattern],
+         result: dict[str, Any]) -> tuple[list[Any], TerminationOutcome | None, float]:
     """(what await_exit ended, the termination's outcome or None when nothing matched, when it began)."""
     params = module.params
     termination = Termination(container, params['term_timeout'], params['kill_timeout'],
@@ -327,8 +326,8 @@ def kill(module, container, patterns, result):
         fail('%s; %s' % (exc, signalled_summary(result['killed'])))
 
 
-def survivors_message(module, outcome):
-    signalled = set(entry['pid'] for entry in outcome.killed)
+def survivors_message(module: AnsibleModule, outcome: TerminationOutcome) -> str:
+    signalled = {entry['pid'] for entry in outcome.killed}
     return ('%d matching process(es) in container %d still there after SIGKILL and %.1fs: %s. %s; '
             'a process in state D waits on the kernel (often a hung GPU or NFS), check dmesg on the node; '
             'one that was never signalled keeps appearing (a respawn): stop what starts it.'
@@ -338,7 +337,7 @@ def survivors_message(module, outcome):
                signalled_summary(outcome.killed)))
 
 
-def stop_matching(module, result):
+def stop_matching(module: AnsibleModule, result: dict[str, Any]) -> None:
     patterns = validated_patterns(module.params)
     container = running_container(module, result)
     ended_early, outcome, started = kill(module, container, patterns, result)
@@ -353,7 +352,7 @@ def stop_matching(module, result):
             fail(survivors_message(module, outcome))
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     result = new_result(killed=[], targets=[], remaining=[], cmd=[], vmid=module.params['vmid'], awaited=nothing_awaited(),
                         elapsed=0.0)

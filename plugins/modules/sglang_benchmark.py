@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -212,6 +210,7 @@ msg:
 '''
 
 import os
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
@@ -242,12 +241,12 @@ ARGUMENT_SPEC = dict(
 REQUIRED_BY = {'manager': ['launch_file', 'pidfile'], 'pidfile': ['manager']}
 
 
-def bound(params):
+def bound(params: dict[str, Any]) -> float:
     """The longest the benchmark may take: the drain, each level's timeout, the /metrics read."""
     return params['drain_timeout'] + len(params['levels']) * params['timeout'] + 10
 
 
-def server_of(module):
+def server_of(module: AnsibleModule) -> Server:
     """The server the benchmark talks to (only its HTTP side and whose port it is: nothing is started or stopped)."""
     params = module.params
     if params['manager'] is None:
@@ -263,14 +262,14 @@ def server_of(module):
                   params['url'], runner=CommandRunner(module, 30).as_runner(), user=params['user'], group=params['group'])
 
 
-def level_line(level):
+def level_line(level: dict[str, Any]) -> str:
     return 'concurrency %d: %.1f output tok/s, %d error(s)%s%s' % (
         level['concurrency'], level['output_tok_s'], level['errors'],
         ' (first: %s)' % level['first_error'] if level.get('first_error') else '',
         ' (timed out)' if level['timed_out'] else '')
 
 
-def measure(module, result, lease):
+def measure(module: AnsibleModule, result: dict[str, Any], lease: Renewer) -> None:
     params = module.params
     server = server_of(module)
     for name in ('requests', 'max_new_tokens', 'timeout'):
@@ -303,7 +302,7 @@ def measure(module, result, lease):
     result['msg'] = 'measured %s: %s' % (params['url'], ', '.join(level_line(level) for level in found['levels']))
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_by=REQUIRED_BY, supports_check_mode=True)
     # msg is set by measure() on success, by the failure otherwise.
     result = new_result(measured=False, levels=[], metrics=None, elapsed_s=0.0, drain=None)

@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -103,6 +101,7 @@ msg:
 '''
 
 import time
+from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -122,12 +121,12 @@ ARGUMENT_SPEC = dict(
 TICK_S = 1.0
 
 
-def bound(params):
+def bound(params: dict[str, Any]) -> float:
     """The longest the bake may take: the hold and two readings of every server."""
     return params['seconds'] + 2 * (1 + len(params['baselines'])) * params['timeout']
 
 
-def read_all(params, problems):
+def read_all(params: dict[str, Any], problems: dict[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the canary's reading, {host: reading}); a baseline that cannot be read is noted in problems."""
     try:
         canary = scrape(params['url'], params['timeout'])
@@ -147,7 +146,8 @@ def read_all(params, problems):
     return canary, readings
 
 
-def bake(module, result, lease, clock=time.monotonic, sleep=time.sleep):
+def bake(module: AnsibleModule, result: dict[str, Any], lease: Renewer, clock: Callable = time.monotonic,
+         sleep: Callable = time.sleep) -> None:
     params = module.params
     require_positive(params, 'seconds')
     require_positive(params, 'timeout')
@@ -183,7 +183,7 @@ def bake(module, result, lease, clock=time.monotonic, sleep=time.sleep):
         int(sum((figures.get('requests') or 0) for figures in baselines.values())))
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     result = new_result(measured=False, canary=None, baselines={}, baseline_problems={}, seconds=0.0)
     lease = Renewer.from_option(None if module.check_mode else module.params['guard'], 'sglang_canary_bake')

@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -48,11 +46,11 @@ options:
     required: true
   results:
     description:
-      - The registered variables of the steps since the last barrier, in the steps' order, read to say which
-        step a node failed. A skipped or undefined result is no failure.
+      - The registered variables of the steps, in the steps' order, read to say which step a node failed. A skipped
+        or undefined result is no failure.
+      - Default, the results of the outage window's steps as the step table names them (C(plugin_utils/_steps.py)).
     type: list
     elements: str
-    default: []
 notes:
   - Meant for the role's own tasks.
 '''
@@ -64,7 +62,7 @@ EXAMPLES = r'''
     group: "{{ plan.group }}"
     host: "{{ inventory_hostname }}"
     said: barrier_step
-    results: [stop, released]
+    results: [stop, gpu_release]
 '''
 
 RETURN = r'''

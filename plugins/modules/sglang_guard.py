@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -136,7 +134,6 @@ options:
         description: Base URL the server answers at; V("") for a rank above 0 of a server group.
         type: str
         required: true
-        aliases: [base_url]
       term_timeout:
         description: Seconds SGLang may drain after SIGTERM before SIGKILL.
         type: float
@@ -175,12 +172,10 @@ options:
         M(gpuops.sglang.gpu_release)'s option of the same name.
     type: int
     default: 0
-    aliases: [gpu_max_used_mib]
   memory_timeout:
     description: Seconds to wait for the GPU memory to drain during a restore (M(gpuops.sglang.gpu_release)'s too).
     type: float
     default: 60
-    aliases: [gpu_timeout]
   stop_marker:
     description: File in which the stop writes its start time, to measure the downtime in the guard's report.
     type: path
@@ -470,21 +465,23 @@ cmd:
 import os
 import pkgutil
 import sys
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._guard import (
-    PACKAGE, Guard, GuardError, pending_message, service_name_problem)
+    Guard, GuardError, PACKAGE, pending_message, service_name_problem,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import arm_problem
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVER_OPTIONS
 
 SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'url', 'term_timeout', 'user', 'group')
-# The server as the guard records it: sglang_server's own options (one spec), `url` also under its old name.
+# The server as the guard records it: sglang_server's own options (one spec).
 SERVER_SPEC = dict(
-    dict(SERVER_OPTIONS, url=dict(SERVER_OPTIONS['url'], aliases=['base_url'])),
+    SERVER_OPTIONS,
     manager=dict(type='str', required=True, choices=['systemd', 'detached']),
     log_file=dict(type='path', required=True),
     term_timeout=dict(type='float', default=30),
@@ -502,8 +499,8 @@ ARGUMENT_SPEC = dict(
     host=dict(type='str', default=''),
     kill_patterns=dict(type='list', elements='str', default=[]),
     health_timeout=dict(type='float', default=900),
-    max_used_mib=dict(type='int', default=0, aliases=['gpu_max_used_mib']),
-    memory_timeout=dict(type='float', default=60, aliases=['gpu_timeout']),
+    max_used_mib=dict(type='int', default=0),
+    memory_timeout=dict(type='float', default=60),
     stop_marker=dict(type='path'),
     router=dict(type='dict', options=dict(
         url=dict(type='str', required=True),
@@ -517,11 +514,11 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def arm(module, guard, current, result):
+def arm(module: AnsibleModule, guard: Guard, current: dict[str, Any] | None, result: dict[str, Any]) -> None:
     params = module.params
     # The spec requires every key; url "" is a rank > 0 of a multi-node server, which serves no HTTP (its health is
     # its process running). Recorded under the spec's names only (not an alias also given).
-    given = dict((key, params['server'][key]) for key in SERVER_KEYS)
+    given = {key: params['server'][key] for key in SERVER_KEYS}
     if service_name_problem(given['service_name']):
         fail(service_name_problem(given['service_name']) + '; nothing was changed')
     if params['deadline'] <= 0:
@@ -546,7 +543,7 @@ def arm(module, guard, current, result):
               idle_s=params['idle'], after_s=params['after'])
 
 
-def confirm(module, guard, current, result):
+def confirm(module: AnsibleModule, guard: Guard, current: dict[str, Any] | None, result: dict[str, Any]) -> None:
     if module.check_mode:
         result['changed'] = current is not None and current.get('run_id') == module.params['run_id']
         return
@@ -559,7 +556,7 @@ def confirm(module, guard, current, result):
     result['changed'] = True
 
 
-def restore(module, guard, current, result):
+def restore(module: AnsibleModule, guard: Guard, current: Any, result: dict[str, Any]) -> None:
     params = module.params
     # A guard armed by another run is that run's to restore (or a later takeover's): nothing changes.
     if current is None or (params['run_id'] and current.get('run_id') != params['run_id']):
@@ -574,7 +571,7 @@ def restore(module, guard, current, result):
         fail('the rollback did not bring the previous server back: %s' % '; '.join(report['problems']))
 
 
-def report_guard(guard, result):
+def report_guard(guard: Guard, result: dict[str, Any]) -> None:
     """The keys every run returns: whether a guard is armed now, by which run, and what the last one did."""
     try:
         state = guard.state()
@@ -591,7 +588,7 @@ def report_guard(guard, result):
                   last_fired=last_fired, cmd=guard.commands)
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True,
                            required_if=[('state', 'armed', ['run_id', 'server']), ('state', 'confirmed', ['run_id'])])
     params = module.params
@@ -600,13 +597,13 @@ def main():
     result = new_result(armed=False, armed_by=None, deadline_at=None, lease=None, fired=None, last_fired=None, cmd=[])
     actions = dict(armed=arm, confirmed=confirm, restored=restore, query=lambda *args: None)
 
-    def body():
+    def body() -> None:
         # Every state reads through the trust check first: a folder another user could write is refused
         # before anything is read from it or stopped.
         current = guard.state()
         actions[params['state']](module, guard, current, result)
 
-    def describe(exc):
+    def describe(exc: Exception) -> str:
         if isinstance(exc, GuardError):
             return to_native(exc)
         return 'sglang_guard %s failed: %s' % (params['state'], to_native(exc))

@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -180,11 +178,12 @@ cmd:
 '''
 
 import os
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandResult, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
     fail,
@@ -194,24 +193,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
     run_module,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
-    DiffError,
-    Journal,
-    LockTimeout,
-    PackageLock,
-    PatchCommand,
-    PatchTransaction,
-    confine,
-    diff_bytes,
-    diff_text,
-    discover_site_packages,
-    is_utf8,
-    parse_targets,
-    read_dist_version,
-    remove_stamp,
-    restore_final_newline,
-    sha256_bytes,
-    stray_temp_files,
-    write_stamp,
+    DiffError, Journal, LockTimeout, PackageLock, PatchCommand, PatchTransaction, confine, diff_bytes, diff_text,
+    discover_site_packages, is_utf8, parse_targets, read_dist_version, remove_stamp, restore_final_newline,
+    sha256_bytes, stray_temp_files, write_stamp,
 )
 
 
@@ -231,10 +215,10 @@ ARGUMENT_SPEC = dict(
 )
 
 
-class PatchModule(object):
+class PatchModule:
     """One run: find the package, lock it, repair an interrupted run, dry-run both ways, stage, commit."""
 
-    def __init__(self, module):
+    def __init__(self, module: AnsibleModule) -> None:
         self.module = module
         self.params = module.params
         self.result = new_result(site_packages=None, sglang_version=None, files=[],
@@ -246,30 +230,30 @@ class PatchModule(object):
         self.data = self.python = self.site_packages = self.package_dir = None
         self.targets = self.real_targets = []
 
-    def cleanup(self, result=None):
+    def cleanup(self, result: dict[str, Any] | None = None) -> None:
         """Whatever the outcome: the staging folder goes, the package lock is given back."""
         if self.transaction is not None:
             self.transaction.cleanup()
         if self.lock is not None:
             self.lock.release()
 
-    def run(self, argv, cwd=None):
+    def run(self, argv: list[str], cwd: str | None = None) -> CommandResult:
         result = self.runner.run(argv, cwd=cwd)
         if result.timed_out:
             fail('%s; nothing was changed in site-packages' % result.describe())
         return result
 
-    def read_diff(self):
+    def read_diff(self) -> bytes:
         """The diff as bytes, with the final newline a lookup may have stripped put back."""
         if self.params['content'] is not None:
             return diff_bytes(self.params['content'])
         try:
             with open(self.params['src'], 'rb') as handle:
                 return restore_final_newline(handle.read())
-        except (IOError, OSError) as exc:
+        except OSError as exc:
             fail('cannot read the diff %s: %s' % (self.params['src'], to_native(exc)))
 
-    def python_path(self):
+    def python_path(self) -> str:
         python = self.params['python']
         if os.path.isabs(python):
             if not os.access(python, os.X_OK):
@@ -280,7 +264,7 @@ class PatchModule(object):
             fail('python %r was not found on PATH; set python to the server interpreter' % python)
         return found
 
-    def find_site_packages(self, python):
+    def find_site_packages(self, python: str) -> str:
         if self.params['site_packages']:
             site_packages = self.params['site_packages']
         else:
@@ -297,20 +281,20 @@ class PatchModule(object):
             fail('%s holds no sglang package' % site_packages)
         return os.path.realpath(site_packages)
 
-    def dry_run(self, patch, diff_file, reverse):
+    def dry_run(self, patch: PatchCommand, diff_file: str, reverse: bool) -> tuple[bool, str]:
         argv = patch.apply(self.transaction.staging_tree(), diff_file, self.params['strip'],
                            reverse=reverse, dry_run=True)
         result = self.run(argv)
         return result.rc == 0, result.output
 
-    def byte_compile(self, python, paths, cwd):
+    def byte_compile(self, python: str, paths: list[str], cwd: str) -> tuple[int, str]:
         py_files = [path for path in paths if path.endswith('.py')]
         if not py_files:
             return 0, ''
         result = self.run([python, '-m', 'py_compile'] + py_files, cwd=cwd)
         return result.rc, result.output
 
-    def recover(self, package_dir, real_targets):
+    def recover(self, package_dir: str, real_targets: list[str]) -> dict[str, Any]:
         """Repair what an earlier run left mid-commit; in check mode, say what would be repaired.
 
         Returns {real target: file holding its content after the repair} for check mode's staging copies.
@@ -335,7 +319,7 @@ class PatchModule(object):
         self.result['changed'] = bool(done)
         return {}
 
-    def record_stamp(self, site_packages, targets, real_targets):
+    def record_stamp(self, site_packages: str, targets: list[str], real_targets: list[str]) -> None:
         """Say in the stamp file that the diff is in (or, for state=absent, that no stamp holds)."""
         path = self.params['stamp']
         if not path or self.module.check_mode:
@@ -348,11 +332,11 @@ class PatchModule(object):
                             site_packages, targets, real_targets)
             else:
                 remove_stamp(path)
-        except (IOError, OSError) as exc:
+        except OSError as exc:
             self.module.warn('the patch stamp %s could not be written (the next run dry-runs the patch '
                              'again): %s' % (path, to_native(exc)))
 
-    def locate(self):
+    def locate(self) -> None:
         """The diff, its targets and the sglang package they are confined to; nothing is changed yet."""
         params = self.params
         require_not_negative(params, ('strip', 'lock_timeout'))
@@ -379,7 +363,7 @@ class PatchModule(object):
             fail('refusing the diff, nothing was changed: %s' % exc)
         self.package_dir = os.path.join(self.site_packages, 'sglang')
 
-    def lock_and_recover(self):
+    def lock_and_recover(self) -> dict[str, Any]:
         """Hold the package lock, repair an interrupted earlier run; the staging sources recover planned."""
         try:
             self.lock = PackageLock(self.package_dir, self.params['lock_timeout']).acquire()
@@ -389,10 +373,10 @@ class PatchModule(object):
             return self.recover(self.package_dir, self.real_targets)
         except DiffError as exc:
             fail(str(exc))
-        except (IOError, OSError) as exc:
+        except OSError as exc:
             fail('repairing an interrupted earlier commit failed: %s' % to_native(exc))
 
-    def needs_change(self, patch, diff_file, want_applied):
+    def needs_change(self, patch: PatchCommand, diff_file: str, want_applied: bool) -> bool:
         """False when the diff is already as wanted (applied or not): dry runs in both directions."""
         forward_ok, forward_out = self.dry_run(patch, diff_file, reverse=not want_applied)
         if forward_ok:
@@ -404,7 +388,7 @@ class PatchModule(object):
              'or partly applied); nothing was changed.\nforward: %s\nbackward: %s'
              % (self.result['sglang_version'], self.site_packages, forward_out, backward_out))
 
-    def stage(self, patch, diff_file, want_applied):
+    def stage(self, patch: PatchCommand, diff_file: str, want_applied: bool) -> list[str]:
         """Patch and byte-compile the staging copies; the files that change."""
         argv = patch.apply(self.transaction.staging_tree(), diff_file, self.params['strip'], reverse=not want_applied)
         applied = self.run(argv)
@@ -421,14 +405,14 @@ class PatchModule(object):
                  % (self.python, encoding, compile_out))
         return changed_files
 
-    def commit(self, changed_files, want_applied):
+    def commit(self, changed_files: list[str], want_applied: bool) -> None:
         """Into site-packages, all or nothing: the originals come back when writing or compiling fails."""
         if self.params['backup']:
             self.result['backup_files'] = [self.module.backup_local(self.transaction.target_path(rel))
                                            for rel in changed_files]
         try:
             self.transaction.commit(changed_files)
-        except (IOError, OSError) as exc:
+        except OSError as exc:
             self.result['changed'] = bool(self.result['recovered'])
             self.result['applied'] = not want_applied
             fail('writing the patched files failed, the originals were restored: %s' % to_native(exc))
@@ -440,14 +424,14 @@ class PatchModule(object):
             self.result['applied'] = not want_applied
             fail('byte-compiling in place failed, the originals were restored: %s' % compile_out)
 
-    def main(self):
+    def main(self) -> None:
         lease = Renewer.from_option(None if self.module.check_mode else self.params['guard'], 'sglang_patch')
         # The package lock's wait, then a handful of bounded commands (discover, dry run, patch, compile).
         lease.renew(self.params['lock_timeout'] + 5 * self.params['command_timeout'])
         self._main()
         lease.done()
 
-    def _main(self):
+    def _main(self) -> None:
         self.locate()
         sources = self.lock_and_recover()
         patch = PatchCommand(self.params['patch'] or self.module.get_bin_path('patch', required=True))
@@ -472,7 +456,7 @@ class PatchModule(object):
         self.record_stamp(self.site_packages, self.targets, self.real_targets)
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, mutually_exclusive=[('src', 'content')],
                            required_one_of=[('src', 'content')], supports_check_mode=True)
     run = PatchModule(module)

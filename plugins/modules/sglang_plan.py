@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -22,9 +20,9 @@ description:
     the C(sglang_redeploy_report) of the fleet's hosts that finished already."
   - The rules the argument spec cannot say (ranges and relations between variables); any broken one fails the
     task with one message per rule, joined.
-  - The server's argv and what C(/server_info) must report (the C(sglang_flags) filter's table), the configuration
-    files the role renders (launch configuration, systemd unit, adaptive tiers, API keys), the paths of the
-    server's files, and the URL of each server of C(sglang_fleet_hosts).
+  - The server's argv and what C(/server_info) must report (the flags table the C(gpuops.sglang.sglang_flags)
+    filter uses too), the configuration files the role renders (launch configuration, systemd unit, adaptive tiers,
+    API keys), the paths of the server's files, and the URL of each server of C(sglang_fleet_hosts).
   - "A server across several hosts (C(sglang_server_group)): its nodes (the hosts of C(sglang_fleet_hosts) in
     the same group) by C(sglang_node_rank), the argv's C(--nnodes), C(--node-rank) and C(--dist-init-addr), and
     the group refused with the rules (a node without a rank, a rank not an integer, out of range or held twice, a

@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -65,84 +63,12 @@ options:
     required: true
   run:
     description:
-      - What the run's steps registered, by the report's names for them (the step table's run keys,
-        C(plugin_utils/_steps.py)); a step that did not run is left out or null. A key the table does not name is
-        refused, so a misspelt one fails the task instead of reading as a step that never ran.
+      - What the run's steps registered, under the step table's run keys (C(plugin_utils/_steps.py); each step's
+        results, then the run's notes), as the lookup C(gpuops.sglang.sglang_run) gathers them; each value is a
+        registered result (raw), null where the step did not run. A key the table does not name is refused, so a
+        misspelt one fails the task instead of reading as a step that never ran.
     type: dict
     default: {}
-    suboptions:
-      state:
-        description: sglang_server_info's result (the preflight's gather).
-        type: raw
-      decision:
-        description: sglang_decision's result.
-        type: raw
-      group_decision:
-        description: sglang_group_decision's result (a server group's node).
-        type: raw
-      dry_run:
-        description: What a check run's dry run found (the C(sglang_dry_run) filter's result).
-        type: raw
-      takeover:
-        description: The take-over of a guard an earlier run left armed (sglang_guard O(gpuops.sglang.sglang_guard#module:state=restored)).
-        type: raw
-      gpu_probe:
-        description: gpu_release's check-mode probe in the preparation.
-        type: raw
-      router_before:
-        description: sglang_router_worker's query before anything changes.
-        type: raw
-      slot:
-        description: sglang_fleet_slot's result.
-        type: raw
-      router_removed:
-        description: sglang_router_worker's removal.
-        type: raw
-      stop:
-        description: sglang_server's stop.
-        type: raw
-      killed:
-        description: pct_exec_kill's result.
-        type: raw
-      released:
-        description: gpu_release's result.
-        type: raw
-      patched:
-        description: sglang_patch's result in the window.
-        type: raw
-      started:
-        description: sglang_server's start (the handler).
-        type: raw
-      performance:
-        description: sglang_performance's verdict.
-        type: raw
-      router_readmitted:
-        description: sglang_router_worker's readmission.
-        type: raw
-      bake:
-        description: sglang_canary_verdict's result.
-        type: raw
-      rollback:
-        description: sglang_guard's restore by the controller's rollback.
-        type: raw
-      after_failure:
-        description: sglang_server_info's reading after a failure.
-        type: raw
-      group:
-        description: The plan's server group.
-        type: raw
-      failure:
-        description: The failed task's note (the C(sglang_failure) filter's result).
-        type: raw
-      run_id:
-        description: The window's run id.
-        type: raw
-      window_opened:
-        description: Whether the window opened.
-        type: raw
-      skip_reason:
-        description: Why the host was left alone.
-        type: raw
   settings:
     description: The run's settings the report states; needed to build a report.
     type: dict

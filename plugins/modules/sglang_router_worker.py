@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -167,13 +165,15 @@ requests:
 '''
 
 import time
+from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._router import (
-    Router, RouterError, UnmatchedWorker, addresses_of, entry_for, in_router, match_worker, normalize_url, ready)
+    Router, RouterError, UnmatchedWorker, addresses_of, entry_for, in_router, match_worker, normalize_url, ready,
+)
 
 ARGUMENT_SPEC = dict(
     router_url=dict(type='str', required=True),
@@ -186,7 +186,8 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def converge(module, router, worker_url, addresses, result):
+def converge(module: AnsibleModule, router: Router, worker_url: str, addresses: Callable,
+             result: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
     """(the worker's entry at the end or None, whether it is a member); the router changed unless check mode."""
     params = module.params
     workers = router.workers()
@@ -212,12 +213,12 @@ def converge(module, router, worker_url, addresses, result):
     return worker, wanted
 
 
-def manage(module, router, worker_url, begun, result):
+def manage(module: AnsibleModule, router: Router, worker_url: str, begun: float, result: dict[str, Any]) -> None:
     params = module.params
     msg = None
     known = {}
 
-    def addresses(host, port):
+    def addresses(host: str, port: int) -> list[str]:
         # Each name is looked up once, within one request's time (a dead DNS server costs no more).
         if host not in known:
             known[host] = addresses_of(host, port, params['request_timeout'])
@@ -244,7 +245,7 @@ def manage(module, router, worker_url, begun, result):
         fail(msg)
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     begun = time.time()

@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -143,7 +141,6 @@ options:
       - Where a unit's control group cannot be read, only its main PID counts as the server's own, and its
         children are then listed too (the kill step runs rather than being skipped on a guess).
       - Empty (the default) reads nothing.
-    aliases: [stray_patterns]
     type: list
     elements: str
     default: []
@@ -318,7 +315,9 @@ cmd:
   elements: list
 '''
 
+import re
 import time
+from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
@@ -328,7 +327,9 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._files import mode_a
 from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils._processes import compile_patterns
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT, SERVER_OPTIONS, Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
+    COMMAND_TIMEOUT, SERVER_OPTIONS, Server, ServerError,
+)
 
 ARGUMENT_SPEC = dict(
     SERVER_OPTIONS,
@@ -344,7 +345,7 @@ ARGUMENT_SPEC = dict(
     stop_marker=dict(type='path'),
     wait=dict(type='bool', default=True),
     # One name with pct_exec_kill and sglang_guard for SGLang's command lines.
-    kill_patterns=dict(type='list', elements='str', default=[], aliases=['stray_patterns']),
+    kill_patterns=dict(type='list', elements='str', default=[]),
     drain_timeout=dict(type='float', default=0),
     ready_checks=dict(type='int', default=0),
     generate_probe=dict(type='bool', default=False),
@@ -359,11 +360,12 @@ ARGUMENT_SPEC = dict(
 ERRORS = (ServerError, CommandError, LeaseError, OSError, ValueError, KeyError)
 
 
-def stray_entries(records):
+def stray_entries(records: list[Any]) -> list[Any]:
     return [dict(pid=record.pid, cmdline=record.cmdline) for record in records]
 
 
-def report_only(module, server, pid, patterns, result):
+def report_only(module: AnsibleModule, server: Server, pid: int | None, patterns: list[re.Pattern],
+                result: dict[str, Any]) -> None:
     """Check mode, read-only: what runs, whether it is healthy and whether it reports the wanted settings."""
     params = module.params
     state = params['state']
@@ -380,12 +382,13 @@ def report_only(module, server, pid, patterns, result):
         or state == 'restarted' or bool(result['mismatches'])
 
 
-def stop_bound(params, waits):
+def stop_bound(params: dict[str, Any], waits: bool) -> float:
     """Seconds the stop may take: the drain, the command, and SIGTERM's wait then SIGKILL's when it waits."""
     return params['drain_timeout'] + COMMAND_TIMEOUT + (2 * params['term_timeout'] if waits else 0)
 
 
-def stop(module, server, pid, patterns, result, lease):
+def stop(module: AnsibleModule, server: Server, pid: int, patterns: list[Any], result: dict[str, Any],
+         lease: Renewer) -> None:
     """Drain (drain_timeout), then stop the running server; its stop marker written."""
     params = module.params
     lease.renew(stop_bound(params, params['wait'] or params['state'] != 'stopped'))
@@ -406,7 +409,7 @@ def stop(module, server, pid, patterns, result, lease):
     result.update(running=False, pid=None)
 
 
-def activate(entries, result):
+def activate(entries: list[Any], result: dict[str, Any]) -> None:
     """Each candidate over its live file (atomic, with the candidate's owner and group: the role wrote it with the
     server's group); the live paths written."""
     for entry in entries:
@@ -414,13 +417,13 @@ def activate(entries, result):
             data = read_bytes(entry['candidate'])
             owner = mode_and_owner(entry['candidate'])[1]
             write_atomic(entry['live'], data, int(entry['mode'], 8), '.gpuops-activate', owner)
-        except (IOError, OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:
             fail('cannot put the %s in place (%s -> %s): %s; the server was not started'
                  % (entry['label'] or 'file', entry['candidate'], entry['live'], to_native(exc)))
         result['activated'].append(entry['live'])
 
 
-def bring_up(module, server, pid, result, lease):
+def bring_up(module: AnsibleModule, server: Server, pid: int | None, result: dict[str, Any], lease: Renewer) -> None:
     """Start the server (or wait for the one that runs) until /health answers 200."""
     params = module.params
     # The start command; the health wait renews on every poll (server.progress).
@@ -442,12 +445,12 @@ def bring_up(module, server, pid, result, lease):
              running=result['pid'] is not None)
 
 
-def verify_ready(module, server, begun, result, lease):
+def verify_ready(module: AnsibleModule, server: Server, begun: float, result: dict[str, Any], lease: Renewer) -> None:
     """ready_checks and generate_probe, within what is left of health_timeout."""
     params = module.params
 
     # Only what is left of health_timeout: the window's budget (and the guard's deadline) counts on it.
-    def left():
+    def left() -> float:
         return max(params['health_timeout'] - (time.time() - begun), 0.1)
     readiness = server.wait_ready(params['ready_checks'], left(), params['health_interval']) \
         if params['ready_checks'] else {'ready': True, 'path': None, 'attempts': 0, 'why': None}
@@ -461,7 +464,7 @@ def verify_ready(module, server, begun, result, lease):
         fail('the server %s is healthy but not ready: %s' % (params['service_name'], readiness['why']))
 
 
-def manage(module, server, result, lease):
+def manage(module: AnsibleModule, server: Server, result: dict[str, Any], lease: Renewer) -> None:
     params = module.params
     state = params['state']
     if params['health_interval'] <= 0 or min(params['health_timeout'], params['term_timeout'],
@@ -505,7 +508,7 @@ def manage(module, server, result, lease):
     lease.done()
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     result = new_result(activated=[], running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
@@ -518,7 +521,7 @@ def main():
     lease = Renewer.from_option(None if module.check_mode else params['guard'], 'sglang_server %s' % params['state'])
     server.progress = lease.tick
 
-    def finish(result):
+    def finish(result: dict[str, Any]) -> None:
         result['cmd'] = server.commands
     run_module(module, result, lambda: manage(module, server, result, lease), errors=ERRORS, finish=finish,
                describe=lambda exc: 'sglang_server %s of %s failed: %s'

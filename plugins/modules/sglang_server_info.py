@@ -3,9 +3,7 @@
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
@@ -42,7 +40,6 @@ options:
     type: str
     choices: [auto, systemd, detached]
     default: auto
-    aliases: [service_manager]
   generate_probe:
     description:
       - Also send one real generation (one new token) to a healthy server, and say in RV(generates) whether it
@@ -387,6 +384,7 @@ cmd:
 import hashlib
 import os
 import stat
+from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
@@ -409,7 +407,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVE
 ARGUMENT_SPEC = dict(
     SERVER_OPTIONS,
     # `manager`, as sglang_server names it; `service_manager`, the name this module had, still works.
-    manager=dict(type='str', default='auto', choices=['auto', 'systemd', 'detached'], aliases=['service_manager']),
+    manager=dict(type='str', default='auto', choices=['auto', 'systemd', 'detached']),
     python=dict(type='path'),
     expected_server_info=dict(type='dict', default={}),
     expected_environment=dict(type='dict', default={}),
@@ -443,19 +441,19 @@ ARGUMENT_SPEC = dict(
 LAUNCHER_MODE = 0o755
 
 
-def _sha256_of_file(path):
+def _sha256_of_file(path: str) -> str | None:
     try:
         return hashlib.sha256(read_bytes(path)).hexdigest()
-    except (IOError, OSError):
+    except OSError:
         return None
 
 
-def holds(path, content):
+def holds(path: str, content: str) -> bool:
     """Whether the file at `path` holds `content`, byte for byte (False when it cannot be read)."""
     return _sha256_of_file(path) == hashlib.sha256(to_bytes(content)).hexdigest()
 
 
-def configs_changed(configs, manager):
+def configs_changed(configs: list[Any], manager: str) -> list[Any]:
     """Labels of the configuration files whose content on the host is not the wanted one."""
     changed = []
     for config in configs:
@@ -466,13 +464,13 @@ def configs_changed(configs, manager):
     return changed
 
 
-def folders_missing(folders):
+def folders_missing(folders: list[Any]) -> list[Any]:
     """The folders a caller must make: os.path.isdir follows a link, so a link to a folder is found; anything
     else under the name is listed, and making the folder there then fails and says why."""
     return [path for path in folders if not os.path.isdir(path)]
 
 
-def folders_untrusted(folders):
+def folders_untrusted(folders: list[Any]) -> list[Any]:
     """[{folder, why}] for the folders another user could write into (the guard's trust rule, _files.distrust):
     the server's output is appended there as root, the pid file and the configuration written there."""
     refused = []
@@ -483,12 +481,12 @@ def folders_untrusted(folders):
     return refused
 
 
-def no_access_read():
+def no_access_read() -> dict[str, None]:
     """server_access before anything was read (the same keys on every run)."""
     return {'user': None, 'group': None, 'checked': [], 'skipped': [], 'problems': []}
 
 
-def server_access(user, group, folders):
+def server_access(user: str | None, group: str | None, folders: list[Any]) -> dict[str, Any]:
     """Who the server runs as, and what of `folders` ([{label, path}]) it cannot load, checked as that user. A hub id
     (not an absolute path) or an empty path is skipped: SGLang downloads a hub id, there is no folder to check."""
     access = no_access_read()
@@ -511,7 +509,7 @@ def server_access(user, group, folders):
     return access
 
 
-def launcher_current(launcher):
+def launcher_current(launcher: dict[str, str] | None) -> bool | None:
     """Whether the launcher is installed as wanted (None when not asked): its bytes, and 0755."""
     if launcher is None:
         return None
@@ -523,7 +521,7 @@ def launcher_current(launcher):
     return holds(launcher['path'], launcher['content'])
 
 
-def patch_state(content, stamp_path, python):
+def patch_state(content: str | None, stamp_path: str | None, python: str | None) -> dict[str, Any]:
     """What the stamp proves about the wanted patch; the same keys whatever the answer."""
     state = dict(proven=False, why='no patch or stamp was given', patch_sha256=None, site_packages=None, files=[],
                  sglang_version=None)
@@ -538,7 +536,7 @@ def patch_state(content, stamp_path, python):
     return state
 
 
-def adaptive_tiers(commands, python, tmpdir, site_packages=None):
+def adaptive_tiers(commands: CommandRunner, python: str, tmpdir: str, site_packages: str | None = None) -> bool | None:
     """What the installed sglang makes of adaptive tiers; site_packages from a proven stamp saves a python run."""
     if site_packages is None:
         if not python or not os.path.exists(python):
@@ -549,7 +547,7 @@ def adaptive_tiers(commands, python, tmpdir, site_packages=None):
     return adaptive_tiers_supported(site_packages)
 
 
-def read_server(module, server, params, result):
+def read_server(module: AnsibleModule, server: Server, params: dict[str, Any], result: dict[str, Any]) -> None:
     result['pid'] = server.main_pid()
     result['running'] = result['pid'] is not None
     result['healthy'] = result['running'] and server.health() == 200
@@ -566,7 +564,7 @@ def read_server(module, server, params, result):
             result.update(generates=False, generate_error='the server is not healthy')
 
 
-def read_guard(folder, runner, result):
+def read_guard(folder: str | None, runner: Callable, result: dict[str, Any]) -> None:
     if folder and os.path.isdir(folder):
         guard = Guard(folder, runner=runner)
         state = guard.state()
@@ -575,7 +573,7 @@ def read_guard(folder, runner, result):
         result['guard_router_owed'] = guard.router_owed()
 
 
-def read_state(module, commands, server, result):
+def read_state(module: AnsibleModule, commands: CommandRunner, server: Server, result: dict[str, Any]) -> None:
     params = module.params
     if params['python']:
         result['python_exists'] = os.path.exists(params['python'])
@@ -596,7 +594,7 @@ def read_state(module, commands, server, result):
     read_guard(params['guard_folder'], server.runner, result)
 
 
-def main():
+def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
@@ -613,7 +611,7 @@ def main():
     server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
                     params['url'], runner=commands.as_runner(), user=params['user'], group=params['group'])
 
-    def finish(result):
+    def finish(result: dict[str, Any]) -> None:
         result['cmd'] = commands.cmd
     run_module(module, result, lambda: read_state(module, commands, server, result),
                errors=(CommandError, GuardError, ServerError, OSError, ValueError), finish=finish,

@@ -30,11 +30,10 @@ that add up past a float's range) makes the verdict ``inconclusive``, naming it:
 false with every bound) or stop the verdict short (int(NaN)). Pure functions; test_bake.py.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import math
+from typing import Any
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_float, as_int
 
@@ -44,15 +43,15 @@ RANK_TEST_MIN = 8
 DEFAULTS = {'min_requests': 20, 'latency_tolerance': 0.25, 'error_tolerance': 0.02, 'alpha': 0.01}
 
 
-def _bound(value):
+def _bound(value: float | str) -> float:
     return math.inf if value in ('+Inf', 'Inf', math.inf) else float(value)
 
 
-def _counts(histogram):
+def _counts(histogram: Any) -> list[Any]:
     return [float(count) for count in histogram['counts']] if histogram else []
 
 
-def merged(sides):
+def merged(sides: list[Any]) -> Any:
     """One side's figures from several servers': counters and bucket counts summed. Histograms of other
     buckets than the first server's are left out (each release exports the same buckets)."""
     sides = [side for side in sides if side]
@@ -78,7 +77,7 @@ def merged(sides):
     return total
 
 
-def mean(histogram):
+def mean(histogram: Any) -> float | None:
     """The exact mean of a histogram's samples (its sum over its count); None without samples or a sum."""
     if not histogram or histogram.get('sum') is None:
         return None
@@ -86,7 +85,7 @@ def mean(histogram):
     return float(histogram['sum']) / samples if samples > 0 else None
 
 
-def quantile(histogram, fraction):
+def quantile(histogram: Any, fraction: float) -> float | None:
     """The fraction quantile as Prometheus' histogram_quantile computes it (linear within the bucket, the
     highest finite bound for the +Inf bucket); None without samples."""
     if not histogram:
@@ -107,7 +106,7 @@ def quantile(histogram, fraction):
     return lower
 
 
-def rank_test(canary, baseline):
+def rank_test(canary: dict[str, Any], baseline: dict[str, Any]) -> float | None:
     """One-sided Mann-Whitney U over bucket counts (every sample of a bucket tied): the p-value of "the
     canary's samples are larger", by the normal approximation with the tie correction. None when a side has
     fewer than RANK_TEST_MIN samples or every sample falls in one bucket."""
@@ -134,11 +133,12 @@ def rank_test(canary, baseline):
     return 0.5 * math.erfc(z / math.sqrt(2))
 
 
-def _samples(histogram):
+def _samples(histogram: Any) -> float:
     return sum(_counts(histogram))
 
 
-def _latency_gaps(canary, baseline, mine, theirs):
+def _latency_gaps(canary: dict[str, Any], baseline: dict[str, Any], mine: dict[str, Any],
+                  theirs: dict[str, Any]) -> list[Any]:
     """Why the latencies cannot be compared though both sides served enough requests: a side without any latency
     sample (its histograms empty or not exported), or a latency measured on one side only. A latency neither side
     has is no gap: a server answers non-streamed requests in one piece, and SGLang then records no inter-token
@@ -154,7 +154,7 @@ def _latency_gaps(canary, baseline, mine, theirs):
         for key, title in LATENCIES if (_samples(canary.get(key)) > 0) != (_samples(baseline.get(key)) > 0)]
 
 
-def _number(value):
+def _number(value: float | str) -> float:
     """value as a float; NaN for what is no number at all (it is refused as NaN is)."""
     try:
         return float(value)
@@ -162,7 +162,7 @@ def _number(value):
         return math.nan
 
 
-def not_finite(label, side):
+def not_finite(label: str, side: Any) -> list[Any]:
     """What of a side's figures is not a finite number, in words ([] when all are): each counter, requests and
     errors together, each histogram's counts, their total and its sum."""
     if not side:
@@ -185,7 +185,7 @@ def not_finite(label, side):
     return found
 
 
-def summary(side):
+def summary(side: Any) -> dict[str, Any] | None:
     """A side's figures for the report: requests, errors, error rate, p95s and exact means (seconds)."""
     if not side:
         return None
@@ -201,7 +201,7 @@ def summary(side):
     return figures
 
 
-def _error_problem(canary, baseline, tolerance):
+def _error_problem(canary: dict[str, Any], baseline: dict[str, Any], tolerance: float) -> str | None:
     if not canary['requests'] or baseline is None or not baseline['requests']:
         return None
     rise = canary['error_rate'] - baseline['error_rate']
@@ -212,7 +212,8 @@ def _error_problem(canary, baseline, tolerance):
         tolerance * 100)
 
 
-def _latency_problem(key, title, canary, baseline, tolerance, alpha):
+def _latency_problem(key: str, title: str, canary: dict[str, Any], baseline: dict[str, Any], tolerance: float,
+                     alpha: float) -> str | None:
     mine, theirs = quantile(canary.get(key), 0.95), quantile(baseline.get(key), 0.95)
     if mine is None or theirs is None or theirs <= 0:
         return None
@@ -230,7 +231,7 @@ def _latency_problem(key, title, canary, baseline, tolerance, alpha):
         '' if p_value is None else '; rank test p=%.2g' % p_value)
 
 
-def verdict(canary, baselines, settings=None):
+def verdict(canary: Any, baselines: list[Any], settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """{verdict, reason, canary, baseline, baseline_servers}: the bake's outcome, the figures of each side.
 
     canary: the canary's figures over the bake (None: it exports none); baselines: a list of the baseline

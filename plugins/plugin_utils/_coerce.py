@@ -8,14 +8,14 @@ never raise: a value that does not convert reads as 0 (or false), and the rule t
 positive refuses it with its message.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any
 
 TRUE_WORDS = ('yes', 'on', '1', 'true')
 
 
-def as_int(value):
+def as_int(value: Any) -> int:
     """Jinja's `int` filter: int(value), else int(float(value)), else 0."""
     try:
         return int(value)
@@ -26,7 +26,7 @@ def as_int(value):
             return 0
 
 
-def as_float(value):
+def as_float(value: Any) -> float:
     """Jinja's `float` filter: float(value), else 0.0."""
     try:
         return float(value)
@@ -34,13 +34,13 @@ def as_float(value):
         return 0.0
 
 
-def as_bool(value):
+def as_bool(value: Any) -> bool:
     """Ansible's `bool` filter."""
     if isinstance(value, (str, int)):
         return str(value).lower() in TRUE_WORDS
     return value == 1
 
 
-def as_text(value):
+def as_text(value: Any) -> str:
     """What Jinja's `~` makes of a value (an int stays 3, a float 1020.0)."""
     return value if isinstance(value, str) else str(value)

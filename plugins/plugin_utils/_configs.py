@@ -10,19 +10,18 @@ variable of the host for each file (about 0.05 s of controller time per file per
 the no-op included).
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import json
 
 import jinja2
+from typing import Any
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rules import adaptive, adaptive_config, role_folders
 
 
-def paths(settings):
+def paths(settings: Any) -> dict[str, Any]:
     """Where each file lives: the live file, its candidate, and the server's own run files."""
     config_dir, service = settings['sglang_config_dir'], settings['sglang_service_name']
     return {
@@ -46,38 +45,38 @@ def paths(settings):
     }
 
 
-def keyed(settings):
+def keyed(settings: Any) -> bool:
     """Without a key there is no keys file and no --config: the launch configuration stays what it was."""
     return len(settings['sglang_api_key']) > 0 or len(settings['sglang_admin_api_key']) > 0
 
 
-def secret_labels(settings):
+def secret_labels(settings: dict[str, Any]) -> list[Any]:
     """The files whose content is secret, by label: the API keys file, and the launch configuration when it carries
     a secret environment. A dry run shows no diff of them (the unit and the flags carry no secret)."""
     return ((['launch configuration'] if settings['sglang_secret_environment'] else [])
             + (['API keys'] if keyed(settings) else []))
 
 
-def dynamic_environment(settings):
+def dynamic_environment(settings: dict[str, Any]) -> dict[str, str]:
     """The patch's switch: the batch size from which the patched server stops drafting (env mode only)."""
     if as_bool(settings['sglang_dynamic_spec_enabled']) and settings['sglang_dynamic_spec_mode'] == 'env':
         return {settings['sglang_dynamic_spec_env_name']: as_text(settings['sglang_dynamic_spec_batch_size_threshold'])}
     return {}
 
 
-def nice_json(data):
+def nice_json(data: dict[str, Any]) -> str:
     """Ansible's to_nice_json(indent=2), with the newline a text file ends with."""
     return json.dumps(data, indent=2, sort_keys=True, separators=(',', ': ')) + '\n'
 
 
-def render(template_text, variables):
+def render(template_text: str, variables: dict[str, Any]) -> str:
     """A role template as the template lookup renders it (trim_blocks, the trailing newline kept)."""
     environment = jinja2.Environment(trim_blocks=True, keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
     environment.filters['to_json'] = json.dumps
     return environment.from_string(template_text).render(variables)
 
 
-def launch(settings, args):
+def launch(settings: dict[str, Any], args: list[Any]) -> dict[str, Any]:
     """What launcher.py reads: interpreter, module, argv and environment (the secret one included)."""
     environment = dict(settings['sglang_environment'])
     environment.update(dynamic_environment(settings))
@@ -86,13 +85,13 @@ def launch(settings, args):
             'environment': environment}
 
 
-def secret_mode(settings):
+def secret_mode(settings: dict[str, Any]) -> str:
     """The mode of the files that hold secrets and that the server reads (the launch configuration, its keys): root's
     alone, or also its group's (the role writes them with group sglang_group) when the server runs as another user."""
     return '0600' if settings['sglang_user'] == 'root' else '0640'
 
 
-def configs(settings, args, templates):
+def configs(settings: dict[str, Any], args: list[Any], templates: dict[str, str]) -> list[dict[str, Any]]:
     """[{label, path, candidate, mode, content, systemd_only}], in the order the role has always listed them.
 
     `templates` holds the text of the role's sglang.service.j2 and server_keys.yaml.j2 by name.
@@ -117,7 +116,7 @@ def configs(settings, args, templates):
     return files
 
 
-def pairs(files, manager):
+def pairs(files: list[dict[str, Any]], manager: str) -> list[dict[str, str]]:
     """Candidate and live path of each file, without its content (loop items are shown, secrets inside);
     the systemd unit only where systemd manages the server."""
     return [{'label': entry['label'], 'mode': entry['mode'], 'candidate': entry['candidate'], 'live': entry['path']}

@@ -3,12 +3,12 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Whether the server must be redeployed, from what sglang_server_info (and the patch's dry run) found."""
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any
 
 
-def host_problems(state, python, host, adaptive):
+def host_problems(state: dict[str, Any], python: str, host: str, adaptive: bool) -> str:
     """What the gathered state refuses before anything moves: a missing interpreter, a folder of the server's files
     that another user could write into, a server user that does not exist or cannot load the model, or adaptive mode
     on an sglang that would ignore batch-size tiers (0.5.12.post1: drafting would never stop at the threshold)."""
@@ -36,7 +36,7 @@ def host_problems(state, python, host, adaptive):
     return ''
 
 
-def access_problem(access, host):
+def access_problem(access: dict[str, Any], host: str) -> str:
     """Why the server's user could not run or load the model (sglang_server_info's server_access, checked as that
     user: root's view proves nothing on an NFS export with root_squash); '' when it can."""
     problems = access.get('problems') or []
@@ -53,7 +53,7 @@ def access_problem(access, host):
                '; '.join('%s %s %s' % (entry.get('label'), entry.get('path'), entry.get('why')) for entry in problems)))
 
 
-def patch_state(state, patch_check, patch_file):
+def patch_state(state: dict[str, Any], patch_check: dict[str, Any], patch_file: str) -> dict[str, Any]:
     """The patch as the window and the report see it: from the stamp, or from the dry run."""
     stamp = state.get('patch') or {}
     if stamp.get('proven'):
@@ -61,7 +61,7 @@ def patch_state(state, patch_check, patch_file):
     return dict(patch_check or {}) if patch_file else {}
 
 
-def readmission_owed(state, router_url):
+def readmission_owed(state: dict[str, Any], router_url: str) -> dict[str, Any] | None:
     """The guard's record of a restore that left this server out of router_url (sglang_server_info's
     guard_router_owed), or None: none is owed, or it was owed by another router than the one configured now."""
     owed = state.get('guard_router_owed') or None
@@ -70,7 +70,8 @@ def readmission_owed(state, router_url):
     return owed
 
 
-def reasons(state, patch_check, force_restart, owed=None):
+def reasons(state: dict[str, Any], patch_check: dict[str, Any], force_restart: bool,
+            owed: dict[str, Any] | None = None) -> list[Any]:
     """Why the server is redeployed, in the report's words; [] when nothing must change."""
     found = ['force_restart'] if force_restart else []
     if owed:
@@ -90,12 +91,12 @@ def reasons(state, patch_check, force_restart, owed=None):
     return found
 
 
-def patch_due(patch_file, patch):
+def patch_due(patch_file: str, patch: dict[str, Any]) -> bool:
     """Whether the window applies the patch: the stamp or the dry run did not find it applied already."""
     return bool(patch_file) and bool(patch.get('changed', True))
 
 
-def guard_files(pairs, patch):
+def guard_files(pairs: list[dict[str, str]], patch: dict[str, Any]) -> list[str]:
     """What the guard saves before the stop: every live configuration file and every file the patch touches."""
     site_packages = patch.get('site_packages') or ''
     return [pair['live'] for pair in pairs] + ['%s/%s' % (site_packages, name) for name in patch.get('files') or []]

@@ -11,11 +11,12 @@ configuration against the plan's arguments.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._groups import flag_pairs
 
 # The window's steps that end processes, in the order the window runs them, by the report's names for them.
-KILL_STEPS = ('stop', 'kill_in_container', 'gpu_release')
+KILL_STEPS = ('stop', 'kill', 'gpu_release')
 
 
 def launch_flags(args: list) -> dict:
@@ -52,14 +53,14 @@ def would_kill(stop: dict | None, container: dict | None, release: dict | None) 
     (await_exit) before they look, and the container kill runs only for what else matches. The three run in the
     same PID namespace (the host's, or the container's where the host is one)."""
     stopped = list((stop or {}).get('would_stop') or [])
-    own = set(entry.get('pid') for entry in stopped)
+    own = {entry.get('pid') for entry in stopped}
 
-    def besides(result):
+    def besides(result: dict[str, Any] | None) -> list[dict[str, Any]]:
         return [entry for entry in (result or {}).get('targets') or [] if entry.get('pid') not in own]
-    return {'stop': stopped, 'kill_in_container': besides(container), 'gpu_release': besides(release)}
+    return {'stop': stopped, 'kill': besides(container), 'gpu_release': besides(release)}
 
 
-def _shown(value) -> str:
+def _shown(value: bool | str | None) -> str:
     return '(none)' if value is None else json.dumps(value) if not isinstance(value, str) else value
 
 

@@ -9,11 +9,10 @@ Every host of the group runs the same launch_server with the total --tp-size, --
 is a host's inventory variables (dict-like), as _rollout.peer_urls reads them.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import re
+from typing import Any, Callable
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_int, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import server_key
@@ -30,12 +29,12 @@ STEP_FAILURES = ('failed', 'unreachable')
 DECIDED_ON = ('plan', 'state', 'decision')
 
 
-def group_name(host_vars):
+def group_name(host_vars: Any) -> str:
     """The server group a host belongs to ("" for a single-node server)."""
     return as_text(host_vars.get('sglang_server_group') or DEFAULT_GROUP)
 
 
-def _rank(value):
+def _rank(value: Any) -> int | None:
     """The rank as an int, or None when it is not an integer (a bool is not a rank, though Python says it is)."""
     if isinstance(value, bool):
         return None
@@ -46,7 +45,7 @@ def _rank(value):
     return None
 
 
-def _rank_problems(name, ranked, nnodes):
+def _rank_problems(name: str, ranked: list[Any], nnodes: int) -> list[Any]:
     problems = []
     holders = {}
     for host, value in ranked:
@@ -67,7 +66,7 @@ def _rank_problems(name, ranked, nnodes):
     return problems
 
 
-def members(name, fleet_hosts, inventory_vars):
+def members(name: str, fleet_hosts: list[str], inventory_vars: Callable) -> tuple[list[str], list[Any]]:
     """(the group's hosts by rank, problems): the hosts of the fleet whose sglang_server_group is `name`.
     Refused: a node without a rank, a rank that is not an integer, out of range or held twice, a group of one."""
     ranked = [(host, inventory_vars(host).get('sglang_node_rank')) for host in fleet_hosts
@@ -83,7 +82,7 @@ def members(name, fleet_hosts, inventory_vars):
     return [host for host, dummy in by_rank], problems
 
 
-def dist_init_addr(given, leader_vars, leader_name, port):
+def dist_init_addr(given: str, leader_vars: dict[str, Any], leader_name: str, port: int) -> str:
     """Where the ranks meet: `given` when set, else rank 0's inventory address (ansible_host, else its name)
     and the port."""
     if given:
@@ -95,7 +94,7 @@ def dist_init_addr(given, leader_vars, leader_name, port):
     return '%s:%s' % (address, as_text(port))
 
 
-def _rank_without_group(me, rank):
+def _rank_without_group(me: str, rank: str | int | None) -> list[Any]:
     """A rank on a host with no group: it would run as a single-node server and replace that node of a live
     group (its ranks hang or end), so it is refused before anything stops."""
     if rank is None or as_text(rank).strip() == '':
@@ -105,7 +104,8 @@ def _rank_without_group(me, rank):
             ' or remove sglang_node_rank.' % (me, as_text(rank))]
 
 
-def plan_group(name, me, fleet_hosts, inventory_vars, given_addr, port, tp_size, peers):
+def plan_group(name: str, me: str, fleet_hosts: list[str], inventory_vars: Callable, given_addr: str, port: int,
+               tp_size: int, peers: dict[str, str]) -> tuple[dict[str, Any] | None | None, list[Any]]:
     """(the plan's `group`, problems): None for a single-node server (`name` ""), else the group's name, this
     host's rank, the node count, the nodes by rank, the leader (rank 0), the dist-init address and the URL the
     others reach rank 0 at (`peers`: _rollout.peer_urls of the fleet)."""
@@ -130,7 +130,7 @@ def plan_group(name, me, fleet_hosts, inventory_vars, given_addr, port, tp_size,
     }, []
 
 
-def play_problems(group, play_hosts):
+def play_problems(group: dict[str, Any] | None, play_hosts: list[str]) -> list[Any]:
     """A run that covers only some nodes of a group (--limit) would restart some ranks under the others: refused."""
     if group is None:
         return []
@@ -142,7 +142,7 @@ def play_problems(group, play_hosts):
             ' every node, or none).' % (covered, group['name'], ', '.join(missing))]
 
 
-def flag_pairs(args):
+def flag_pairs(args: list[Any]) -> list[Any]:
     """[(flag, value)] of an argv, in order: `--flag=value` and `--flag value` as the flag and its value, a bare
     switch with the value True. The one reader of an SGLang argv (the group's comparison, the dry run's flag
     changes)."""
@@ -159,7 +159,7 @@ def flag_pairs(args):
     return found
 
 
-def _flag_values(args):
+def _flag_values(args: list[str]) -> dict[str, Any]:
     """{flag: [its values, in order]} of an argv (flag_pairs)."""
     found = {}
     for flag, value in flag_pairs(args):
@@ -167,7 +167,7 @@ def _flag_values(args):
     return found
 
 
-def _spread(values_by_host):
+def _spread(values_by_host: dict[str, str]) -> str:
     """'A on mn1 and mn3, B on mn2' for {host: value text}, in the hosts' order."""
     hosts_by_value = {}
     for host, value in values_by_host.items():
@@ -175,37 +175,37 @@ def _spread(values_by_host):
     return ', '.join('%s on %s' % (value, ' and '.join(hosts)) for value, hosts in hosts_by_value.items())
 
 
-def _shown(values):
+def _shown(values: list[Any] | None) -> str:
     if values is None:
         return '(not given)'
     return ' '.join('(set)' if value is True else value for value in values)
 
 
-def plan_differences(args_by_host):
+def plan_differences(args_by_host: dict[str, list[str]]) -> list[Any]:
     """Problems: the launch arguments that differ between the nodes ({host: argv}, hosts in rank order), which
     SGLang needs equal on every node; --node-rank and the listen --host differ by design."""
-    values = dict((host, _flag_values(args)) for host, args in args_by_host.items())
+    values = {host: _flag_values(args) for host, args in args_by_host.items()}
     flags = []
     for found in values.values():
         flags.extend(flag for flag in found if flag not in flags)
     problems = []
     for flag in flags:
-        shown = dict((host, _shown(found.get(flag))) for host, found in values.items())
+        shown = {host: _shown(found.get(flag)) for host, found in values.items()}
         if len(set(shown.values())) > 1:
             problems.append('the nodes\' launch arguments differ at %s: %s (SGLang needs them equal on every node).'
                             % (flag, _spread(shown)))
     return problems
 
 
-def _version_problems(nodes):
-    versions = dict((node['host'], as_text(node['state']['sglang_version'])) for node in nodes
-                    if (node.get('state') or {}).get('sglang_version'))
+def _version_problems(nodes: list[dict[str, Any]]) -> list[Any]:
+    versions = {node['host']: as_text(node['state']['sglang_version']) for node in nodes
+                if (node.get('state') or {}).get('sglang_version')}
     if len(set(versions.values())) > 1:
         return ['the nodes run different sglang versions: %s (every rank must run the same code).' % _spread(versions)]
     return []
 
 
-def _node_reasons(node):
+def _node_reasons(node: dict[str, Any]) -> list[Any]:
     """A node's reasons to redeploy the group, without its name: its own decision's, then what only the
     group sees (rank 0's generation, a rank > 0 whose process is gone)."""
     state = node.get('state') or {}
@@ -218,7 +218,7 @@ def _node_reasons(node):
     return found
 
 
-def _patch_reasons(nodes):
+def _patch_reasons(nodes: list[dict[str, Any]]) -> list[Any]:
     """A group patched on some nodes only runs two codes: it is redeployed (the patch goes on every node), never
     refused. `patch_applied` is None on a node without a patch to apply."""
     applied = [node['host'] for node in nodes if node.get('patch_applied') is True]
@@ -228,7 +228,7 @@ def _patch_reasons(nodes):
     return []
 
 
-def _unread(result):
+def _unread(result: Any) -> str:
     """Why a node's registered result cannot be decided on ("" when it can): absent (the node is not in this
     run: --limit, or it failed earlier), skipped, or failed."""
     if not isinstance(result, dict) or not result:
@@ -240,12 +240,12 @@ def _unread(result):
     return ''
 
 
-def decided_nodes(group, registered, names=None):
+def decided_nodes(group: dict[str, Any], registered: dict[str, Any], names: dict[str, str] | None = None) -> Any:
     """(the nodes as group_decision reads them, problems): `registered` is {host: {'plan': ..., 'state': ...,
     'decision': ...}} of every node of `group` (the plan's), `names` what the messages call each of the three
     (the role's names for them; the keys themselves without). A node whose results are missing, skipped or failed,
     or that is left alone, is refused: a group is decided on every node or none."""
-    names = dict(((key, key) for key in DECIDED_ON), **(names or {}))
+    names = {**{key: key for key in DECIDED_ON}, **(names or {})}
     nodes, problems = [], []
     for host in group['nodes']:
         found = registered.get(host) or {}
@@ -268,7 +268,7 @@ def decided_nodes(group, registered, names=None):
     return nodes, problems
 
 
-def group_decision(nodes):
+def group_decision(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     """One decision for the group from its nodes' ({host, rank, args, reasons, state, patch_applied}): any node's
     reason redeploys every node (each reason prefixed with its node's name); different sglang versions or
     launch arguments are refused (problems)."""
@@ -276,18 +276,19 @@ def group_decision(nodes):
     reasons = ['%s: %s' % (node['host'], reason) for node in nodes for reason in _node_reasons(node)]
     reasons.extend(_patch_reasons(nodes))
     problems = _version_problems(nodes)
-    problems.extend(plan_differences(dict((node['host'], node.get('args') or []) for node in nodes)))
+    problems.extend(plan_differences({node['host']: node.get('args') or [] for node in nodes}))
     return {'redeploy_needed': bool(reasons), 'reasons': reasons, 'problems': problems}
 
 
-def _step_failure(result):
+def _step_failure(result: dict[str, Any] | None) -> str | None:
     """The failure's message of a registered step result, or None when it did not fail (or did not run)."""
     if not isinstance(result, dict) or not any(result.get(key) for key in STEP_FAILURES):
         return None
     return as_text(result.get('msg') or ('unreachable' if result.get('unreachable') else 'failed'))
 
 
-def barrier(nodes, play_hosts, results, said=None, step=None):
+def barrier(nodes: list[str], play_hosts: list[str], results: dict[str, Any], said: dict[str, Any] | None = None,
+            step: str | None = None) -> dict[str, Any]:
     """{failed_nodes, msg}: the nodes that may not go on past the barrier `step`, and why.
 
     A node fails the barrier when it left the play (unreachable, or failed outside any rescue), when one of its

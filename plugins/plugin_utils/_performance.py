@@ -11,9 +11,9 @@ baseline's by more than the ITL tolerance, any of its requests failed, or the le
 out. A level the baseline cannot speak for (missing, timed out) is not compared, and says so.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_float, as_int
 
@@ -22,38 +22,38 @@ VERDICTS = ('pass', 'fail', 'skipped')
 BASELINES = ('measure', 'stored')
 
 
-def default_levels(threshold):
+def default_levels(threshold: int) -> list[int]:
     """Concurrency 1 (where speculation helps) and twice the dynamic-speculation threshold (where it must stop)."""
-    return sorted(set([1, 2 * max(as_int(threshold), 1)]))
+    return sorted({1, 2 * max(as_int(threshold), 1)})
 
 
-def levels_to_measure(configured, threshold):
+def levels_to_measure(configured: list[Any] | None, threshold: int) -> list[int]:
     """sglang_perf_levels, or the default levels when it is empty; sorted, without repeats."""
     chosen = [as_int(level) for level in configured or []]
     return sorted(set(chosen)) if chosen else default_levels(threshold)
 
 
-def figures(level):
+def figures(level: dict[str, Any] | None) -> dict[str, Any] | None:
     """The report's four figures of one benchmark level (None for a level not measured)."""
     if level is None:
         return None
-    return dict((name, level.get(name)) for name in FIGURES)
+    return {name: level.get(name) for name in FIGURES}
 
 
-def by_level(benchmark):
+def by_level(benchmark: Any) -> dict[int, Any]:
     """{concurrency: level entry} of a benchmark result ({} for none)."""
-    return dict((as_int(level.get('concurrency')), level) for level in (benchmark or {}).get('levels') or [])
+    return {as_int(level.get('concurrency')): level for level in (benchmark or {}).get('levels') or []}
 
 
-def _percent(value):
+def _percent(value: float) -> str:
     return '%g%%' % round(value * 100, 1)
 
 
-def _change(before, after):
+def _change(before: float, after: float) -> float:
     return (after - before) / before
 
 
-def throughput_problem(concurrency, before, after, tolerance):
+def throughput_problem(concurrency: int, before: dict[str, Any], after: dict[str, Any], tolerance: float) -> str | None:
     """A drop of output tok/s beyond the tolerance, in words; None within it."""
     old, new = before.get('output_tok_s'), after.get('output_tok_s')
     if not old or new is None:
@@ -65,7 +65,7 @@ def throughput_problem(concurrency, before, after, tolerance):
         concurrency, old, new, change * 100, _percent(tolerance))
 
 
-def itl_problem(concurrency, before, after, tolerance):
+def itl_problem(concurrency: int, before: dict[str, Any], after: dict[str, Any], tolerance: float) -> str | None:
     """A rise of p95 inter-token latency beyond the tolerance, in words; None within it (or not measured)."""
     old, new = before.get('itl_p95_s'), after.get('itl_p95_s')
     if not old or new is None:
@@ -77,7 +77,7 @@ def itl_problem(concurrency, before, after, tolerance):
         concurrency, old, new, change * 100, _percent(tolerance))
 
 
-def candidate_problem(concurrency, after):
+def candidate_problem(concurrency: int, after: dict[str, Any] | None) -> str | None:
     """What fails the candidate at a level whatever the baseline says: missing, timed out, errors."""
     if after is None:
         return 'concurrency %d: not measured on the new server' % concurrency
@@ -90,7 +90,7 @@ def candidate_problem(concurrency, after):
     return None
 
 
-def baseline_gap(concurrency, before, missing='no baseline'):
+def baseline_gap(concurrency: int, before: dict[str, Any] | None, missing: str = 'no baseline') -> str | None:
     """Why the baseline cannot speak for a level (None when it can)."""
     if before is None:
         return 'concurrency %d: %s' % (concurrency, missing)
@@ -101,7 +101,8 @@ def baseline_gap(concurrency, before, missing='no baseline'):
     return None
 
 
-def _judge_level(concurrency, before, after, tolerances, missing):
+def _judge_level(concurrency: int, before: dict[str, Any] | None, after: dict[str, Any] | None,
+                 tolerances: tuple[float, float], missing: str) -> tuple[list[Any], str | None | None]:
     """(problems, gap) of one level: what fails it, and why it was not compared (None when it was)."""
     problem = candidate_problem(concurrency, after)
     if problem is not None:
@@ -114,7 +115,8 @@ def _judge_level(concurrency, before, after, tolerances, missing):
     return [text for text in found if text is not None], None
 
 
-def verdict(levels, before, after, throughput_tolerance, itl_tolerance, baseline='measure', missing='no baseline'):
+def verdict(levels: list[int], before: Any, after: dict[str, Any], throughput_tolerance: float, itl_tolerance: float,
+            baseline: str = 'measure', missing: str = 'no baseline') -> dict[str, Any]:
     """The gate's verdict over the levels: {verdict, reason, baseline, levels, metrics, elapsed_s}.
 
     before and after: benchmark results (before None: no baseline). pass: every level compared and within
@@ -143,14 +145,15 @@ def verdict(levels, before, after, throughput_tolerance, itl_tolerance, baseline
     return dict(performance(outcome, reason, baseline, before, after), levels=rows)
 
 
-def performance(outcome, reason, baseline=None, before=None, after=None):
+def performance(outcome: str, reason: str, baseline: str | None = None, before: Any = None,
+                after: Any = None) -> dict[str, Any]:
     """The report's `performance` block with every key, levels empty (verdict() fills them)."""
     return {'verdict': outcome, 'reason': reason, 'baseline': baseline, 'levels': [],
             'metrics': {'before': (before or {}).get('metrics'), 'after': (after or {}).get('metrics')},
             'elapsed_s': {'before': (before or {}).get('elapsed_s'), 'after': (after or {}).get('elapsed_s')}}
 
 
-def stored_baseline(report):
+def stored_baseline(report: Any) -> dict[str, Any] | None:
     """A benchmark result rebuilt from a previous report's `after` figures (None when it has none)."""
     rows = ((report or {}).get('performance') or {}).get('levels') or []
     levels = [dict(row['after'], concurrency=row['concurrency'], timed_out=False) for row in rows if row.get('after')]
@@ -160,7 +163,7 @@ def stored_baseline(report):
             'elapsed_s': None}
 
 
-def unjudged(gate_enabled, why):
+def unjudged(gate_enabled: bool, why: str) -> dict[str, Any]:
     """The `performance` block of a run the gate did not judge: the gate off, or why nothing was measured."""
     if not gate_enabled:
         return performance('skipped', 'the performance gate is off (sglang_perf_gate)')

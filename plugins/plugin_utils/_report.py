@@ -3,20 +3,16 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """A host's redeploy report, from what the run registered.
 
-`run` maps short names to the role's registered results and notes (missing: the step never ran):
-stop, killed, released, started, patched, patch_state, router_before, router_removed, router_readmitted,
-rollback, slot, takeover, gpu_probe, after_failure, state, performance, group (the plan's), dry_run (a check run's,
-sglang_dry_run's); failure, skip_reason,
-reasons, redeploy_needed, window_opened, run_id, manager, check_mode. `settings` holds host, patch_file, router_url,
+`run` maps the step table's run keys (plugin_utils/_steps.py) to the role's registered results and notes (None:
+the step never ran), as run_of() completes them with patch_state, reasons, redeploy_needed, manager and
+check_mode. `settings` holds host, patch_file, router_url,
 rollback_deadline, perf_gate, the plan's server_info and environment (what the server must report) and
 dynamic_spec_env_read_by. Every
 report has the same keys, whatever happened; the dashboard and the tests read the messages, so they stay word for
 word.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import re
 
@@ -24,7 +20,7 @@ from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._rollout import FAILED
-from ansible_collections.gpuops.sglang.plugins.plugin_utils._steps import run_keys
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._steps import REPORTED_PHASES, run_keys
 
 SLOT_KEYS = ('slot', 'waited_s', 'held_by', 'unavailable')
 SPLIT = 'split'
@@ -49,7 +45,7 @@ def last_redeploy_file(host):
 def run_of(results, check_mode):
     """The run as report() reads it, from the step results by their names in RESULTS (`group`: the plan's): a node of
     a server group was decided with its group, whose reasons name the node they come from."""
-    run = dict((key, results.get(key)) for key in RESULTS)
+    run = {key: results.get(key) for key in RESULTS}
     decision, state = run.pop('decision') or {}, run['state'] or {}
     group_decision = run.pop('group_decision') or {}
     if 'reasons' in group_decision:
@@ -95,7 +91,7 @@ def stop_phase(run):
     when no step saw that (a failure before, or a server that survived), never the 0.02 s the stop took to
     send SIGTERM."""
     stop = _get(run, 'stop')
-    seen = [(_get(run, name).get('awaited') or {}).get('gone_at') for name in ('killed', 'released')]
+    seen = [(_get(run, name).get('awaited') or {}).get('gone_at') for name in ('kill', 'gpu_release')]
     gone_at = next((moment for moment in seen if moment), None)
     if gone_at is not None and stop.get('stopped_at') is not None:
         return _span(gone_at, stop['stopped_at'])
@@ -103,21 +99,22 @@ def stop_phase(run):
 
 
 def phases(run):
-    started = _get(run, 'started')
-    return {
+    """Seconds of each step the host measures itself (the step table's reported ones), by its phase."""
+    start = _get(run, 'start')
+    measured = {
         'stop': stop_phase(run),
-        'kill_in_container': _get(run, 'killed').get('elapsed'),
-        'gpu_release': _get(run, 'released').get('elapsed'),
-        'start_to_healthy': (_span(started['healthy_at'], started['started_at'])
-                             if started.get('healthy_at') is not None else None),
+        'kill': _get(run, 'kill').get('elapsed'),
+        'gpu_release': _get(run, 'gpu_release').get('elapsed'),
+        'start': _span(start['healthy_at'], start['started_at']) if start.get('healthy_at') is not None else None,
     }
+    return {phase: measured[phase] for phase in REPORTED_PHASES}
 
 
 def patch_outcome(run, patch_file):
     patch = _get(run, 'patch_state')
     if not patch_file:
         return 'none'
-    if _get(run, 'patched').get('changed') and run.get('failure') is None:
+    if _get(run, 'patch').get('changed') and run.get('failure') is None:
         return 'applied now'
     if patch.get('applied', False) and not patch.get('changed', True):
         return 'already applied'
@@ -125,7 +122,7 @@ def patch_outcome(run, patch_file):
 
 
 def router_block(run, router_url):
-    before, removed, readmitted = _get(run, 'router_before'), run.get('router_removed'), run.get('router_readmitted')
+    before, removed, readmitted = _get(run, 'router_before'), run.get('router_out'), run.get('router_in')
     restore = rolled(run)
     if restore is not None and restore.get('router_readmitted') is not None:
         member = restore['router_readmitted']
@@ -165,20 +162,20 @@ def performance(run, settings):
 
 def base(run, settings):
     """The keys every report has; outcome() fills in status, healthy, reason, downtime_s (and rollback)."""
-    released, patch = _get(run, 'released'), _get(run, 'patch_state')
+    released, patch = _get(run, 'gpu_release'), _get(run, 'patch_state')
     gpus_before = released.get('gpus_before', _get(run, 'gpu_probe').get('gpus_before', []))
     whole = {
         'host': settings['host'], 'run_id': run.get('run_id'), 'check_mode': bool(run.get('check_mode')),
         'status': 'failed', 'healthy': False, 'reason': '', 'reasons': run.get('reasons') or [],
         'service_manager': run.get('manager'), 'phases_s': phases(run), 'downtime_s': None,
-        'killed_in_container': kill_lines(_get(run, 'killed').get('killed')),
+        'killed_in_container': kill_lines(_get(run, 'kill').get('killed')),
         'killed_gpu_holders': kill_lines(released.get('killed')),
         'gpu_memory_before_mib': [gpu['memory_used_mib'] for gpu in gpus_before or []],
         'gpu_memory_released_mib': [gpu['memory_used_mib'] for gpu in released.get('gpus') or []],
         'patch': patch_outcome(run, settings['patch_file']),
         'patch_sha256': patch.get('patch_sha256', ''), 'sglang_version': patch.get('sglang_version', ''),
         'rollback': None, 'router': router_block(run, settings['router_url']),
-        'fleet_slot': dict((key, value) for key, value in _get(run, 'slot').items() if key in SLOT_KEYS),
+        'fleet_slot': {key: value for key, value in _get(run, 'slot').items() if key in SLOT_KEYS},
         'takeover': _get(run, 'takeover').get('fired'), 'performance': performance(run, settings),
         # The canary bake's verdict (sglang_canary_verdict's `bake`); null where no bake ran.
         'bake': _get(run, 'bake').get('bake'),
@@ -192,7 +189,7 @@ def base(run, settings):
 
 
 def dry_run_block(run):
-    """What a check run's dry run found: would_kill ({stop, kill_in_container, gpu_release}: [{pid, user, cmdline,
+    """What a check run's dry run found: would_kill ({stop, kill, gpu_release}: [{pid, user, cmdline,
     gpus}]), flag_changes ([{flag, live, wanted}]) and deadline ({deadline_s, idle_s}, the guard's); each null where
     no dry run ran (a real run, or a check run that would change nothing)."""
     dry_run = run.get('dry_run') or {}
@@ -244,7 +241,7 @@ def _router_note(run, restore):
 def _finished(run):
     """No failure: unchanged, redeployed, or (check mode) what would be redeployed."""
     needed, reasons = bool(run.get('redeploy_needed')), '; '.join(run.get('reasons') or [])
-    stop, started = _get(run, 'stop'), _get(run, 'started')
+    stop, started = _get(run, 'stop'), _get(run, 'start')
     if run.get('check_mode') and needed:
         reason = 'would redeploy (check mode): ' + reasons
     else:

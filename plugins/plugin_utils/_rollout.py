@@ -8,9 +8,9 @@ serves as one: the peers, the gate, the canary and the batches count servers, so
 under the key `group:<name>`, and reached at its rank 0's URL.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any, Callable
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 
@@ -23,21 +23,21 @@ FAILED = ('failed', 'rolled_back')
 GROUP_KEY = 'group:'
 
 
-def server_key(host, group):
+def server_key(host: str, group: str) -> str:
     """The name a server is counted under: its host, or `group:<name>` for every node of a group."""
     return GROUP_KEY + group if group else host
 
 
-def _node(inventory_vars):
+def _node(inventory_vars: Callable) -> Callable:
     """`node_of(name)` -> (group name or "", rank or None) from a host's inventory variables."""
-    def node_of(name):
+    def node_of(name: str) -> tuple[str, Any]:
         peer = inventory_vars(name)
         group = peer.get('sglang_server_group') or ''
         return as_text(group), peer.get('sglang_node_rank') if group else None
     return node_of
 
 
-def _rank_order(rank):
+def _rank_order(rank: int | str | None) -> tuple[int, int]:
     """Ranks sort as numbers; one that is not a number sorts last (the plan refuses it with its message)."""
     try:
         return (0, int(rank))
@@ -45,7 +45,7 @@ def _rank_order(rank):
         return (1, 0)
 
 
-def servers(hosts, node_of):
+def servers(hosts: list[Any], node_of: Callable) -> list[Any]:
     """[(key, [node, ...])] in order of first appearance: a single host alone, a group's nodes in rank order.
 
     A host literally named `group:<name>` (inventory names may hold a colon) would be counted as that group:
@@ -65,12 +65,12 @@ def servers(hosts, node_of):
     return [(key, [name for dummy, dummy, name in sorted(nodes[key])]) for key in order]
 
 
-def reachable_host(listen, inventory_address):
+def reachable_host(listen: str, inventory_address: str) -> str:
     """Where others reach a server that listens on `listen`."""
     return inventory_address if listen in EVERY_ADDRESS else listen
 
 
-def server_url(peer, name):
+def server_url(peer: dict[str, Any], name: str) -> str:
     """Where clients reach a host's server: its sglang_router_worker_url, else
     http://<reachable host>:<sglang_port>, from its inventory variables."""
     url = peer.get('sglang_router_worker_url')
@@ -80,15 +80,15 @@ def server_url(peer, name):
     return url
 
 
-def peer_urls(fleet_hosts, inventory_vars):
+def peer_urls(fleet_hosts: list[str], inventory_vars: Callable) -> dict[str, str]:
     """{server key: URL} of the fleet from each host's inventory variables (`inventory_vars(name)` -> dict-like):
     a single host under its name, a group once under `group:<name>` at its first node's (rank 0's) URL; the
     other ranks serve no HTTP and are no servers of their own."""
-    return dict((key, server_url(inventory_vars(nodes[0]), nodes[0]))
-                for key, nodes in servers(fleet_hosts, _node(inventory_vars)))
+    return {key: server_url(inventory_vars(nodes[0]), nodes[0])
+            for key, nodes in servers(fleet_hosts, _node(inventory_vars))}
 
 
-def server_report(key, nodes, reports):
+def server_report(key: str, nodes: list[str], reports: list[dict[str, Any] | None]) -> Any:
     """One report for a server from its nodes' reports (None: none finished, or all were skipped): a group
     failed when any node failed, and its report names it `group:<name>` with its `nodes`."""
     finished = [report for report in reports if report is not None and report.get('status') != 'skipped']
@@ -103,7 +103,8 @@ def server_report(key, nodes, reports):
     return whole
 
 
-def peer_reports(fleet_hosts, me, report_of, inventory_vars=None):
+def peer_reports(fleet_hosts: list[str], me: str, report_of: Callable,
+                 inventory_vars: Callable | None = None) -> list[Any]:
     """Reports of the fleet's servers that finished before this one (earlier batches, or faster peers), one
     per server (server_report); `report_of(name)` is the host's sglang_redeploy_report or None. This host's
     own server (its group, for a node) is left out."""
@@ -117,7 +118,7 @@ def peer_reports(fleet_hosts, me, report_of, inventory_vars=None):
     return reports
 
 
-def gate(skip, reports, canary_hosts, max_fail_percentage):
+def gate(skip: bool | str, reports: list[Any], canary_hosts: list[Any], max_fail_percentage: str | int) -> str:
     """Why this host is left alone: its skip flag, a failed canary, or a failure share above the budget;
     "" when it takes part."""
     failures = [report for report in reports if report.get('status') in FAILED]
@@ -140,29 +141,30 @@ def gate(skip, reports, canary_hosts, max_fail_percentage):
     return ''
 
 
-def canary_hosts(rollout_hosts, canary, inventory_vars=None):
+def canary_hosts(rollout_hosts: list[Any], canary: int | str, inventory_vars: Callable | None = None) -> list[Any]:
     """The hosts of the rollout's first `canary` servers (a group's every node), in the rollout's order:
     the single-node servers first, then the groups (server_batches)."""
     chosen = servers(rollout_hosts, _node(inventory_vars or (lambda name: {})))[:max(0, as_int(canary))]
     return [name for dummy, nodes in chosen for name in nodes]
 
 
-def bake_baselines(fleet_hosts, canary, peers, inventory_vars=None):
+def bake_baselines(fleet_hosts: list[str], canary: list[str], peers: dict[str, str],
+                   inventory_vars: Callable | None = None) -> dict[str, str]:
     """{server key: URL} of the servers a canary's bake compares with: every server of the fleet outside the
     canary (a group is one server, at rank 0's URL); during the canary batch they still run the previous version."""
     canary = set(canary)
-    return dict((key, peers[key]) for key, nodes in servers(fleet_hosts, _node(inventory_vars or (lambda name: {})))
-                if not canary & set(nodes) and key in peers)
+    return {key: peers[key] for key, nodes in servers(fleet_hosts, _node(inventory_vars or (lambda name: {})))
+            if not canary & set(nodes) and key in peers}
 
 
-def _serial_entries(serial):
+def _serial_entries(serial: Any) -> list[Any]:
     """Ansible's serial as a list of entries: a number, a percentage, or a list of those ([] when unset)."""
     if serial is None or serial == '':
         return []
     return list(serial) if isinstance(serial, (list, tuple)) else [serial]
 
 
-def _serial_count(entry, total):
+def _serial_count(entry: int | str, total: int) -> int:
     """One serial entry as a count of servers, as Ansible's pct_to_int reads it (a percentage rounds down,
     to 1 at least); 0 or less means every server left."""
     if isinstance(entry, (int, float)) and not isinstance(entry, bool):
@@ -176,7 +178,7 @@ def _serial_count(entry, total):
         raise ValueError('redeploy_serial: %r is neither a number nor a percentage' % (entry,))
 
 
-def batch_sizes(canary, serial, total):
+def batch_sizes(canary: int, serial: Any, total: int) -> list[Any]:
     """Servers per batch, as Ansible's serial would cut `total` hosts: a canary batch first when > 0, then
     the serial entries, the last one repeated; a percentage is of `total`."""
     entries = ([canary] if canary > 0 else []) + _serial_entries(serial) or [-1]
@@ -189,7 +191,7 @@ def batch_sizes(canary, serial, total):
     return sizes
 
 
-def server_batches(play_hosts, inventory_vars, serial, canary):
+def server_batches(play_hosts: list[Any], inventory_vars: Callable, serial: Any, canary: int) -> dict[str, Any]:
     """The redeploy's two plays from the play's hosts: {single_hosts, single_serial, group_hosts,
     group_serial, rollout_hosts, canary_hosts}.
 
@@ -226,11 +228,11 @@ POLICY_VARIABLES = (('serial', 'redeploy_serial'), ('canary', 'redeploy_canary')
 WHOLE_FLEET = '-e redeploy_serial=100% -e redeploy_canary=0'
 
 
-def _is_set(value):
+def _is_set(value: Any) -> bool:
     return value is not None and value != ''
 
 
-def rollout_policy(asked, servers_count):
+def rollout_policy(asked: dict[str, Any], servers_count: int) -> dict[str, Any]:
     """The rolling policy from the knobs the operator set (`asked`: {serial, canary, max_unavailable,
     max_fail_percentage}, None or '' for one not set) and the fleet's number of servers: {serial, canary,
     max_unavailable (a count, 0 for no limit), max_fail_percentage, asked (the variables set), summary}.
@@ -239,8 +241,8 @@ def rollout_policy(asked, servers_count):
     either: batches the operator sized are the bound they chose, and a quarter-of-the-fleet budget they never
     asked for would make their larger batches wait and fail (0, no limit, as before).
     """
-    chosen = dict((knob, asked.get(knob) if _is_set(asked.get(knob)) else DEFAULT_POLICY[knob])
-                  for knob, dummy in POLICY_VARIABLES)
+    chosen = {knob: asked.get(knob) if _is_set(asked.get(knob)) else DEFAULT_POLICY[knob]
+              for knob, dummy in POLICY_VARIABLES}
     if not _is_set(asked.get('max_unavailable')):
         chosen['max_unavailable'] = (0 if _is_set(asked.get('serial'))
                                      else _serial_count(DEFAULT_POLICY['max_unavailable'], servers_count))
@@ -260,11 +262,11 @@ def rollout_policy(asked, servers_count):
     return chosen
 
 
-def _shown(value):
+def _shown(value: Any) -> str:
     return ','.join(as_text(entry) for entry in value) if isinstance(value, (list, tuple)) else as_text(value)
 
 
-def _described(policy, servers_count):
+def _described(policy: dict[str, Any], servers_count: int) -> str:
     """The policy in the operator's words, e.g. "canary 1 server, then batches of 25%, at most 2 of 8 servers
     unavailable, the first failure stops the rollout"."""
     canary = 'canary %d server(s), then ' % policy['canary'] if policy['canary'] else 'no canary, '
@@ -275,7 +277,7 @@ def _described(policy, servers_count):
     return '%sbatches of %s server(s), %s, %s' % (canary, _shown(policy['serial']), bound, failure)
 
 
-def _cut(hosts, sizes):
+def _cut(hosts: list[Any], sizes: list[Any]) -> list[Any]:
     """hosts in consecutive batches of sizes (Ansible's serial list: its last entry repeats while hosts are left)."""
     cut, start = [], 0
     while start < len(hosts) and sizes:
@@ -285,7 +287,7 @@ def _cut(hosts, sizes):
     return cut
 
 
-def batches(plan):
+def batches(plan: dict[str, Any]) -> list[Any]:
     """[{number, hosts, canary}] of server_batches' plan, in the order the two plays run them: the single-node
     servers' batches (single_serial), then one batch per server group (group_serial); a batch holding a canary
     host is the canary's."""
@@ -295,13 +297,14 @@ def batches(plan):
             for number, hosts in enumerate(cut, 1)]
 
 
-def batch_lines(listed):
+def batch_lines(listed: list[Any]) -> list[Any]:
     """One line per batch for the printed plan: "batch 1 (canary): gpu1", "batch 2: gpu2, gpu3"."""
     return ['batch %d%s: %s' % (batch['number'], ' (canary)' if batch['canary'] else '', ', '.join(batch['hosts']))
             for batch in listed]
 
 
-def rollout_plan(play_hosts, inventory_vars, asked, fleet_hosts=None):
+def rollout_plan(play_hosts: list[Any], inventory_vars: Callable, asked: dict[str, Any],
+                 fleet_hosts: list[str] | None = None) -> dict[str, Any]:
     """server_batches under rollout_policy, with the policy under `policy`: a percentage of max_unavailable is of
     the fleet's servers (`fleet_hosts`, the play's hosts when not given; a group counts once), as the budget is."""
     fleet = servers(fleet_hosts or play_hosts, _node(inventory_vars))

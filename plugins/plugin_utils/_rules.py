@@ -9,12 +9,11 @@ connect_timeout and retries of the connection, forks, the play's strategy, the h
 message per broken rule, in a fixed order; a message never holds a key.
 """
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 import posixpath
 import re
+from typing import Any
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._files import system_folder_refusal
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
@@ -29,7 +28,7 @@ ROLE_FOLDERS = (('sglang_config_dir', lambda settings: settings['sglang_config_d
                 ('sglang_log_file\'s folder', lambda settings: posixpath.dirname(as_text(settings['sglang_log_file']))))
 
 
-def role_folders(settings):
+def role_folders(settings: Any) -> list[str]:
     """The folders the role keeps the server's files in, each once, in ROLE_FOLDERS' order (the role makes the
     missing ones, 0750, and never chmods one it finds)."""
     folders = []
@@ -40,7 +39,7 @@ def role_folders(settings):
     return folders
 
 
-def folder_refusal(path):
+def folder_refusal(path: str) -> str:
     """Why a folder the role makes and sets 0750 on cannot be `path` ("" when it can)."""
     path = as_text(path)
     if not posixpath.isabs(path):
@@ -49,7 +48,7 @@ def folder_refusal(path):
     return system_folder_refusal(path)
 
 
-def _folder_problems(settings):
+def _folder_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     refusals = []
     for label, folder in ROLE_FOLDERS:
         why = folder_refusal(folder(settings))
@@ -61,7 +60,7 @@ def _folder_problems(settings):
              % '; '.join(refusals), bool(refusals))]
 
 
-def secret_flag(arg):
+def secret_flag(arg: str) -> bool:
     """Whether an extra argument is, or abbreviates, a flag that carries a key.
 
     SGLang's parser (prepare_server_args in 0.5.12.post1 and 0.5.23) is a plain argparse.ArgumentParser,
@@ -72,12 +71,12 @@ def secret_flag(arg):
     return len(name) > 2 and name.startswith('--') and any(flag.startswith(name) for flag in SECRET_FLAGS)
 
 
-def adaptive(settings):
+def adaptive(settings: Any) -> bool:
     """Whether the server runs upstream's --speculative-adaptive (the tiers file), not the patch's env switch."""
     return as_bool(settings['sglang_dynamic_spec_enabled']) and settings['sglang_dynamic_spec_mode'] == 'adaptive'
 
 
-def adaptive_config(settings):
+def adaptive_config(settings: dict[str, Any]) -> dict[str, Any]:
     """Upstream's batch-size tiers (sglang 0.5.23 adaptive_spec_params.py): string keys are batch sizes, each
     with candidate_steps; 0 steps means no drafting from that batch size on."""
     if settings['sglang_dynamic_spec_adaptive_config']:
@@ -89,7 +88,7 @@ def adaptive_config(settings):
             as_text(settings['sglang_dynamic_spec_batch_size_threshold']): {'candidate_steps': [0]}}
 
 
-def candidate_steps(tiers):
+def candidate_steps(tiers: dict[str, Any]) -> list[int]:
     """Every tier's candidate steps together, as sglang 0.5.23's resolve_candidate_steps_from_config reads
     them (integer-string keys only)."""
     steps = set()
@@ -99,7 +98,7 @@ def candidate_steps(tiers):
     return sorted(steps)
 
 
-def _speculation_problems(settings):
+def _speculation_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     steps = as_int(settings['sglang_speculative_num_steps'])
     speculative = len(settings['sglang_speculative_algorithm']) > 0
     is_adaptive = adaptive(settings)
@@ -119,7 +118,7 @@ def _speculation_problems(settings):
     ]
 
 
-def _inventory_problems(settings, inventory):
+def _inventory_problems(settings: dict[str, Any], inventory: dict[str, Any]) -> list[tuple[str, bool]]:
     patterns = settings['sglang_kill_patterns']
     return [
         ('pve_node and pve_vmid go together (the Proxmox node and the container VMID); set both or neither.',
@@ -131,7 +130,7 @@ def _inventory_problems(settings, inventory):
     ]
 
 
-def _timing_problems(settings):
+def _timing_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     return [
         ('sglang_health_poll_interval must be above 0 seconds (0.25 polls four times a second).',
          as_float(settings['sglang_health_poll_interval']) <= 0),
@@ -141,7 +140,7 @@ def _timing_problems(settings):
     ]
 
 
-def _time_bound_problems(settings):
+def _time_bound_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     """Every time variable within its maximum (_timing.TIME_BOUNDS); below its floor the other rules speak. A value
     that is not a number reads as 0 (Jinja's float); NaN and the infinities are never within a range."""
     problems = []
@@ -157,7 +156,7 @@ def _time_bound_problems(settings):
     return problems
 
 
-def _size_problems(settings):
+def _size_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     numbers = ('sglang_speculative_num_steps', 'sglang_speculative_eagle_topk', 'sglang_speculative_num_draft_tokens')
     return [
         ('sglang_max_running_requests and sglang_tp_size must be positive, sglang_port within 1 to 65535.',
@@ -169,7 +168,7 @@ def _size_problems(settings):
     ]
 
 
-def _fleet_problems(settings):
+def _fleet_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     return [
         ('sglang_drain_timeout, sglang_router_timeout and sglang_fleet_wait_timeout must not be negative,'
          ' sglang_ready_checks and sglang_max_unavailable not negative, sglang_max_fail_percentage within 0 to 100.',
@@ -180,7 +179,7 @@ def _fleet_problems(settings):
     ]
 
 
-def _key_problems(settings):
+def _key_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     keys = as_text(settings['sglang_api_key']) + as_text(settings['sglang_admin_api_key'])
     return [
         ('sglang_api_key and sglang_admin_api_key must be printable ASCII without spaces (they travel in an HTTP'
@@ -193,7 +192,7 @@ def _key_problems(settings):
     ]
 
 
-def _perf_problems(settings):
+def _perf_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     levels = [as_int(level) for level in settings['sglang_perf_levels'] or []]
     highest = max(levels or [1, 2 * as_int(settings['sglang_dynamic_spec_batch_size_threshold'])])
     return [
@@ -211,7 +210,7 @@ def _perf_problems(settings):
     ]
 
 
-def _bake_problems(settings):
+def _bake_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     """The canary bake's rules (only when it is on)."""
     bake = as_float(settings['sglang_canary_bake'])
     return [
@@ -230,7 +229,7 @@ def _bake_problems(settings):
     ]
 
 
-def _deadline_problems(settings):
+def _deadline_problems(settings: dict[str, Any]) -> list[Any]:
     budget = _timing.window_budget(settings)
     if _timing.is_auto(settings['sglang_rollback_deadline']):
         return []
@@ -251,7 +250,7 @@ def _deadline_problems(settings):
     ]
 
 
-def window_problems(settings, group, perf_levels):
+def window_problems(settings: dict[str, Any], group: dict[str, Any] | None, perf_levels: list[int]) -> list[Any]:
     """The window these settings make, and every hand-over of the lease in it (_timing.step_bounds), within the
     longest a guard may keep a host off its previous server (sglang_rollback_deadline's maximum, which the host
     refuses past too), naming the terms that made one long: each variable within its own range, their sum may not
@@ -271,7 +270,7 @@ def window_problems(settings, group, perf_levels):
     return problems
 
 
-def _lease_problems(settings, controller):
+def _lease_problems(settings: dict[str, Any], controller: dict[str, Any] | None) -> list[tuple[str, bool]]:
     controller = dict(_timing.CONTROLLER_DEFAULTS, **(controller or {}))
     idle, gap = as_float(settings['sglang_rollback_idle']), _timing.renewal_gap(controller)
     batch, forks = as_int(controller['batch']), controller['forks']
@@ -293,13 +292,13 @@ def _lease_problems(settings, controller):
 ENV_READERS = ('patch', 'installed')
 
 
-def added_lines(patch_content):
+def added_lines(patch_content: str | None) -> list[Any]:
     """The lines a unified diff adds (its `+` lines, the `+++` file headers left out), without the `+`."""
     return [line[1:] for line in as_text(patch_content or '').splitlines()
             if line.startswith('+') and not line.startswith('+++')]
 
 
-def dynamic_spec_env_reader(settings, patch_content):
+def dynamic_spec_env_reader(settings: dict[str, Any], patch_content: str | None) -> str | None:
     """Who reads the dynamic speculation variable in env mode: 'patch' (an added line of the patch names it),
     'installed' (the operator says the installed sglang reads it), None when nothing does (the server would run
     with dynamic speculation silently off), "" when env mode is not on."""
@@ -311,7 +310,7 @@ def dynamic_spec_env_reader(settings, patch_content):
     return 'patch' if any(name.search(line) for line in added_lines(patch_content)) else None
 
 
-def dynamic_spec_env_problems(settings, patch_content):
+def dynamic_spec_env_problems(settings: dict[str, Any], patch_content: str | None) -> list[Any]:
     """The refusal of env mode that nothing reads, before anything stops (the patch is the plan's, read once)."""
     reader = dynamic_spec_env_reader(settings, patch_content)
     if settings['sglang_dynamic_spec_env_read_by'] not in ENV_READERS:
@@ -328,7 +327,7 @@ def dynamic_spec_env_problems(settings, patch_content):
             ' when the installed sglang already reads it.' % (as_text(settings['sglang_dynamic_spec_env_name']), found)]
 
 
-def variable_problems(settings, inventory):
+def variable_problems(settings: dict[str, Any], inventory: dict[str, Any]) -> list[Any]:
     """The messages of every broken rule, in the order the preflight has always said them."""
     rules = [('sglang_model_path is empty; set the model the server loads.', len(settings['sglang_model_path']) == 0)]
     rules += _speculation_problems(settings)

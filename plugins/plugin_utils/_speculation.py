@@ -25,9 +25,9 @@ The recommendation:
   them, else the largest step count of the tiers.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from typing import Any
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 
@@ -35,14 +35,14 @@ PLAIN, CONFIGURED = 'plain', 'eagle3'
 FIGURES = ('output_tok_s', 'itl_p95_s', 'ttft_p95_s')
 
 
-def _positive_ints(values):
+def _positive_ints(values: list[Any]) -> bool:
     try:
         return bool(values) and all(as_int(value) > 0 for value in values)
     except (TypeError, ValueError):
         return False
 
 
-def problems(settings):
+def problems(settings: dict[str, Any]) -> list[Any]:
     """Why a tuning run with these settings cannot measure anything worth recommending ([] when it can)."""
     levels, steps = settings['sglang_tune_levels'] or [], settings['sglang_tune_steps'] or []
     found = []
@@ -70,30 +70,30 @@ def problems(settings):
     return found
 
 
-def modes(configured_steps, candidate_steps=()):
+def modes(configured_steps: int, candidate_steps: list[int] | tuple[()] = ()) -> list[dict[str, Any]]:
     """The modes a tuning run measures, in this order: [{name, steps}]."""
     configured = as_int(configured_steps)
     found = [{'name': PLAIN, 'steps': 0}, {'name': CONFIGURED, 'steps': configured}]
-    for steps in sorted(set(as_int(steps) for steps in candidate_steps or ())):
+    for steps in sorted({as_int(steps) for steps in candidate_steps or ()}):
         if steps > 0 and steps != configured:
             found.append({'name': 'eagle3_steps_%d' % steps, 'steps': steps})
     return found
 
 
-def mode_settings(mode, settings):
+def mode_settings(mode: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """The speculation settings a mode's server runs with: plain decoding none; the configured EAGLE-3 its own;
     another step count that many steps with steps + 1 draft tokens (top-k 1)."""
     if mode['steps'] == 0:
         return {'sglang_speculative_algorithm': '', 'sglang_speculative_num_steps': settings['sglang_speculative_num_steps'],
                 'sglang_speculative_num_draft_tokens': settings['sglang_speculative_num_draft_tokens']}
     if mode['name'] == CONFIGURED:
-        return dict((key, settings[key]) for key in ('sglang_speculative_algorithm', 'sglang_speculative_num_steps',
-                                                     'sglang_speculative_num_draft_tokens'))
+        return {key: settings[key] for key in ('sglang_speculative_algorithm', 'sglang_speculative_num_steps',
+                                               'sglang_speculative_num_draft_tokens')}
     return {'sglang_speculative_algorithm': settings['sglang_speculative_algorithm'],
             'sglang_speculative_num_steps': mode['steps'], 'sglang_speculative_num_draft_tokens': mode['steps'] + 1}
 
 
-def overridden(mode, settings):
+def overridden(mode: dict[str, Any], settings: dict[str, Any]) -> str:
     """Why a mode's plan is not that mode's server ('' when it is): the settings the plan read differ from the
     mode's own (an extra variable, -e, wins over the tuner's task variables), or drafting is not off at every
     batch size (dynamic speculation left on by an extra variable)."""
@@ -107,7 +107,7 @@ def overridden(mode, settings):
                 mode['name'], ', '.join(differ), 'is' if len(differ) == 1 else 'are'))
 
 
-def table(measured):
+def table(measured: dict[str, Any]) -> list[dict[str, Any]]:
     """The levels table from each mode's benchmark: {mode name: [benchmark level, ...]} ->
     [{concurrency, <mode>: {output_tok_s, itl_p95_s, ttft_p95_s} or None}], by concurrency."""
     rows = {}
@@ -118,7 +118,7 @@ def table(measured):
             # failed requests reads 0 tok/s, which is no throughput to compare.
             usable = (not level.get('timed_out') and level.get('output_tok_s') is not None and not level.get('errors')
                       and level.get('completed', level.get('requests')) == level.get('requests'))
-            row[name] = dict((key, level.get(key)) for key in FIGURES) if usable else None
+            row[name] = {key: level.get(key) for key in FIGURES} if usable else None
     names = list(measured)
     for row in rows.values():
         for name in names:
@@ -126,12 +126,12 @@ def table(measured):
     return [rows[concurrency] for concurrency in sorted(rows)]
 
 
-def _throughput(row, name):
+def _throughput(row: dict[str, Any], name: str) -> int | None:
     figures = row.get(name)
     return None if not figures else figures.get('output_tok_s')
 
 
-def best(row, mode_list):
+def best(row: dict[str, Any], mode_list: list[dict[str, Any]]) -> str | None:
     """The mode with the most output tok/s at this level (on a tie the one drafting fewer steps); None when
     no mode has figures here."""
     ranked = [(_throughput(row, mode['name']), -mode['steps'], mode['name']) for mode in mode_list
@@ -139,9 +139,9 @@ def best(row, mode_list):
     return max(ranked)[2] if ranked else None
 
 
-def recommend(levels, mode_list):
+def recommend(levels: list[dict[str, Any]], mode_list: list[dict[str, Any]]) -> dict[str, Any]:
     """{threshold, adaptive_config, num_steps, best: [{concurrency, mode, steps}], notes: [...]}."""
-    steps_of = dict((mode['name'], mode['steps']) for mode in mode_list)
+    steps_of = {mode['name']: mode['steps'] for mode in mode_list}
     configured = steps_of[CONFIGURED]
     notes, threshold, best_rows, compared = [], None, [], 0
     for row in levels:
@@ -172,7 +172,7 @@ def recommend(levels, mode_list):
         if row['steps'] != previous:
             tiers[str(row['concurrency'])] = {'candidate_steps': [row['steps']]}
             previous = row['steps']
-    steps = sorted(set(tier['candidate_steps'][0] for tier in tiers.values()))
+    steps = sorted({tier['candidate_steps'][0] for tier in tiers.values()})
     if not any(steps):
         if tiers:
             notes.append('plain decoding was ahead at every measured level: no drafting to tier')
@@ -189,7 +189,8 @@ def recommend(levels, mode_list):
             'notes': notes, 'compared': compared, 'never_draft': never_draft}
 
 
-def vars_for(recommended, configured_steps, configured_draft_tokens, dynamic_mode):
+def vars_for(recommended: dict[str, Any], configured_steps: int, configured_draft_tokens: int,
+             dynamic_mode: str) -> dict[str, Any]:
     """The role variables that apply a recommendation (the vars file passed to the redeploy with -e @FILE), for the
     host's sglang_dynamic_spec_mode: env (the patch reads the threshold, at the steps it was measured with) or
     adaptive (the release reads the tiers, with the steps they need). Plain decoding ahead everywhere: no drafting."""
@@ -212,12 +213,12 @@ def vars_for(recommended, configured_steps, configured_draft_tokens, dynamic_mod
     return found
 
 
-def lines(levels, mode_list, recommended):
+def lines(levels: list[dict[str, Any]], mode_list: list[dict[str, Any]], recommended: dict[str, Any]) -> list[str]:
     """The table as text, one line per level: each mode's output tok/s, the best marked with *."""
     names = [mode['name'] for mode in mode_list]
     width = max([len(name) for name in names] + [12])
     out = ['%-11s ' % 'concurrency' + ' '.join('%*s' % (width, name) for name in names)]
-    winners = dict((row['concurrency'], row['mode']) for row in recommended['best'])
+    winners = {row['concurrency']: row['mode'] for row in recommended['best']}
     for row in levels:
         cells = []
         for name in names:
@@ -230,7 +231,7 @@ def lines(levels, mode_list, recommended):
     return out
 
 
-def restore_outcome(host, armed, fired, was_in_router):
+def restore_outcome(host: str, armed: bool, fired: Any, was_in_router: bool) -> str:
     """What a stopped tuning run says of the host after its rescue: nothing stopped (the guard was never armed), the
     previous server restored (healthy, and back in its router where it was in one), not restored yet, or restored
     only in part; the last two name the command that finishes it. `fired` is this run's restore (the guard's report

@@ -8,9 +8,7 @@ against these (plugin_utils/_rules.py); the plan hands them to the role's tasks 
 no arithmetic of their own. Pure functions over the role's settings; table-tested in test_timing.py.
 """
 
-from __future__ import absolute_import, annotations, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 from dataclasses import dataclass
 
@@ -18,6 +16,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lease import MOST_D
 from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._steps import PHASES
 
 # Besides the ssh connect: building and sending the next module (AnsiballZ), and a controller slowed by
 # the other hosts' results. Measured on the lab: a module round trip costs 0.5 to 1 s; 30 s is the margin
@@ -124,23 +123,46 @@ def _router(settings):
     return bool(as_text(settings['sglang_router_url']))
 
 
+def _stop_term(settings):
+    # The stop's SIGTERM wait, and the container kill's or the GPU release's wait for what is left.
+    return [('2 x sglang_term_timeout', 2 * as_float(settings['sglang_term_timeout']))]
+
+
+def _router_term(settings):
+    # The removal and the drain before the stop, the admission after the start.
+    if not _router(settings):
+        return []
+    return [('sglang_drain_timeout + 2 x sglang_router_timeout',
+             as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout']))]
+
+
+def _benchmark_term(settings):
+    # The baseline and the candidate are benchmarked inside the window, each level within the timeout.
+    if not as_bool(settings['sglang_perf_gate']):
+        return []
+    levels = levels_to_measure(settings['sglang_perf_levels'], settings['sglang_dynamic_spec_batch_size_threshold'])
+    return [('2 benchmarks x %d levels (sglang_perf_levels) x sglang_perf_timeout %s s'
+             % (len(levels), as_text(settings['sglang_perf_timeout'])),
+             2 * len(levels) * as_float(settings['sglang_perf_timeout']))]
+
+
+# Each step's share of the outage window's budget, by its phase in the step table (plugin_utils/_steps.py): a
+# function of the settings giving [(words, seconds)]. A step that takes time in the window adds its term here.
+STEP_TERMS = {
+    'router_out': _router_term,
+    'perf_before': _benchmark_term,
+    'stop': _stop_term,
+    'gpu_release': lambda settings: [('sglang_gpu_release_timeout', as_float(settings['sglang_gpu_release_timeout']))],
+    'start': lambda settings: [('sglang_health_timeout', as_float(settings['sglang_health_timeout']))],
+    'bake': lambda settings: [_bake_term(settings)],
+}
+
+
 def window_terms(settings):
-    """[(words, seconds)] of the outage window, in the order they add up: 2 x term, GPU release, health (+ drain +
-    2 x router with a router, + two benchmarks with the performance gate, + the canary's bake)."""
-    terms = [('2 x sglang_term_timeout', 2 * as_float(settings['sglang_term_timeout'])),
-             ('sglang_gpu_release_timeout', as_float(settings['sglang_gpu_release_timeout'])),
-             ('sglang_health_timeout', as_float(settings['sglang_health_timeout']))]
-    if _router(settings):
-        terms.append(('sglang_drain_timeout + 2 x sglang_router_timeout',
-                      as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout'])))
-    if as_bool(settings['sglang_perf_gate']):
-        # The baseline and the candidate are benchmarked inside the window, each level within the timeout.
-        levels = levels_to_measure(settings['sglang_perf_levels'], settings['sglang_dynamic_spec_batch_size_threshold'])
-        terms.append(('2 benchmarks x %d levels (sglang_perf_levels) x sglang_perf_timeout %s s'
-                      % (len(levels), as_text(settings['sglang_perf_timeout'])),
-                      2 * len(levels) * as_float(settings['sglang_perf_timeout'])))
-    terms.append(_bake_term(settings))
-    return terms
+    """[(words, seconds)] of the outage window, in the step table's order: each step's STEP_TERMS (the stop's
+    2 x term, the GPU release, the health wait; with a router its drain and 2 x its timeout, with the performance
+    gate two benchmarks, and the canary's bake)."""
+    return [term for phase in PHASES if phase in STEP_TERMS for term in STEP_TERMS[phase](settings)]
 
 
 def window_budget(settings):
@@ -228,8 +250,7 @@ def peer_wait(group, settings, perf_levels):
     and stop (the other ranks stop once rank 0 stopped); after the ranks' start, rank 0's start, health wait,
     verification, benchmark, admission and canary bake. Zeros on rank 0 and on a single-node server, whose own steps renew
     their own leases."""
-    return dict((key, sum(seconds for dummy, seconds in terms)) for key, terms in
-                peer_terms(group, settings, perf_levels).items())
+    return {key: sum(seconds for dummy, seconds in terms) for key, terms in peer_terms(group, settings, perf_levels).items()}
 
 
 def step_bounds(settings, group, perf_levels):

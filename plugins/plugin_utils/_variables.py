@@ -3,13 +3,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The role's variables as an action plugin reads them: by name from the task variables, rendered."""
 
-from __future__ import absolute_import, division, print_function
-
-__metaclass__ = type
+from __future__ import annotations
 
 from ansible.errors import AnsibleActionFail
 
-# Every role variable the plan reads (roles/sglang/defaults/main.yml, meta/argument_specs.yml).
+# Every role variable the plan reads (roles/sglang/defaults/main.yml, meta/argument_specs.yml; test_variables holds
+# each to both files, test_sglang_plan_flags each launch flag's to the flags table). A list, not every option of
+# argument_specs.yml: the plan renders each setting it is given, every run, and some options are the tasks' alone
+# (pve_node and pve_vmid are tested with `is defined`, sglang_router_worker_url renders through vars/main.yml).
 ROLE_SETTINGS = (
     'sglang_admin_api_key', 'sglang_api_key', 'sglang_canary', 'sglang_canary_bake',
     'sglang_canary_error_tolerance', 'sglang_canary_latency_tolerance', 'sglang_canary_min_requests', 'sglang_config_dir',
@@ -60,4 +61,4 @@ def inventory_vars(task_vars):
 def registered_of(task_vars, hosts, names):
     """{host: {name: its registered result, None where undefined}} of `hosts`, through hostvars."""
     peer = inventory_vars(task_vars)
-    return dict((host, dict((name, peer(host).get(name)) for name in names)) for host in hosts)
+    return {host: {name: peer(host).get(name) for name in names} for host in hosts}

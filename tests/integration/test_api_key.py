@@ -75,7 +75,7 @@ def test_keyed_server_is_verified_with_its_key_which_no_output_shows(tmp_path, d
         {'name': 'start', 'gpuops.sglang.sglang_server': deployment.server_args(
             state='started', expected_server_info=expected, ready_checks=2, generate_probe=True)},
         {'name': 'info', 'gpuops.sglang.sglang_server_info': {
-            'service_manager': 'detached', 'service_name': 'standin', 'launch_file': str(deployment.launch),
+            'manager': 'detached', 'service_name': 'standin', 'launch_file': str(deployment.launch),
             'pidfile': str(deployment.root / 'standin.pid'), 'url': deployment.url, 'expected_server_info': expected,
             'configs': [{'label': 'API keys', 'path': str(deployment.keys),
                          'content': deployment.keys.read_text()}]}},
@@ -137,7 +137,7 @@ def test_guard_readmits_the_restored_server_with_its_own_key_not_the_runs(tmp_pa
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_router_worker', membership, name='in').failed
     server = {'manager': 'detached', 'service_name': 'standin', 'launch_file': str(deployment.launch),
               'pidfile': str(deployment.root / 'standin.pid'), 'log_file': str(deployment.root / 'standin.log'),
-              'base_url': deployment.url, 'term_timeout': 10}
+              'url': deployment.url, 'term_timeout': 10}
     guard = dict(folder=str(trusted_dir / 'guard'), server=server, host='keyed-host', health_timeout=30,
                  files=[str(deployment.launch), str(deployment.keys)])
     armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard', dict(guard, state='armed', run_id='run-k', deadline=600,

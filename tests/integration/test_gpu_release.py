@@ -21,7 +21,7 @@ def gpu_host(tmp_path, request):
 
 
 def release_args(host, **extra):
-    args = {'devices': host.device_globs, 'nvidia_smi': host.nvidia_smi, 'term_timeout': 3, 'timeout': 10}
+    args = {'devices': host.device_globs, 'nvidia_smi': host.nvidia_smi, 'term_timeout': 3, 'memory_timeout': 10}
     args.update(extra)
     return args
 
@@ -134,7 +134,7 @@ def test_never_kills_its_own_ancestors(tmp_path, gpu_host):
 def test_memory_that_never_drains_fails_with_a_table(tmp_path, gpu_host):
     holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
     gpu_host.set_leak(1, 512)
-    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, timeout=0.5))
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, memory_timeout=0.5))
     assert result.failed and set(result) >= KEYS
     assert 'did not drain to <= 0 MiB on GPU(s) 1 within 0.5s' in result['msg']
     assert '512/143771' in result['msg'] and 'driver-level problem' in result['msg']
@@ -144,7 +144,7 @@ def test_memory_that_never_drains_fails_with_a_table(tmp_path, gpu_host):
 
 def test_threshold_allows_an_idle_reading_above_zero(tmp_path, gpu_host):
     gpu_host.set_leak(0, 4)
-    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, max_used_mib=4, timeout=0.5))
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, max_used_mib=4, memory_timeout=0.5))
     assert not result.failed and result['changed'] is False
 
 
@@ -251,7 +251,7 @@ def test_the_final_proof_must_read_every_gpu(tmp_path, gpu_host):
     holder = gpu_host.start('sglang::scheduler_TP0', hold=[(0, 1000)])
     smi = faults.nvidia_smi_with_sick_gpu(tmp_path / 'nvidia-smi-unknown', gpu_host.nvidia_smi,
                                           'Unable to determine the device handle for GPU 0000:C1:00.0: Unknown Error')
-    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, nvidia_smi=smi, timeout=0.5))
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host, nvidia_smi=smi, memory_timeout=0.5))
     assert result.failed and 'could not be read on GPU(s) ?' in result['msg']
     assert 'unreadable: unparsable nvidia-smi line: Unable to determine the device handle' in result['msg']
     assert 'already signalled: pid %d (SIGTERM)' % holder.inner_pid in result['msg']

@@ -153,7 +153,7 @@ def test_process_that_retitles_itself_on_term_still_gets_kill(tmp_path, lab):
 def test_a_pattern_matching_everything_spares_pid_1_and_its_own_shells(tmp_path, lab):
     procs = start_in_container(lab)
     result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill',
-                      {'vmid': 101, 'pct': lab[1].pct, 'patterns': ['.'], 'term_timeout': 2}, name='all')
+                      {'vmid': 101, 'pct': lab[1].pct, 'kill_patterns': ['.'], 'term_timeout': 2}, name='all')
     assert not result.failed, result['msg']
     inside = ('launcher', 'scheduler', 'detokenizer', 'unrelated')
     assert sorted(entry['pid'] for entry in result['killed']) == sorted(procs[name].inner_pid for name in inside)
@@ -164,7 +164,7 @@ def test_a_pattern_matching_everything_spares_pid_1_and_its_own_shells(tmp_path,
 
 def test_its_own_listing_is_never_a_target(tmp_path, lab):
     result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill',
-                      {'vmid': 101, 'pct': lab[1].pct, 'patterns': ['gpuops-sglang', r'/proc/\[0-9\]']})
+                      {'vmid': 101, 'pct': lab[1].pct, 'kill_patterns': ['gpuops-sglang', r'/proc/\[0-9\]']})
     assert not result.failed and result['killed'] == [] and result['changed'] is False
 
 
@@ -194,7 +194,7 @@ def test_hung_pct_exec_is_killed_at_command_timeout_and_nothing_is_signalled(tmp
 
 def test_empty_patterns_are_refused(tmp_path, lab):
     procs = start_in_container(lab)
-    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'patterns': []})
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101, 'pct': lab[1].pct, 'kill_patterns': []})
     assert result.failed and 'patterns is empty' in result['msg'] and set(result) >= KEYS
     assert all(is_running(proc) for proc in procs.values())
 

@@ -84,10 +84,10 @@ class Deployment(object):
     def server(self):
         return {'manager': 'detached', 'service_name': 'tiny', 'launch_file': str(self.launch),
                 'pidfile': str(self.root / 'tiny.pid'), 'log_file': str(self.root / 'tiny.log'),
-                'base_url': 'http://127.0.0.1:%d' % self.port, 'term_timeout': 5}
+                'url': 'http://127.0.0.1:%d' % self.port, 'term_timeout': 5}
 
     def server_args(self, **extra):
-        return detached_server_args(self.root, 'tiny', self.launch, self.server['base_url'],
+        return detached_server_args(self.root, 'tiny', self.launch, self.server['url'],
                                     **dict(dict(term_timeout=5), **extra))
 
     def guard_args(self, **extra):
@@ -221,7 +221,7 @@ def test_a_restore_puts_the_previous_server_back_into_its_router(deployment, tmp
     router = Router(tmp_path)
     try:
         assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
-        worker = deployment.server['base_url']
+        worker = deployment.server['url']
         membership = dict(router_url=router.url, worker_url=worker, timeout=20)
         assert not run_task(tmp_path, 'gpuops.sglang.sglang_router_worker', membership, name='in').failed
         armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
@@ -251,7 +251,7 @@ def test_a_readmission_a_restore_could_not_make_is_owed_to_the_next_run_until_on
     # now records the readmission it owes; the next run's gather reads it, its decision redeploys the server to
     # put it back, and the run's confirm (after its readmission) clears it.
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
-    worker = deployment.server['base_url']
+    worker = deployment.server['url']
     owed_file = deployment.guard_dir / 'router_owed.json'
     info_args = dict(deployment.server_args(), guard_folder=str(deployment.guard_dir))
     for key in ('state', 'term_timeout', 'health_timeout', 'log_file'):
@@ -312,7 +312,7 @@ def test_a_restore_never_takes_a_squatter_for_the_previous_server_nor_hands_the_
     keys.write_text('api-key: "worker-key"\n')
     keys.chmod(0o600)
     deployment.write_launch(64, ['--load-hold-file', str(loading), '--config', str(keys)])
-    worker = deployment.server['base_url']
+    worker = deployment.server['url']
     with HttpResponder() as responder:
         router = RouterImitation(responder, [worker])
         armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
@@ -655,7 +655,7 @@ def test_a_hostile_router_never_keeps_the_watcher_from_restoring(deployment, tmp
         assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
         armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
                          deployment.guard_args(state='armed', run_id='run-h', deadline=600, idle=3, router={
-                             'url': router.url, 'worker_url': deployment.server['base_url'], 'timeout': 1}),
+                             'url': router.url, 'worker_url': deployment.server['url'], 'timeout': 1}),
                          name='arm')
         assert not armed.failed, armed.get('msg')
         deployment.write_launch(96)

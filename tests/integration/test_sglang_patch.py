@@ -360,7 +360,7 @@ def test_a_latin1_diff_to_python_source_is_refused_clearly(tmp_path, sglang_venv
 def stamp_proves(tmp_path, python, stamp, name, content=None):
     """sglang_server_info's answer about the patch, for a host where no server runs."""
     info = run_task(tmp_path, 'gpuops.sglang.sglang_server_info', {
-        'service_manager': 'detached', 'launch_file': str(tmp_path / 'launch.json'),
+        'manager': 'detached', 'launch_file': str(tmp_path / 'launch.json'),
         'pidfile': str(tmp_path / 'none.pid'), 'url': 'http://127.0.0.1:9', 'python': python,
         'patch_content': diff_text() if content is None else content, 'patch_stamp': stamp}, name=name)
     assert not info.failed, info['msg']
@@ -418,13 +418,13 @@ def test_a_stamp_proves_the_patch_applied_until_a_patched_file_changes(tmp_path,
 def test_the_installed_sglang_says_whether_it_reads_adaptive_tiers(tmp_path, sglang_venv):
     python, site = sglang_venv
     info = run_task(tmp_path, 'gpuops.sglang.sglang_server_info', {
-        'service_manager': 'detached', 'launch_file': str(tmp_path / 'launch.json'),
+        'manager': 'detached', 'launch_file': str(tmp_path / 'launch.json'),
         'pidfile': str(tmp_path / 'none.pid'), 'url': 'http://127.0.0.1:9', 'python': python,
         'check_adaptive_tiers': True}, name='tiers')
     # 0.5.12.post1 reads one flat candidate_steps list: batch-size tiers would be ignored
     assert not info.failed and info['adaptive_tiers'] is False
     assert info['cmd'][-1][:2] == [python, '-I']
     unasked = run_task(tmp_path, 'gpuops.sglang.sglang_server_info', {
-        'service_manager': 'detached', 'launch_file': str(tmp_path / 'launch.json'),
+        'manager': 'detached', 'launch_file': str(tmp_path / 'launch.json'),
         'pidfile': str(tmp_path / 'none.pid'), 'url': 'http://127.0.0.1:9', 'python': python}, name='unasked')
     assert unasked['adaptive_tiers'] is None

@@ -102,9 +102,9 @@ def test_a_stop_lists_the_strays_beside_the_server_and_leaves_them_running(tmp_p
     try:
         patterns = ['tiny_server --port %d' % server.port, 'SIG_IGN', marker]
         checked = run_task(tmp_path, 'gpuops.sglang.sglang_server',
-                           server.args(state='stopped', stray_patterns=patterns), name='check', check=True)
+                           server.args(state='stopped', kill_patterns=patterns), name='check', check=True)
         stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server',
-                           server.args(state='stopped', wait=False, stray_patterns=patterns), name='stop')
+                           server.args(state='stopped', wait=False, kill_patterns=patterns), name='stop')
         assert not stopped.failed, stopped['msg']
         for result in (checked, stopped):
             listed = [entry['pid'] for entry in result['strays']]
@@ -127,7 +127,7 @@ def test_a_bad_stray_pattern_fails_before_anything_is_stopped(tmp_path, servers)
     server = servers('a')
     started = run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start')
     stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server',
-                       server.args(state='stopped', stray_patterns=['sglang::(']), name='stop')
+                       server.args(state='stopped', kill_patterns=['sglang::(']), name='stop')
     assert stopped.failed and "invalid stray pattern 'sglang::('" in stopped['msg']
     assert set(stopped) >= SERVER_KEYS
     assert alive(started['pid'])

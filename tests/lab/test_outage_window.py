@@ -195,7 +195,7 @@ def test_check_mode_on_a_lab_that_would_change_reports_why_and_changes_nothing(l
         assert {'pid': pid, 'user': 'root', 'cmdline': command, 'gpus': []} in summary[name]['would_kill']['stop']
         # The later steps await the stop's processes: they would end none of them.
         assert all(entry['pid'] not in [own['pid'] for own in summary[name]['would_kill']['stop']]
-                   for step in ('kill_in_container', 'gpu_release') for entry in summary[name]['would_kill'][step])
+                   for step in ('kill', 'gpu_release') for entry in summary[name]['would_kill'][step])
         assert 'would end (stop): PID %d, user root: %s' % (pid, command) in flat
         assert {'flag': '--max-running-requests', 'live': '64', 'wanted': '96'} in summary[name]['flag_changes']
         assert summary[name]['deadline']['idle_s'] > 0 and summary[name]['deadline']['deadline_s'] > 0

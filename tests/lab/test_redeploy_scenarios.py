@@ -59,7 +59,7 @@ def test_the_container_kill_runs_in_the_window_only_for_strays_beside_the_server
     assert plain.rc == 0, plain.stdout[-3000:]
     written = last_report('gpu1')
     assert written['status'] == 'redeployed' and written['healthy'] is True
-    assert written['phases_s']['kill_in_container'] is None and written['killed_in_container'] == []
+    assert written['phases_s']['kill'] is None and written['killed_in_container'] == []
     assert written['phases_s']['stop'] is not None, 'no step saw the old server gone'
     # An orphaned scheduler outside the unit (as a crashed SGLang leaves one): pct_exec_kill ends it.
     with orphan_in_container() as title:
@@ -68,7 +68,7 @@ def test_the_container_kill_runs_in_the_window_only_for_strays_beside_the_server
         assert swept.rc == 0, swept.stdout[-3000:]
         written = last_report('gpu1')
         assert written['status'] == 'redeployed' and written['healthy'] is True
-        assert written['phases_s']['kill_in_container'] is not None
+        assert written['phases_s']['kill'] is not None
         killed = written['killed_in_container']
         assert len(killed) == 1 and killed[0].startswith(title + ' ') and killed[0].endswith(' <- SIGTERM')
         assert orphans() == []

@@ -4,12 +4,12 @@ import pytest
 from ansible_collections.gpuops.sglang.plugins.action.sglang_group_barrier import ActionModule
 
 PLAN = {'group': {'name': 'ds', 'rank': 1, 'nnodes': 2, 'nodes': ['mn1', 'mn2'], 'leader': 'mn1'}}
-STEPS = ['_sglang_stop', '_sglang_released']
+STEPS = ['_sglang_stop', '_sglang_gpu_release']
 
 
 def task_vars(batch=('mn1', 'mn2'), mn1=None, mn2=None, plan=None):
     """mn2's task variables; each node stopped and released its GPUs but for the results given."""
-    done = {'_sglang_stop': {'changed': True}, '_sglang_released': {'changed': True, 'msg': 'freed'},
+    done = {'_sglang_stop': {'changed': True}, '_sglang_gpu_release': {'changed': True, 'msg': 'freed'},
             '_sglang_group_step': 'stopped'}
     hostvars = {'mn1': dict(done, **(mn1 or {})), 'mn2': dict(done, **(mn2 or {}))}
     return {'ansible_play_batch': list(batch), 'hostvars': hostvars, 'plan': plan or PLAN}
@@ -22,14 +22,14 @@ def barrier(run_action, found, **args):
 
 
 def test_every_node_done_passes(run_action):
-    result = barrier(run_action, task_vars(mn1={'_sglang_released': {'skipped': True}}),
+    result = barrier(run_action, task_vars(mn1={'_sglang_gpu_release': {'skipped': True}}),
                      step='stopped', results=STEPS + ['_sglang_not_run_yet'])
     assert not result.get('failed') and result['failed_nodes'] == []
 
 
 @pytest.mark.parametrize('overrides, failed, msg', [
-    ({'mn1': {'_sglang_released': {'failed': True, 'msg': 'GPU 0 still holds 20619 MiB'}}}, ['mn1'],
-     'mn1 failed _sglang_released: GPU 0 still holds 20619 MiB; the whole server group ds rolls back'
+    ({'mn1': {'_sglang_gpu_release': {'failed': True, 'msg': 'GPU 0 still holds 20619 MiB'}}}, ['mn1'],
+     'mn1 failed _sglang_gpu_release: GPU 0 still holds 20619 MiB; the whole server group ds rolls back'
      ' (mn2 stops here).'),
     ({'batch': ['mn2']}, ['mn1'],
      'mn1 left the play (unreachable, or failed outside any rescue); the whole server group ds rolls back'
@@ -43,7 +43,7 @@ def test_a_failed_node_fails_this_one_saying_which_node_and_step(run_action, ove
 
 
 def test_only_the_named_results_count(run_action):
-    result = barrier(run_action, task_vars(mn1={'_sglang_armed': {'failed': True}}), step='stopped', results=STEPS)
+    result = barrier(run_action, task_vars(mn1={'_sglang_arm': {'failed': True}}), step='stopped', results=STEPS)
     assert not result.get('failed') and result['failed_nodes'] == []
 
 
@@ -66,9 +66,18 @@ def test_a_node_that_did_not_get_to_the_barrier_fails_this_one(run_action, said,
     assert result['msg'] == msg + '; the whole server group ds rolls back (mn2 stops here).'
 
 
-def test_without_results_only_getting_there_counts(run_action):
-    result = barrier(run_action, task_vars(mn1={'_sglang_stop': {'failed': True, 'msg': 'x'}}), step='stopped')
+def test_with_no_results_only_getting_there_counts(run_action):
+    result = barrier(run_action, task_vars(mn1={'_sglang_stop': {'failed': True, 'msg': 'x'}}), step='stopped',
+                     results=[])
     assert not result.get('failed') and result['failed_nodes'] == []
+
+
+def test_by_default_the_window_steps_results_of_the_step_table_are_read(run_action):
+    result = barrier(run_action, task_vars(mn1={'_sglang_gpu_release': {'failed': True, 'msg': 'GPU 0 still holds'},
+                                               # A tolerated step's failure (the baseline's) is no node's failure.
+                                               '_sglang_perf_before': {'failed': True, 'msg': 'no baseline'}}),
+                     step='stopped')
+    assert result['failed_nodes'] == ['mn1'] and 'mn1 failed _sglang_gpu_release: GPU 0 still holds' in result['msg']
 
 
 def test_before_the_window_the_group_stops_untouched(run_action):

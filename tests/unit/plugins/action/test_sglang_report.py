@@ -14,10 +14,10 @@ SETTINGS = {'patch_file': '', 'router_url': '', 'rollback_deadline': 1800, 'roll
 RUN = {
     'state': {'service_manager': 'systemd', 'healthy': True},
     'decision': {'reasons': ['force_restart'], 'redeploy_needed': True, 'patch_state': {}},
-    'run_id': 'gpu1-1', 'window_opened': True, 'killed': {}, 'patched': {},
+    'run_id': 'gpu1-1', 'window_opened': True, 'kill': {}, 'patch': {},
     'stop': {'stopped_at': 10.0, 'stopping': [{'pid': 3}]},
-    'released': {'awaited': {'gone_at': 11.0}, 'elapsed': 0.2},
-    'started': {'started_at': 11.5, 'healthy_at': 13.25, 'healthy': True},
+    'gpu_release': {'awaited': {'gone_at': 11.0}, 'elapsed': 0.2},
+    'start': {'started_at': 11.5, 'healthy_at': 13.25, 'healthy': True},
 }
 
 
@@ -31,7 +31,7 @@ def test_a_redeployed_host_gets_its_report_written_twice_and_published(run_actio
     result = build(run_action, report_dir=str(tmp_path))
     report = result['report']
     assert report['status'] == 'redeployed' and report['reason'] == 'force_restart' and report['downtime_s'] == 3.25
-    assert report['phases_s'] == {'stop': 1.0, 'kill_in_container': None, 'gpu_release': 0.2, 'start_to_healthy': 1.75}
+    assert report['phases_s'] == {'stop': 1.0, 'kill': None, 'gpu_release': 0.2, 'start': 1.75}
     assert sorted(path.name for path in tmp_path.iterdir()) == ['gpu1.json', 'gpu1.last-redeploy.json']
     assert json.loads((tmp_path / 'gpu1.json').read_text()) == report
     assert result['ansible_stats'] == {'data': {'sglang_redeploy': {'gpu1': report}}, 'aggregate': True,
@@ -45,7 +45,7 @@ def test_a_host_whose_steps_never_ran_is_reported_with_every_key(run_action):
 
 
 def test_the_window_open_report_says_where_the_guard_reports(run_action, tmp_path):
-    result = build(run_action, dict(RUN, started={}), report_dir=str(tmp_path), stage='opened')
+    result = build(run_action, dict(RUN, start={}), report_dir=str(tmp_path), stage='opened')
     assert result['report']['status'] == 'failed'
     assert result['report']['reason'].endswith('writes its report to /var/lib/gpuops-sglang/sglang/fired.json')
     assert [path.name for path in tmp_path.iterdir()] == ['gpu1.json']
@@ -79,7 +79,7 @@ def test_a_window_open_report_that_cannot_be_written_fails_before_the_window_ope
     blocked = tmp_path / 'not-a-folder'
     blocked.write_text('')
     with pytest.raises(AnsibleActionFail, match='could not write the report of gpu1 to '):
-        build(run_action, dict(RUN, started={}), report_dir=str(blocked), stage='opened')
+        build(run_action, dict(RUN, start={}), report_dir=str(blocked), stage='opened')
 
 
 GROUP = {'name': 'big', 'rank': 0, 'nnodes': 2, 'nodes': ['gpu1', 'gpu2'], 'leader': 'gpu1',

@@ -38,7 +38,7 @@ def test_each_tuned_hosts_table_is_its_name_then_its_lines(tables, lines):
 
 
 DRY_RUN = {'would_kill': {'stop': [{'pid': 7, 'user': 'root', 'cmdline': 'python3 -m sglang.launch_server', 'gpus': []}],
-                          'kill_in_container': [], 'gpu_release': []},
+                          'kill': [], 'gpu_release': []},
            'flag_changes': [{'flag': '--max-running-requests', 'live': '64', 'wanted': '96'}],
            'deadline': {'deadline_s': 900, 'idle_s': 90}}
 
@@ -46,7 +46,7 @@ DRY_RUN = {'would_kill': {'stop': [{'pid': 7, 'user': 'root', 'cmdline': 'python
 # A check run's dry run goes under its host's summary line; a real run's report (null keys) adds nothing.
 @pytest.mark.parametrize('report, lines', [
     (DRY_RUN, ['  would end (stop): PID 7, user root: python3 -m sglang.launch_server',
-               '  would end (kill_in_container): nothing', '  would end (gpu_release): nothing',
+               '  would end (kill): nothing', '  would end (gpu_release): nothing',
                '  flag --max-running-requests: 64 -> 96',
                '  guard: rolls back 900 s after the window opens at the latest, or 90 s after its last renewal']),
     ({'would_kill': None, 'flag_changes': None, 'deadline': None}, []),

@@ -20,7 +20,7 @@ MODULE_UTILS = os.path.join(REPO, 'plugins', 'module_utils')
 PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
 LAYERS = {
     'base': ('_command.py', '_http.py', '_files.py', '_polling.py', '_identity.py'),
-    'readers': ('_procfs.py', '_pct.py', '_processes.py', '_nvidia.py', '_sockets.py'),
+    'readers': ('_procfs.py', '_pct.py', '_processes.py', '_nvidia.py', '_sockets.py', '_page_cache.py'),
     'domain': ('_patching.py', '_server.py', '_router.py', '_fleet.py', '_guard.py', '_release.py', '_lease.py',
                '_serving_benchmark.py', '_live_metrics.py'),
     'module': ('_module.py',),

@@ -97,3 +97,17 @@ def test_every_filter_documents_itself_as_ansible_doc_reads_it():
         env=dict(os.environ, **ANSIBLE_ENV), cwd=REPO, universal_newlines=True))
     assert sorted(rendered) == ['gpuops.sglang.%s' % name for name in FILTERS]
     assert all(entry['doc'].get('short_description') for entry in rendered.values())
+
+
+def aliased_options(options, path=''):
+    for name, option in (options or {}).items():
+        if option.get('aliases'):
+            yield path + name
+        for found in aliased_options(option.get('suboptions'), path + name + '.'):
+            yield found
+
+
+def test_no_option_has_an_alias(docs):
+    # One name per option: the aliases were dropped before the first release (changelog 42-no-aliases).
+    assert [(module, option) for module in MODULES
+            for option in aliased_options(docs['gpuops.sglang.%s' % module]['doc'].get('options'))] == []

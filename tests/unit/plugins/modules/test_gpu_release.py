@@ -54,7 +54,7 @@ def test_memory_draining_late_is_polled_until_free(run_module, devices):
 
 
 def test_memory_that_never_drains_fails_with_table_and_apps(run_module, devices):
-    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.3), smi([HELD], apps='436, python3, 20610\n'),
+    result, _ = run_module(gpu_release.main, dict(devices, memory_timeout=0.3), smi([HELD], apps='436, python3, 20610\n'),
                            bin_paths={'nvidia-smi': SMI})
     assert result['failed']
     assert 'did not drain to <= 0 MiB' in result['msg'] and '20619/143771' in result['msg']
@@ -64,7 +64,7 @@ def test_memory_that_never_drains_fails_with_table_and_apps(run_module, devices)
 
 def test_a_release_failing_only_on_the_threshold_says_the_reading_and_the_threshold(run_module, devices):
     idle_above = (0, '0, GPU-a, 70, 81559\n', '')
-    result, _ = run_module(gpu_release.main, dict(devices, max_used_mib=64, timeout=0.2), smi([idle_above]),
+    result, _ = run_module(gpu_release.main, dict(devices, max_used_mib=64, memory_timeout=0.2), smi([idle_above]),
                            bin_paths={'nvidia-smi': SMI})
     assert result['failed'] and result['killed'] == []
     assert ('Only the threshold failed: GPU 0 reads 70 MiB with no process left, above max_used_mib 64 MiB (the'
@@ -72,7 +72,7 @@ def test_a_release_failing_only_on_the_threshold_says_the_reading_and_the_thresh
 
 
 def test_memory_held_by_a_compute_app_gets_no_threshold_hint(run_module, devices):
-    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.3), smi([HELD], apps='436, python3, 20610\n'),
+    result, _ = run_module(gpu_release.main, dict(devices, memory_timeout=0.3), smi([HELD], apps='436, python3, 20610\n'),
                            bin_paths={'nvidia-smi': SMI})
     assert result['failed'] and 'Only the threshold failed' not in result['msg']
 
@@ -109,7 +109,7 @@ def test_hung_nvidia_smi_during_the_proof_stops_polling_and_says_what_was_signal
 
 def test_unreadable_gpu_before_the_release_is_reported_not_fatal(run_module, devices):
     sick = (0, read_fixture('nvidia-smi-one-gpu-unknown-error.csv'), '')
-    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.2), smi([sick, IDLE]),
+    result, _ = run_module(gpu_release.main, dict(devices, memory_timeout=0.2), smi([sick, IDLE]),
                            bin_paths={'nvidia-smi': SMI})
     assert not result['failed'], result['msg']
     assert 'Unknown Error' in result['gpus_before'][1]['error']
@@ -118,7 +118,7 @@ def test_unreadable_gpu_before_the_release_is_reported_not_fatal(run_module, dev
 
 def test_unreadable_gpu_after_the_release_is_never_taken_as_free(run_module, devices):
     sick = (0, read_fixture('nvidia-smi-one-gpu-na.csv'), '')
-    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.2, max_used_mib=100000), smi([sick]),
+    result, _ = run_module(gpu_release.main, dict(devices, memory_timeout=0.2, max_used_mib=100000), smi([sick]),
                            bin_paths={'nvidia-smi': SMI})
     assert result['failed'] and 'could not be read on GPU(s) 1' in result['msg']
     assert "unreadable: nvidia-smi reported memory.used '[N/A]'" in result['msg']
@@ -126,7 +126,7 @@ def test_unreadable_gpu_after_the_release_is_never_taken_as_free(run_module, dev
 
 def test_a_gpu_that_vanishes_from_the_listing_fails_the_proof(run_module, devices):
     two = (0, read_fixture('nvidia-smi-h200-idle.csv') + '1, GPU-b, 0, 143771\n', '')
-    result, _ = run_module(gpu_release.main, dict(devices, timeout=0.2), smi([two, IDLE]),
+    result, _ = run_module(gpu_release.main, dict(devices, memory_timeout=0.2), smi([two, IDLE]),
                            bin_paths={'nvidia-smi': SMI})
     assert result['failed'] and 'is not listed any more for GPU(s) 1' in result['msg']
 

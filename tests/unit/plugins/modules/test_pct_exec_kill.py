@@ -52,7 +52,7 @@ def test_check_mode_lists_sglang_processes_and_sends_nothing(run_module):
 
 
 def test_pid_1_and_the_listing_shell_are_never_targets_even_for_a_pattern_matching_all(run_module):
-    result, calls = run_module(pct_exec_kill.main, {'vmid': 101, 'patterns': ['.']}, container(), check_mode=True,
+    result, calls = run_module(pct_exec_kill.main, {'vmid': 101, 'kill_patterns': ['.']}, container(), check_mode=True,
                                bin_paths={'pct': PCT})
     pids = [entry['pid'] for entry in result['killed']]
     assert 1 not in pids and 8 not in pids and pids == [2, 3, 4, 5, 6]
@@ -146,14 +146,14 @@ def test_listing_failure_says_why(run_module):
 
 def test_empty_patterns_are_refused_before_any_command(run_module):
     for patterns, message in (([], 'patterns is empty'), ([''], 'an empty pattern matches every process')):
-        result, calls = run_module(pct_exec_kill.main, {'vmid': 101, 'patterns': patterns}, container(),
+        result, calls = run_module(pct_exec_kill.main, {'vmid': 101, 'kill_patterns': patterns}, container(),
                                    bin_paths={'pct': PCT})
         assert result['failed'] and message in result['msg'] and calls == []
         assert set(result) >= RESULT_KEYS
 
 
 def test_bad_pattern_is_rejected_before_any_command(run_module):
-    result, calls = run_module(pct_exec_kill.main, {'vmid': 101, 'patterns': ['(']}, container(),
+    result, calls = run_module(pct_exec_kill.main, {'vmid': 101, 'kill_patterns': ['(']}, container(),
                                bin_paths={'pct': PCT})
     assert result['failed'] and "invalid pattern '('" in result['msg'] and calls == []
 

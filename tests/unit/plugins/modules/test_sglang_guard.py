@@ -223,14 +223,13 @@ def test_an_arm_with_half_a_server_is_refused_by_the_argument_spec(run_module, d
     assert calls == [] and not deployment.folder.exists() and deployment.watchers() == []
 
 
-def test_a_server_recorded_under_the_old_url_name_is_armed_under_the_new_one(run_module, deployment):
+def test_a_server_under_the_dropped_base_url_alias_is_refused_and_nothing_is_armed(run_module, deployment):
     old = dict(deployment.server)
     old['base_url'] = old.pop('url')
-    result, _ = run_module(sglang_guard.main, dict(state='armed', folder=str(deployment.folder), run_id='r',
-                                                   files=deployment.files(), server=old), systemd_only)
-    assert not result['failed'], result['msg']
-    state = json.loads((deployment.folder / 'state.json').read_text())
-    assert state['server']['url'] == old['base_url'] and 'base_url' not in state['server']
+    result, calls = run_module(sglang_guard.main, dict(state='armed', folder=str(deployment.folder), run_id='r',
+                                                       files=deployment.files(), server=old), systemd_only)
+    assert result['failed'] and 'missing required arguments: url' in result['msg']
+    assert calls == [] and not deployment.folder.exists() and deployment.watchers() == []
 
 
 def test_an_arm_without_run_id_is_refused_by_the_argument_spec(run_module, deployment):

@@ -214,7 +214,7 @@ def test_bad_timings_are_refused_before_anything_runs(run_module, tiny, bad):
 
 def test_a_bad_stray_pattern_fails_before_anything_is_stopped(run_module, tiny):
     started = tiny.start(run_module)
-    result = tiny.run(run_module, state='stopped', stray_patterns=['sglang::('])
+    result = tiny.run(run_module, state='stopped', kill_patterns=['sglang::('])
     assert result['failed'] and set(result) >= KEYS and "invalid stray pattern 'sglang::('" in result['msg']
     assert alive(started['pid'])
 

@@ -68,7 +68,7 @@ class Host(object):
         return proc
 
     def args(self, **extra):
-        base = dict(service_manager='detached', service_name='sglang', launch_file=str(self.launch),
+        base = dict(manager='detached', service_name='sglang', launch_file=str(self.launch),
                     pidfile=str(self.pidfile), url=self.url)
         base.update(extra)
         return base
@@ -549,7 +549,7 @@ def guard_task(run_module, folder, host, state, **extra):
     """sglang_guard on the same server; systemctl and systemd-run (hosts with systemd) answered as success."""
     args = dict(state=state, folder=str(folder), server={
         'manager': 'detached', 'service_name': 'sglang', 'launch_file': str(host.launch),
-        'pidfile': str(host.pidfile), 'log_file': str(host.root / 'log'), 'base_url': host.url})
+        'pidfile': str(host.pidfile), 'log_file': str(host.root / 'log'), 'url': host.url})
     args.update(extra)
     result, _ = run_module(sglang_guard.main, args, lambda argv: (0, '', ''))
     return result
@@ -611,7 +611,7 @@ def test_under_systemd_the_units_main_pid_says_whether_it_runs(run_module, host,
     http_responder.route('GET', '/health', status=200)
     # The unit's main process is this test's, which holds the responder's listening socket.
     pid = os.getpid() if running else None
-    result, calls = run_module(sglang_server_info.main, host.args(service_manager='systemd'),
+    result, calls = run_module(sglang_server_info.main, host.args(manager='systemd'),
                                systemctl_main_pid((0, '%d\n' % (pid or 0))))
     assert not result['failed'] and result['service_manager'] == 'systemd'
     assert result['pid'] == pid and result['running'] is running and result['healthy'] is running
@@ -622,7 +622,7 @@ def test_under_systemd_the_units_main_pid_says_whether_it_runs(run_module, host,
 def test_under_systemd_the_unit_file_is_compared_too(run_module, host, tmp_path):
     unit = tmp_path / 'sglang.service'
     unit.write_text('[Service]\n')
-    result, _ = run_module(sglang_server_info.main, host.args(service_manager='systemd', configs=[
+    result, _ = run_module(sglang_server_info.main, host.args(manager='systemd', configs=[
         {'label': 'unit', 'path': str(unit), 'content': '[Service]\nchanged\n', 'systemd_only': True}]),
         systemctl_main_pid((0, '0\n')))
     assert not result['failed'] and result['configs_changed'] == ['unit']
@@ -632,6 +632,6 @@ def test_under_systemd_the_unit_file_is_compared_too(run_module, host, tmp_path)
 # A failed or garbled answer leaves the server's state unknown: never reported as "not running".
 @pytest.mark.parametrize('answer', [(124, ''), (1, ''), (0, 'garbage\n')], ids=['hung', 'failed', 'garbled'])
 def test_a_systemctl_that_does_not_answer_fails_naming_the_command(run_module, host, answer):
-    result, _ = run_module(sglang_server_info.main, host.args(service_manager='systemd'), systemctl_main_pid(answer))
+    result, _ = run_module(sglang_server_info.main, host.args(manager='systemd'), systemctl_main_pid(answer))
     assert result['failed'] and set(result) >= KEYS
     assert 'systemctl show --property=MainPID --value sglang' in result['msg']

@@ -54,25 +54,25 @@ DEADLINE = {'deadline_s': 900, 'idle_s': 90}
 
 @pytest.mark.parametrize('stop, container, release, found', [
     ({'would_stop': [SERVER]}, None, {'targets': [HOLDER]},
-     {'stop': [SERVER], 'kill_in_container': [], 'gpu_release': [HOLDER]}),
+     {'stop': [SERVER], 'kill': [], 'gpu_release': [HOLDER]}),
     ({'would_stop': []}, {'targets': [dict(SERVER, pid=12)]}, {'targets': []},
-     {'stop': [], 'kill_in_container': [dict(SERVER, pid=12)], 'gpu_release': []}),
-    (None, {'skipped': True}, None, {'stop': [], 'kill_in_container': [], 'gpu_release': []}),
+     {'stop': [], 'kill': [dict(SERVER, pid=12)], 'gpu_release': []}),
+    (None, {'skipped': True}, None, {'stop': [], 'kill': [], 'gpu_release': []}),
     # The server's own processes are the stop's: the later steps await them, and end only what else is there.
     ({'would_stop': [SERVER]}, {'targets': [SERVER, dict(SERVER, pid=12)]}, {'targets': [dict(SERVER, gpus=[0]), HOLDER]},
-     {'stop': [SERVER], 'kill_in_container': [dict(SERVER, pid=12)], 'gpu_release': [HOLDER]}),
+     {'stop': [SERVER], 'kill': [dict(SERVER, pid=12)], 'gpu_release': [HOLDER]}),
 ], ids=['server-and-a-holder', 'container-only', 'nothing-ran', 'the-stops-own-left-to-the-stop'])
 def test_would_kill_names_each_step(stop, container, release, found):
     assert _dry_run.would_kill(stop, container, release) == found
 
 
 def test_the_lines_say_what_each_step_would_end_each_flag_and_the_guard():
-    found = {'stop': [SERVER], 'kill_in_container': [], 'gpu_release': [HOLDER]}
+    found = {'stop': [SERVER], 'kill': [], 'gpu_release': [HOLDER]}
     changes = [{'flag': '--max-running-requests', 'live': '64', 'wanted': '96'},
                {'flag': '--enable-metrics', 'live': True, 'wanted': None}]
     assert _dry_run.lines(found, changes, DEADLINE) == [
         'would end (stop): PID 4711, user root: python3 -m sglang.launch_server --port 30000',
-        'would end (kill_in_container): nothing',
+        'would end (kill): nothing',
         'would end (gpu_release): PID 436, user alice: python3 hold.py [GPU 0, 1]',
         'flag --max-running-requests: 64 -> 96',
         'flag --enable-metrics: true -> (none)',

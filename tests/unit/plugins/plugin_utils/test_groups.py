@@ -191,7 +191,7 @@ def test_a_group_that_cannot_run_together_is_refused(nodes, problems):
     assert _groups.group_decision(nodes)['problems'] == problems
 
 
-STEPS = ('_sglang_armed', '_sglang_stop', '_sglang_patched')
+STEPS = ('_sglang_arm', '_sglang_stop', '_sglang_patch')
 
 
 def results(**by_host):
@@ -205,13 +205,13 @@ def results(**by_host):
 
 @pytest.mark.parametrize('play_hosts, found, failed, msg', [
     (['mn1', 'mn2'], results(), [], ''),
-    (['mn1', 'mn2'], results(mn2={'_sglang_patched': {'skipped': True}, '_sglang_stop': None}), [], ''),
+    (['mn1', 'mn2'], results(mn2={'_sglang_patch': {'skipped': True}, '_sglang_stop': None}), [], ''),
     (['mn1', 'mn2'], results(mn2={'_sglang_stop': {'failed': True, 'msg': 'SIGKILL did not end 4242'}}), ['mn2'],
      'mn2 failed _sglang_stop: SIGKILL did not end 4242'),
-    (['mn1', 'mn2'], results(mn1={'_sglang_armed': {'unreachable': True, 'msg': 'ssh: connect timed out'},
+    (['mn1', 'mn2'], results(mn1={'_sglang_arm': {'unreachable': True, 'msg': 'ssh: connect timed out'},
                                   '_sglang_stop': {'failed': True, 'msg': 'later'}}), ['mn1'],
-     'mn1 failed _sglang_armed: ssh: connect timed out'),
-    (['mn1', 'mn2'], results(mn2={'_sglang_patched': {'failed': True}}), ['mn2'], 'mn2 failed _sglang_patched: failed'),
+     'mn1 failed _sglang_arm: ssh: connect timed out'),
+    (['mn1', 'mn2'], results(mn2={'_sglang_patch': {'failed': True}}), ['mn2'], 'mn2 failed _sglang_patch: failed'),
     (['mn1'], results(), ['mn2'], 'mn2 left the play (unreachable, or failed outside any rescue)'),
     (['mn2'], results(mn2={'_sglang_stop': {'failed': True, 'msg': 'x'}}), ['mn1', 'mn2'],
      'mn1 left the play (unreachable, or failed outside any rescue); mn2 failed _sglang_stop: x'),

@@ -1,6 +1,6 @@
 """The step table (plugin_utils/_steps.py) against the role it describes: the tags and registers of the task files,
-the report's run (_sglang_run, sglang_report's options), and the two window flows, which must run the same steps
-in the same order."""
+the report's run and the window's reset (the lookup sglang_run, from the table), and the window's one flow, which
+runs the table's steps in its order."""
 import ast
 import os
 import re
@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _steps
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _steps, _timing
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 ROLE = os.path.join(REPO, 'roles', 'sglang')
@@ -70,26 +70,40 @@ def test_each_result_of_a_step_is_registered_by_a_task_of_that_step(step):
             % (variable, key, sorted(registered[variable]), _steps.tag(step.phase)))
 
 
-def test_the_role_hands_the_report_every_run_key_from_the_variable_the_table_names():
-    run = load('vars', 'main.yml')['_sglang_run']
-    assert list(run) == list(_steps.run_keys()) or set(run) == set(_steps.run_keys()), set(run) ^ set(_steps.run_keys())
-    for key, source in _steps.run_sources().items():
-        assert re.sub(r'\s+', ' ', run[key]) == '{{ %s | default(none) }}' % source, (key, run[key])
+def test_the_role_hands_the_report_the_run_the_step_table_names():
+    """The report's run is the lookup's (which reads the table), in both places the role writes a report."""
+    for name in ('window.yml', 'report.yml'):
+        reports = [task['gpuops.sglang.sglang_report'] for task, dummy in walk(load('tasks', name))
+                   if 'gpuops.sglang.sglang_report' in task and 'run' in task['gpuops.sglang.sglang_report']]
+        assert reports and all(re.sub(r'\s+', '', report['run']) == "{{lookup('gpuops.sglang.sglang_run')}}"
+                               for report in reports), (name, reports)
+    assert '_sglang_run' not in load('vars', 'main.yml')
 
 
-def test_sglang_report_documents_and_types_the_run_keys_of_the_table():
-    with open(os.path.join(REPO, 'plugins', 'modules', 'sglang_report.py')) as handle:
-        tree = ast.parse(handle.read())
-    documentation = next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
-                         and node.targets[0].id == 'DOCUMENTATION')
-    suboptions = yaml.safe_load(documentation)['options']['run']['suboptions']
-    assert list(suboptions) == list(_steps.run_keys())
+def test_the_include_of_a_step_run_only_when_needed_registers_its_result_and_no_other_include_does():
+    """Skipped as a whole, the include registers the skip over an earlier window's result; the stop's two includes
+    (rank 0's, then the other ranks') must not, or the one that does not apply would register over the other."""
+    registered = {task[key]: task.get('register')
+                  for name in ('window_steps.yml', 'release.yml') for task, dummy in walk(load('tasks', name))
+                  for key in INCLUDES if key in task and task[key] not in ('group_barrier.yml', 'release.yml')}
+    for step in _steps.STEPS:
+        if step.phase + '.yml' in registered:
+            assert registered[step.phase + '.yml'] == (step.results[0][1] if step.when_needed else None), step.phase
+    assert {name for name, variable in registered.items() if variable} == {
+        'perf_before.yml', 'kill.yml', 'patch.yml', 'perf_after.yml', 'bake.yml'}
+
+
+def test_a_step_with_one_result_names_it_after_itself():
+    for step in _steps.STEPS:
+        if len(step.results) == 1 and step.phase in _steps.FLOW_PHASES and step.phase != 'perf_after':
+            assert step.results == ((step.phase, '_sglang_' + step.phase),), step
 
 
 def flow_steps(name):
-    """The phases a window flow runs, in order: each step file it imports or includes (its tags), each task of its
-    own (its tags), the handler flush as the start; the server group's barriers and second stop (rank 0 first, then
-    the other ranks) are the group's way of running the same step."""
+    """The phases a window flow runs, in order: each step file it imports or includes (its tags; a file of the
+    group's, its own steps' tags), each task of its own (its tags), the handler flush as the start; the server
+    group's barriers and second stop (rank 0 first, then the other ranks) are the group's way of running the same
+    step."""
     handler_phases = [tag for task, tags in walk(load('handlers', 'main.yml')) for tag in tags]
     found = []
     for task, tags in walk(load('tasks', name)):
@@ -109,9 +123,24 @@ def flow_steps(name):
     return found
 
 
-def test_both_window_flows_run_the_same_steps_in_the_same_order():
-    single, group = flow_steps('window_single.yml'), flow_steps('window_group.yml')
-    assert single == group
-    # And in the table's order: the rollback (the flows' rescue) last.
-    assert single == sorted(single, key=_steps.PHASES.index)
-    assert single[0] == 'arm' and single[-1] == 'rollback' and 'start' in single
+def test_the_window_runs_every_step_of_the_table_in_its_order_then_the_rollback():
+    assert flow_steps('window_steps.yml') == list(_steps.FLOW_PHASES) + ['rollback']
+
+
+def test_the_flow_test_fails_on_a_flow_out_of_the_tables_order(tmp_path, monkeypatch):
+    swapped = [task for task in load('tasks', 'window_steps.yml')[0]['block']]
+    stop = next(index for index, task in enumerate(swapped) if task.get('ansible.builtin.include_tasks') == 'stop.yml')
+    release = next(index for index, task in enumerate(swapped)
+                   if task.get('ansible.builtin.import_tasks') == 'release.yml')
+    swapped[stop], swapped[release] = swapped[release], swapped[stop]
+    for folder in ('tasks', 'handlers'):
+        (tmp_path / folder).mkdir()
+        for name in os.listdir(os.path.join(ROLE, folder)):
+            (tmp_path / folder / name).write_text(open(os.path.join(ROLE, folder, name)).read())
+    (tmp_path / 'tasks' / 'window_steps.yml').write_text(yaml.safe_dump([{'block': swapped, 'rescue': []}]))
+    monkeypatch.setitem(globals(), 'ROLE', str(tmp_path))
+    assert flow_steps('window_steps.yml') != list(_steps.FLOW_PHASES) + ['rollback']
+
+
+def test_each_timing_term_belongs_to_a_step_of_the_window():
+    assert set(_timing.STEP_TERMS) <= set(_steps.FLOW_PHASES), set(_timing.STEP_TERMS) - set(_steps.FLOW_PHASES)
