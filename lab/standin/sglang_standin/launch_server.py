@@ -41,7 +41,13 @@ It behaves like SGLang where the redeploy playbook can observe it:
   /health* and /metrics stay open, every other endpoint (unknown ones included) answers 401 without
   ``Authorization: Bearer <api-key>`` once an API key is set. /server_info reports both keys, as SGLang's
   does (to whoever holds the API key). The stand-in has no admin endpoint.
-Lab knobs (environment): LAB_STANDIN_WARMUP seconds before healthy (default 1.5),
+- It loads before it serves, as SGLang does (its HTTP port is bound only once the model is loaded): at the start
+  it reads every byte of the weight files (top-level *.safetensors and *.bin) in the --model-path folder and in
+  the --speculative-draft-model-path folder, where each is a local folder (a hub id, a missing folder or one
+  without weight files loads nothing), with real reads, and logs one line on stderr (files, bytes, seconds);
+  a weight file it cannot read stops the start (exit 1). A cold start (files not in the page cache: lab/lab
+  drop-cache) is slower than a warm one for that reason alone; the warm-up below comes after the load.
+Lab knobs (environment): LAB_STANDIN_WARMUP seconds before healthy after the load (default 1.5),
 LAB_STANDIN_GPU_MIB memory per scheduler (default 20610), LAB_STANDIN_DRAIN seconds (default 0.3),
 LAB_STANDIN_SLOWDOWN a factor on every decode step (default 1: a deliberately slower server above it),
 from LAB_STANDIN_DEGRADE_AFTER seconds after the server turned healthy when that is set (a server that degrades
@@ -95,6 +101,10 @@ def gate_holds(path):
     except OSError:
         return False
 GENERATE_DELAY_ENV = 'SGLANG_STANDIN_GENERATE_DELAY'
+# The weight files SGLang's default loader reads from a local model folder (top level only).
+WEIGHT_SUFFIXES = ('.safetensors', '.bin')
+# Large enough that a multi-GiB load is disk-bound, not bound by Python's loop.
+READ_CHUNK = 8 << 20
 
 
 def build_parser():
@@ -281,6 +291,37 @@ def stop_drafting_from(resolved, environ, stops_drafting):
     if not (stops_drafting and resolved.get('speculative_algorithm')):
         return None
     return dynamic_spec_threshold(environ) or None
+
+
+def weight_files(folders):
+    """The weight files of the given folders that are local folders, in load order (sorted, each file once)."""
+    files = []
+    for folder in dict.fromkeys(folder for folder in folders if folder and os.path.isdir(folder)):
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            if name.endswith(WEIGHT_SUFFIXES) and not os.path.isdir(path):
+                files.append(path)
+    return files
+
+
+def load_weights(resolved):
+    """Read every byte of the server's weight files (weight_files) with real reads, to the end of each file
+    (a FIFO included): (files, bytes, seconds). Raises OSError naming the file that could not be read."""
+    started = time.monotonic()
+    files = weight_files([resolved['model_path'], resolved.get('speculative_draft_model_path')])
+    buffer = bytearray(READ_CHUNK)
+    total = 0
+    for path in files:
+        try:
+            with open(path, 'rb', buffering=0) as handle:
+                while True:
+                    count = handle.readinto(buffer)
+                    if not count:
+                        break
+                    total += count
+        except OSError as error:
+            raise OSError('cannot read the weight file %s: %s' % (path, error)) from error
+    return len(files), total, time.monotonic() - started
 
 
 class Schedulers(object):
@@ -659,6 +700,13 @@ def main(argv=None):
         stop_drafting_from(resolved, os.environ, stops_drafting)
     except ValueError as error:
         sys.exit('error: %s' % error)
+    try:
+        # Before anything binds or spawns, as SGLang loads before uvicorn starts; every rank loads its weights.
+        files, size, seconds = load_weights(resolved)
+    except OSError as error:
+        sys.exit('error: %s' % error)
+    sys.stderr.write('standin: loaded %d weight files, %d bytes in %.3f s\n' % (files, size, seconds))
+    sys.stderr.flush()
     if resolved['node_rank'] > 0:
         # No HTTP, no tokenizer side: only its schedulers, in the group rank 0 leads.
         return ranks.run_follower(resolved, Schedulers(resolved))
