@@ -30,7 +30,7 @@ export PATH := $(BIN):$(PATH)
 export VIRTUAL_ENV := $(CURDIR)/$(VENV)
 STALE_COPY := $(CURDIR)/$(VENV)/.ansible/collections/ansible_collections/gpuops
 
-.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-quick test-unit test-integration test-lab test-dashboard sanity integration-targets galaxy-check lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-serving bench-bake bench-tune bench-gpu matrix matrix-2.21 matrix-sanity
+.PHONY: fleet setup demo-setup demo-multinode host-packages demo-host-packages test test-quick test-unit test-integration test-lab test-dashboard sanity integration-targets galaxy-check lint molecule demo dashboard lab-up lab-down gpu-check build clean bench bench-outage bench-warm bench-serving bench-bake bench-tune bench-gpu matrix matrix-2.21 matrix-sanity
 
 setup: host-packages demo-setup $(VENV)/.installed $(VENV)/.dashboard-installed $(CACHE)/wheels/.done
 
@@ -193,6 +193,13 @@ bench: setup
 bench-outage: setup $(VENV)/.bench-installed
 	lab/lab up
 	$(BIN)/python bench/outage.py --rounds $${ROUNDS:-5}
+
+# The model load inside the outage (issue 45): a forced redeploy of a host whose model files were dropped from the
+# page cache, with the prefetch and without, against a plain restart of a warm server; 2048 MiB of weights per
+# server (a kept lab remakes its weight files), bench/results/warm-*.json.
+bench-warm: setup $(VENV)/.bench-installed
+	LAB_WEIGHTS_MIB=$${LAB_WEIGHTS_MIB:-2048} lab/lab up
+	LAB_WEIGHTS_MIB=$${LAB_WEIGHTS_MIB:-2048} $(BIN)/python bench/warm.py --rounds $${ROUNDS:-5}
 
 # Output tok/s and p95 inter-token latency against concurrency (1 to 64), the stand-in without speculation,
 # with EAGLE-3 and with EAGLE-3 stopped from the threshold, plus the noise of an unchanged server: stand-ins

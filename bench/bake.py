@@ -5,7 +5,7 @@ bakes) and the smallest slowdown it catches at the default settings.
 Two stand-ins on loopback (bench/serving.py's Standin: the lab's decode MODEL, not a GPU), the baseline and the
 canary, both with --enable-metrics; a steady stream of streamed /generate requests split between them in turn (as
 the lab's router does, round robin); for each bake, both servers' /metrics are read before and after WINDOW
-seconds and judged exactly as the role does (module_utils/_live_metrics.difference, plugin_utils/_bake.verdict
+seconds and judged exactly as the role does (module_utils/domain/_live_metrics.difference, plugin_utils/_bake.verdict
 with its defaults). The canary runs with LAB_STANDIN_SLOWDOWN = each factor (1.0: unchanged).
 
     .venv/bin/python bench/bake.py [--window 20] [--repeats 5] [--rate 8]
@@ -25,7 +25,7 @@ import urllib.parse
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serving  # noqa: E402  (bench/serving.py: the stand-in on loopback, and this checkout's collection on sys.path)
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _live_metrics  # noqa: E402
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _live_metrics  # noqa: E402
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _bake  # noqa: E402
 
 FACTORS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0)

@@ -16,7 +16,7 @@ reads adaptive mode with the release's own parser and env mode checks the patch 
   eagle3-env-demo  EAGLE-3 on 0.5.12.post1 patched with files/eagle_dynamic_spec_threshold.diff and
                  SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE=8: the demo patch only counts, drafting never stops
 
-Every level is measured with plugins/module_utils/_serving_benchmark.py (what the role's gate uses):
+Every level is measured with plugins/module_utils/domain/_serving_benchmark.py (what the role's gate uses):
 streamed /generate, 64 output tokens a request (ignore_eos, greedy), max(16, 2 x concurrency) requests a
 level, at concurrency 1, 2, 4, 8, 16, 32, 64. Then the noise: the eagle3-adaptive server, unchanged,
 measured --noise-runs times at levels 1 and 16 (--noise-requests each, 16): the spread of output tok/s and p95
@@ -49,7 +49,7 @@ def import_this_checkout():
     os.makedirs(os.path.join(root, 'ansible_collections', 'gpuops'))
     os.symlink(REPO, os.path.join(root, 'ansible_collections', 'gpuops', 'sglang'))
     sys.path.insert(0, root)
-    from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark import run_benchmark
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain._serving_benchmark import run_benchmark
     return run_benchmark
 
 

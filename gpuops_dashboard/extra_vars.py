@@ -71,6 +71,7 @@ PINNED = {
     'sglang_run_dir': _ROOT_WRITES,
     'sglang_log_file': _ROOT_WRITES,
     'sglang_guard_dir': _ROOT_WRITES,
+    'sglang_cache_dir': _ROOT_WRITES + ' (and gives to the server user), whose code the server loads',
     'sglang_service_name': 'the unit and pid file the role writes and stops as root',
     'sglang_service_manager': 'how the server is run as root',
     'sglang_user': 'the user the server runs as on the GPU hosts (root by default)',

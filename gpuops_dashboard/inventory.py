@@ -7,7 +7,7 @@ defaults/main.yml. The servers are then asked directly over HTTP.
 
 The address asked is the one the role itself uses for a server (the collection's sglang_reachable_host
 filter: the inventory address when the server listens on every address, never 0.0.0.0), through the
-collection's bounded reader (module_utils/_http.py): no redirect followed, no proxy, one deadline and caps
+collection's bounded reader (module_utils/base/_http.py): no redirect followed, no proxy, one deadline and caps
 per request, JSON refused before it nests too deeply; the whole read of every host ends within READ_BOUND_S.
 One host's bad answer marks that host's card only.
 
@@ -33,7 +33,7 @@ import yaml
 from gpuops_dashboard import speculation
 from gpuops_dashboard.redeploy import REPO, ansible_environment, _inventory_path
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import HttpError, JsonError, fetch, parse_json
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import HttpError, JsonError, fetch, parse_json
 
 # What a dashboard shows of the running server's /server_info (the speculative settings and the cap).
 SERVER_INFO_KEYS = ('speculative_algorithm', 'speculative_num_steps', 'speculative_eagle_topk',

@@ -20,7 +20,7 @@ def escape(value):
 COLOURS = {step.phase: step.colour for step in STEPS}
 STATUS_COLOURS = {'redeployed': '#2d6a4f', 'unchanged': '#52606d', 'skipped': '#52606d', 'rolled_back': '#c0392b', 'failed': '#c0392b'}
 # The legend: the window's steps between the few around them that every run has.
-LEGEND = ('preflight', 'prepare', 'arm') + WINDOW_PHASES + ('confirm', 'rollback')
+LEGEND = ('preflight', 'prepare', 'prefetch', 'arm') + WINDOW_PHASES + ('confirm', 'rollback')
 
 WIDTH = 960
 LEFT = 90

@@ -15,7 +15,10 @@ for name in get_pip_24_2.py get_pip_25_2.py; do
   cp "$repo/tests/sanity/get_pip_offline.py" ~/.ansible/test/cache/$name
 done
 rm -rf "$dest" && mkdir -p "$dest"
-(cd "$repo" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$dest")
+# -c lists a tracked file deleted or moved away and not yet committed: only what the tree holds is copied.
+(cd "$repo" && git ls-files -co --exclude-standard -z \
+  | xargs -0 sh -c 'for f; do if [ -e "$f" ] || [ -L "$f" ]; then printf "%s\0" "$f"; fi; done' sh \
+  | xargs -0 cp --parents -t "$dest")
 cd "$dest"
 # The checkout around .cache would make ansible-test list its files, not these.
 git init -q .

@@ -23,8 +23,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
-from ansible_collections.gpuops.sglang.plugins.module_utils._fleet import unavailable_peers
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._fleet import unavailable_peers
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 
 

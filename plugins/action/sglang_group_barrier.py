@@ -11,6 +11,8 @@ for the message); and which nodes are still in the play's batch.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _groups, _steps
@@ -31,7 +33,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         group = args['group']

@@ -12,7 +12,7 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import read_json
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import read_json
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance, _report
 
 

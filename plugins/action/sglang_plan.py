@@ -53,6 +53,11 @@ def flag_settings(settings: Any, where: dict[str, Any], group: dict[str, Any] | 
         # Only when on: a server started with --enable-metrics in sglang_extra_args is not expected without it.
         'enable_metrics': True if (as_bool(settings['sglang_enable_metrics'])
                                    or as_float(settings['sglang_canary_bake']) > 0) else None,
+        # None (unset) leaves each out: SGLang's own default, and no check of it after the start.
+        'weight_loader_prefetch_checkpoints': settings['sglang_weight_loader_prefetch_checkpoints'],
+        'weight_loader_prefetch_num_threads': settings['sglang_weight_loader_prefetch_num_threads'],
+        # "" (the default: the argument spec's choices cannot hold null) is unset too.
+        'startup_weight_load_mode': settings['sglang_startup_weight_load_mode'] or None,
     }
 
 

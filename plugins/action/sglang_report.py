@@ -18,12 +18,13 @@ from __future__ import annotations
 import datetime
 import json
 import os
+from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import write_atomic
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _report, _steps
 
 STATS_KEY = 'sglang_redeploy'
@@ -54,7 +55,7 @@ ARGUMENT_SPEC = dict(
 )
 
 
-def write_report(folder, host, report):
+def write_report(folder: str, host: str, report: dict[str, Any]) -> list[str]:
     """report_files() in folder, each replaced atomically; their paths."""
     names = _report.report_files(host, report.get('status'))
     if not os.path.isdir(folder):
@@ -70,7 +71,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
         validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         folder, host = args['report_dir'], args['host']
@@ -97,7 +98,7 @@ class ActionModule(ActionBase):
                       ansible_stats={'data': {STATS_KEY: {host: report}}, 'aggregate': True, 'per_host': False})
         return result
 
-    def _group(self, args, task_vars):
+    def _group(self, args: dict[str, Any], task_vars: dict[str, Any]) -> dict[str, Any]:
         """This node's final report (O(report)) with its group's outcome, from every node's report (the fact
         REPORT_FACT, through hostvars)."""
         own = args['report']
@@ -111,7 +112,7 @@ class ActionModule(ActionBase):
              else self._templar.template((hostvars.get(name) or {}).get(REPORT_FACT)))
             for name in nodes])
 
-    def _build(self, args):
+    def _build(self, args: dict[str, Any]) -> dict[str, Any]:
         if args['settings'] is None:
             raise AnsibleActionFail('building the report takes the run\'s settings (settings)')
         run = _report.run_of(args['run'], bool(self._task.check_mode))

@@ -16,7 +16,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.text.converters import to_native
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import write_atomic
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _speculation
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 class ModuleDocFragment:
     """Where the server is: the options sglang_server, sglang_server_info and sglang_guard's O(server) share
-    (module_utils/_server.py SERVER_OPTIONS)."""
+    (module_utils/domain/_server.py SERVER_OPTIONS)."""
 
     DOCUMENTATION = r'''
 options:

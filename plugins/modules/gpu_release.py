@@ -344,8 +344,8 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
     fail,
     new_result,
@@ -353,7 +353,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
     require_positive,
     run_module,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import (
     NVIDIA_DAEMON_EXCLUDES,
     NVIDIA_DEVICE_GLOBS,
     DeviceError,
@@ -363,7 +363,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
     expand_devices,
     unreadable,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
     Termination,
     await_exit,
     compile_patterns,
@@ -371,8 +371,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
     planned_kills,
     signalled_summary,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, described, protected_pids
-from ansible_collections.gpuops.sglang.plugins.module_utils._release import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import LocalProcesses, described, protected_pids
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._release import (
     MemoryReader,
     NvmlUnavailable,
     Timeline,

@@ -208,10 +208,10 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, require_positive, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils._pct import ContainerProcesses, PctCommand, parse_status
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._pct import ContainerProcesses, PctCommand, parse_status
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
     DEFAULT_SGLANG_PATTERNS,
     ProcessRecord,
     ProcessSourceError,

@@ -215,11 +215,11 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, require_positive, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVER_OPTIONS, Server, ServerError
-from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark import run_benchmark
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import SERVER_OPTIONS, Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._serving_benchmark import run_benchmark
 
 ARGUMENT_SPEC = dict(
     SERVER_OPTIONS,

@@ -105,8 +105,8 @@ from typing import Any, Callable
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
-from ansible_collections.gpuops.sglang.plugins.module_utils._live_metrics import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import GUARD_OPTION, LeaseError, Renewer
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._live_metrics import (
     LiveMetricsError, difference, jsonable, scrape)
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, require_positive, run_module
 

@@ -102,7 +102,7 @@ options:
   server:
     description:
       - How to stop and start the server, as the M(gpuops.sglang.sglang_server) options of the same names (one
-        spec, module_utils/_server.py C(SERVER_OPTIONS)); needed to arm.
+        spec, module_utils/domain/_server.py C(SERVER_OPTIONS)); needed to arm.
       - V(url="") is a rank above 0 of a server spanning several hosts, which serves no HTTP; its restore
         counts it as started once its process has stayed up for a second.
       - V(service_name) must be a plain name (letters, digits, C(_ . @ -), not C(.) or C(..)), since the watcher's unit
@@ -470,13 +470,13 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import (
     Guard, GuardError, PACKAGE, pending_message, service_name_problem,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import arm_problem
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import arm_problem
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVER_OPTIONS
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import SERVER_OPTIONS
 
 SERVER_KEYS = ('manager', 'service_name', 'launch_file', 'pidfile', 'log_file', 'url', 'term_timeout', 'user', 'group')
 # The server as the guard records it: sglang_server's own options (one spec).

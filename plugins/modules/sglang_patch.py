@@ -183,8 +183,8 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandResult, CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandResult, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
     fail,
     new_result,
@@ -192,7 +192,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
     require_positive,
     run_module,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._patching import (
     DiffError, Journal, LockTimeout, PackageLock, PatchCommand, PatchTransaction, confine, diff_bytes, diff_text,
     discover_site_packages, is_utf8, parse_targets, read_dist_version, remove_stamp, restore_final_newline,
     sha256_bytes, stray_temp_files, write_stamp,

@@ -171,7 +171,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils._router import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._router import (
     Router, RouterError, UnmatchedWorker, addresses_of, entry_for, in_router, match_worker, normalize_url, ready,
 )
 

@@ -322,12 +322,12 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import mode_and_owner, read_bytes, write_atomic
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import GUARD_OPTION, LeaseError, Renewer
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import mode_and_owner, read_bytes, write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import compile_patterns
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import compile_patterns
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import (
     COMMAND_TIMEOUT, SERVER_OPTIONS, Server, ServerError,
 )
 

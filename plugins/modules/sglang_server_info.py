@@ -389,12 +389,12 @@ from typing import Any, Callable
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import distrust, read_bytes
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
-from ansible_collections.gpuops.sglang.plugins.module_utils._identity import UnknownIdentity, folder_problems, identity
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import distrust, read_bytes
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._identity import UnknownIdentity, folder_problems, identity
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import new_result, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._patching import (
     adaptive_tiers_supported,
     diff_bytes,
     discover_site_packages,
@@ -402,7 +402,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._patching import (
     read_stamp,
     sha256_bytes,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import SERVER_OPTIONS, Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import SERVER_OPTIONS, Server, ServerError
 
 ARGUMENT_SPEC = dict(
     SERVER_OPTIONS,

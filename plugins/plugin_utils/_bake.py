@@ -5,7 +5,7 @@
 same router, over the same window), as automated canary analysis does it (Kayenta: the canary against a baseline
 of the same window, a rank test per metric with an effect-size tolerance, a minimum of samples).
 
-Inputs are what module_utils/_live_metrics.difference gives for each side: counters ``requests``, ``aborted``,
+Inputs are what module_utils/domain/_live_metrics.difference gives for each side: counters ``requests``, ``aborted``,
 ``tokens`` and histograms ``ttft``, ``itl``, ``e2e`` (``{'bounds', 'counts', 'sum'}``, +Inf last, as a number or
 the string "+Inf"; ``sum`` may be None). Several baseline servers are merged (their counts and sums added) before
 the comparison.

@@ -13,6 +13,7 @@ the no-op included).
 from __future__ import annotations
 
 import json
+import posixpath
 
 import jinja2
 from typing import Any
@@ -42,6 +43,8 @@ def paths(settings: Any) -> dict[str, Any]:
         'guard_dir': '%s/%s' % (settings['sglang_guard_dir'], service),
         'base_url': 'http://%s:%s' % (settings['sglang_host'], as_text(settings['sglang_port'])),
         'folders': role_folders(settings),
+        # What sglang_prefetch makes (the server user's, 0700) or refuses before anything stops.
+        'cache_folders': sorted(set(cache_environment(settings).values())),
     }
 
 
@@ -55,6 +58,31 @@ def secret_labels(settings: dict[str, Any]) -> list[Any]:
     a secret environment. A dry run shows no diff of them (the unit and the flags carry no secret)."""
     return ((['launch configuration'] if settings['sglang_secret_environment'] else [])
             + (['API keys'] if keyed(settings) else []))
+
+
+# The compile caches kept across restarts (issue 45): (tool, the variables that name its folder). Left alone,
+# TorchInductor's lies under /tmp (torchinductor_USER), which a reboot or a unit with PrivateTmp empties, and the
+# others under the server user's home. SGLang sets DG_JIT_CACHE_DIR from SGLANG_DG_CACHE_DIR when it loads DeepGEMM
+# (0.5.12.post1 and 0.5.23), so DeepGEMM's folder is named by both. FLASHINFER_WORKSPACE_BASE is the folder FlashInfer
+# keeps its JIT cache under (in .cache/flashinfer).
+CACHES = (
+    ('triton', ('TRITON_CACHE_DIR',)),
+    ('torchinductor', ('TORCHINDUCTOR_CACHE_DIR',)),
+    ('flashinfer', ('FLASHINFER_WORKSPACE_BASE',)),
+    ('deep_gemm', ('SGLANG_DG_CACHE_DIR', 'DG_JIT_CACHE_DIR')),
+)
+
+
+def cache_environment(settings: dict[str, Any]) -> dict[str, str]:
+    """The cache variables the launch sets: each tool's folder sglang_cache_dir/SERVICE/TOOL, but for a tool whose
+    variables the operator named any of (sglang_environment, sglang_secret_environment: theirs is kept, and one of
+    DeepGEMM's two alone is not overridden through the other); none when sglang_cache_dir is ""."""
+    root = as_text(settings['sglang_cache_dir'])
+    if not root:
+        return {}
+    named = set(settings['sglang_environment']) | set(settings['sglang_secret_environment'])
+    folder = posixpath.join(posixpath.normpath(root), as_text(settings['sglang_service_name']))
+    return {name: posixpath.join(folder, tool) for tool, names in CACHES if not named & set(names) for name in names}
 
 
 def dynamic_environment(settings: dict[str, Any]) -> dict[str, str]:
@@ -78,7 +106,8 @@ def render(template_text: str, variables: dict[str, Any]) -> str:
 
 def launch(settings: dict[str, Any], args: list[Any]) -> dict[str, Any]:
     """What launcher.py reads: interpreter, module, argv and environment (the secret one included)."""
-    environment = dict(settings['sglang_environment'])
+    environment = cache_environment(settings)
+    environment.update(settings['sglang_environment'])
     environment.update(dynamic_environment(settings))
     environment.update(settings['sglang_secret_environment'])
     return {'python': settings['sglang_python'], 'module': settings['sglang_launch_module'], 'args': args,

@@ -46,6 +46,13 @@ FLAGS = (
     ('adaptive_config_path', '--speculative-adaptive-config', None, 'str', 'adaptive'),
     # The API keys, in a file: as arguments they would be readable by every local user in /proc/PID/cmdline.
     ('config_file', '--config', None, 'str', None),
+    # SGLang's own loading options (issue 45), None (the role's default) leaving the flag and its check out.
+    # 0.5.12.post1 and 0.5.23 have the first two; --startup-weight-load-mode is 0.5.23's (an older parser exits 2).
+    ('weight_loader_prefetch_checkpoints', '--weight-loader-prefetch-checkpoints', 'weight_loader_prefetch_checkpoints',
+     'bool', None),
+    ('weight_loader_prefetch_num_threads', '--weight-loader-prefetch-num-threads', 'weight_loader_prefetch_num_threads',
+     'int', None),
+    ('startup_weight_load_mode', '--startup-weight-load-mode', 'startup_weight_load_mode', 'str', None),
 )
 
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The performance gate's verdict: the new server's serving benchmark against the old one's, per level.
 
-A benchmark is what M(gpuops.sglang.sglang_benchmark) returns (module_utils/_serving_benchmark.py): one
+A benchmark is what M(gpuops.sglang.sglang_benchmark) returns (module_utils/domain/_serving_benchmark.py): one
 entry per concurrency level with output tokens per second, p95 time to first token and inter-token
 latency, errors and whether it ran out of time. The candidate fails a level when its output tok/s drops
 below the baseline's by more than the throughput tolerance, its p95 inter-token latency rises above the

@@ -15,6 +15,7 @@ word.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _performance
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_text
@@ -28,7 +29,7 @@ SPLIT = 'split'
 RESULTS = run_keys()
 
 
-def report_files(host, status):
+def report_files(host: str, status: str | None) -> list[str]:
     """The report's file names: HOST.json, and HOST.last-redeploy.json after a redeploy (what the performance
     gate's stored baseline reads)."""
     names = [host_file(host, 'report')]
@@ -37,12 +38,12 @@ def report_files(host, status):
     return names
 
 
-def last_redeploy_file(host):
+def last_redeploy_file(host: str) -> str:
     """The report of the host's last redeploy, kept until the next one (the performance gate's stored baseline)."""
     return host_file(host, 'last_redeploy')
 
 
-def run_of(results, check_mode):
+def run_of(results: dict[str, Any], check_mode: bool) -> dict[str, Any]:
     """The run as report() reads it, from the step results by their names in RESULTS (`group`: the plan's): a node of
     a server group was decided with its group, whose reasons name the node they come from."""
     run = {key: results.get(key) for key in RESULTS}
@@ -57,25 +58,25 @@ def run_of(results, check_mode):
     return run
 
 
-def kill_lines(killed):
+def kill_lines(killed: list[dict[str, Any]] | None) -> list[str]:
     """One line per process a kill step ended: its command line and the last signal it got."""
     return ['%s <- SIG%s' % (entry.get('cmdline', '?'), entry.get('signal', '?')) for entry in killed or []]
 
 
-def _get(run, name):
+def _get(run: dict[str, Any], name: str) -> dict[str, Any]:
     return run.get(name) or {}
 
 
-def _span(end, start):
+def _span(end: float | str, start: float | str) -> float:
     return round(float(end) - float(start), 2)
 
 
-def _changed_ok(result):
+def _changed_ok(result: dict[str, Any] | None) -> bool:
     """Ansible's `is succeeded and is changed` of a registered result; False for a step that never ran."""
     return result is not None and not result.get('failed', False) and bool(result.get('changed', False))
 
 
-def rolled(run):
+def rolled(run: dict[str, Any]) -> dict[str, Any] | None:
     """What the guard did for this run's rollback (the deadline may have fired it before the rescue asked)."""
     rollback = _get(run, 'rollback')
     if rollback.get('fired') is not None:
@@ -86,7 +87,7 @@ def rolled(run):
     return None
 
 
-def stop_phase(run):
+def stop_phase(run: dict[str, Any]) -> float | None:
     """From SIGTERM until the step after the stop saw the server gone (the stop itself does not wait); null
     when no step saw that (a failure before, or a server that survived), never the 0.02 s the stop took to
     send SIGTERM."""
@@ -98,7 +99,7 @@ def stop_phase(run):
     return None if stop.get('stopping') else stop.get('stop_elapsed')
 
 
-def phases(run):
+def phases(run: dict[str, Any]) -> dict[str, float | None]:
     """Seconds of each step the host measures itself (the step table's reported ones), by its phase."""
     start = _get(run, 'start')
     measured = {
@@ -110,7 +111,7 @@ def phases(run):
     return {phase: measured[phase] for phase in REPORTED_PHASES}
 
 
-def patch_outcome(run, patch_file):
+def patch_outcome(run: dict[str, Any], patch_file: str | None) -> str:
     patch = _get(run, 'patch_state')
     if not patch_file:
         return 'none'
@@ -121,7 +122,7 @@ def patch_outcome(run, patch_file):
     return 'not applied'
 
 
-def router_block(run, router_url):
+def router_block(run: dict[str, Any], router_url: str | None) -> dict[str, Any]:
     before, removed, readmitted = _get(run, 'router_before'), run.get('router_out'), run.get('router_in')
     restore = rolled(run)
     if restore is not None and restore.get('router_readmitted') is not None:
@@ -144,7 +145,7 @@ def router_block(run, router_url):
     }
 
 
-def performance(run, settings):
+def performance(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """The gate's verdict (sglang_performance's block), or why this run has none: same keys every run."""
     judged = _get(run, 'performance').get('performance')
     if judged is not None:
@@ -160,7 +161,7 @@ def performance(run, settings):
     return _performance.unjudged(as_bool(settings.get('perf_gate')), why)
 
 
-def base(run, settings):
+def base(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """The keys every report has; outcome() fills in status, healthy, reason, downtime_s (and rollback)."""
     released, patch = _get(run, 'gpu_release'), _get(run, 'patch_state')
     gpus_before = released.get('gpus_before', _get(run, 'gpu_probe').get('gpus_before', []))
@@ -179,6 +180,7 @@ def base(run, settings):
         'takeover': _get(run, 'takeover').get('fired'), 'performance': performance(run, settings),
         # The canary bake's verdict (sglang_canary_verdict's `bake`); null where no bake ran.
         'bake': _get(run, 'bake').get('bake'),
+        'prefetch': prefetch_block(run),
         'group': group_block(run.get('group')),
         'verified_settings': None,
         # Who reads the dynamic speculation variable in env mode (patch, installed); null when env mode is off.
@@ -188,7 +190,27 @@ def base(run, settings):
     return whole
 
 
-def dry_run_block(run):
+# What the report keeps of sglang_prefetch's result: the figures, not the file list.
+PREFETCH_KEYS = ('bytes', 'read_bytes', 'would_read_bytes', 'resident_before_pct', 'resident_after_pct', 'seconds',
+                 'stopped_early', 'why', 'reserve_mib', 'mem_available_mib_before', 'mem_available_mib_after',
+                 'cache_files')
+
+
+def prefetch_block(run: dict) -> dict | None:
+    """What the prefetch read into the page cache before the window (in check mode, what it would read): its
+    figures, the number of files and the paths it skipped with why, the compile caches' files found and folders
+    made; null where it did not run (nothing to redeploy, a refusal before it). With the prefetch off it reads
+    nothing (files 0) and still checks the cache folders."""
+    prefetch = _get(run, 'prefetch')
+    if 'files' not in prefetch:
+        return None
+    block = {key: prefetch.get(key) for key in PREFETCH_KEYS}
+    block.update(files=len(prefetch['files']), skipped=prefetch.get('skipped_paths') or [],
+                 cache_folders_made=[entry['path'] for entry in prefetch.get('cache_folders') or [] if entry['made']])
+    return block
+
+
+def dry_run_block(run: dict[str, Any]) -> dict[str, Any]:
     """What a check run's dry run found: would_kill ({stop, kill, gpu_release}: [{pid, user, cmdline,
     gpus}]), flag_changes ([{flag, live, wanted}]) and deadline ({deadline_s, idle_s}, the guard's); each null where
     no dry run ran (a real run, or a check run that would change nothing)."""
@@ -196,7 +218,7 @@ def dry_run_block(run):
     return {key: dry_run.get(key) for key in ('would_kill', 'flag_changes', 'deadline')}
 
 
-def group_block(group):
+def group_block(group: dict[str, Any] | None) -> dict[str, Any] | None:
     """A node's group as its report names it (null for a single-node server); the group's outcome is known
     only once every node has its report (group_outcome), null until then."""
     if not group:
@@ -205,7 +227,7 @@ def group_block(group):
             'failed_nodes': None}
 
 
-def group_outcome(node_reports):
+def group_outcome(node_reports: list[tuple[str, dict[str, Any] | None]]) -> dict[str, Any]:
     """{outcome, failed_nodes} of a group from its nodes' reports ([(node, report or None)] in rank order):
     the status the nodes share, or "split" when they ended differently; a node without a report (the run lost
     it) counts as failed, as its server is not known to serve."""
@@ -214,7 +236,7 @@ def group_outcome(node_reports):
     return {'outcome': statuses[0] if len(set(statuses)) == 1 else SPLIT, 'failed_nodes': failed}
 
 
-def with_group_outcome(own, node_reports):
+def with_group_outcome(own: dict[str, Any], node_reports: list[tuple[str, dict[str, Any] | None]]) -> dict[str, Any]:
     """This node's report with its group's outcome filled in (a single-node server's report as it is)."""
     if own.get('group') is None:
         return own
@@ -223,14 +245,14 @@ def with_group_outcome(own, node_reports):
     return whole
 
 
-def _drain_note(run):
+def _drain_note(run: dict[str, Any]) -> str:
     drain = _get(run, 'stop').get('drain')
     if drain is not None and not drain.get('idle'):
         return '; stopped with requests possibly in flight: ' + as_text(drain.get('why'))
     return ''
 
 
-def _router_note(run, restore):
+def _router_note(run: dict[str, Any], restore: dict[str, Any] | None) -> str:
     if not _get(run, 'router_before').get('member_before') or restore is None:
         return ''
     if restore.get('router_readmitted'):
@@ -238,7 +260,7 @@ def _router_note(run, restore):
     return '; NOT back in the router (%s)' % (restore.get('router_problem') or 'the guard did not say why')
 
 
-def _finished(run):
+def _finished(run: dict[str, Any]) -> dict[str, Any]:
     """No failure: unchanged, redeployed, or (check mode) what would be redeployed."""
     needed, reasons = bool(run.get('redeploy_needed')), '; '.join(run.get('reasons') or [])
     stop, started = _get(run, 'stop'), _get(run, 'start')
@@ -254,7 +276,7 @@ def _finished(run):
             'reason': reason, 'downtime_s': downtime}
 
 
-def _rolled_back(run):
+def _rolled_back(run: dict[str, Any]) -> dict[str, Any]:
     restore = rolled(run)
     guard = restore or {}
     healthy = bool(guard.get('healthy', False))
@@ -266,7 +288,7 @@ def _rolled_back(run):
             'downtime_s': guard.get('downtime_s'), 'rollback': restore}
 
 
-def outcome(run, settings):
+def outcome(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """status, healthy, reason and downtime_s: skipped, finished, failed before the window, or rolled back."""
     if run.get('skip_reason'):
         return {'status': 'skipped', 'healthy': None, 'reason': run['skip_reason'], 'downtime_s': 0}
@@ -282,7 +304,7 @@ def outcome(run, settings):
     return _rolled_back(run)
 
 
-def _guard_acts(settings):
+def _guard_acts(settings: dict[str, Any]) -> str:
     """When the guard acts after the run is gone, in the report's words."""
     if settings.get('rollback_idle'):
         return ('%s s after its last renewal (sglang_rollback_idle), at the latest %s s after the window opened'
@@ -290,7 +312,7 @@ def _guard_acts(settings):
     return '%s s after the window opened' % as_text(settings['rollback_deadline'])
 
 
-def verified_settings(run, settings, ended):
+def verified_settings(run: dict[str, Any], settings: dict[str, Any], ended: dict[str, Any]) -> dict[str, Any] | None:
     """{server_info, environment}: what the run saw the server report on the host, or None where it saw nothing.
 
     `settings` server_info and environment are the plan's expected values; a healthy server on which this run
@@ -308,7 +330,7 @@ def verified_settings(run, settings, ended):
     return expected
 
 
-def report(run, settings):
+def report(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """The whole report: base() with outcome() over it."""
     whole = base(run, settings)
     whole.update(outcome(run, settings))
@@ -316,7 +338,7 @@ def report(run, settings):
     return whole
 
 
-def window_open(run, settings, opened_at, guard_dir):
+def window_open(run: dict[str, Any], settings: dict[str, Any], opened_at: str, guard_dir: str) -> dict[str, Any]:
     """What the report says while the window is open: a run cut off in it leaves this, not a stale success."""
     whole = base(run, settings)
     whole.update(status='failed', healthy=False, reason=(
@@ -326,7 +348,7 @@ def window_open(run, settings, opened_at, guard_dir):
     return whole
 
 
-def failure_note(task, result, limit=600):
+def failure_note(task: dict[str, Any] | None, result: dict[str, Any] | None, limit: int = 600) -> str:
     """`STEP: MESSAGE` for a rescue: the failed task's name and its msg on one line, the message cut to `limit`.
 
     Whitespace runs become one space and the cut is Jinja's truncate(limit) (5 characters of leeway, then at a

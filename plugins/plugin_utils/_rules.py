@@ -15,7 +15,7 @@ import posixpath
 import re
 from typing import Any
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import system_folder_refusal
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import system_folder_refusal
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _timing
 
@@ -134,6 +134,8 @@ def _timing_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
     return [
         ('sglang_health_poll_interval must be above 0 seconds (0.25 polls four times a second).',
          as_float(settings['sglang_health_poll_interval']) <= 0),
+        ('sglang_prefetch_timeout must be above 0 seconds (set sglang_prefetch false to turn the prefetch off).',
+         as_float(settings['sglang_prefetch_timeout']) <= 0),
         ('sglang_health_timeout and sglang_gpu_release_timeout must be above 0, sglang_term_timeout not negative.',
          as_float(settings['sglang_health_timeout']) <= 0 or as_float(settings['sglang_gpu_release_timeout']) <= 0
          or as_float(settings['sglang_term_timeout']) < 0),

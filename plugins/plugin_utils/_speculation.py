@@ -7,7 +7,7 @@ recommendation drawn from it. Pure functions; test_speculation.py.
 The tuner measures one server in several modes over the same concurrency levels: ``plain`` (no drafting),
 ``eagle3`` (EAGLE-3 with the configured draft steps, drafting at every batch size) and, when asked,
 ``eagle3_steps_K`` for other step counts. Each mode's benchmark gives per level ``output_tok_s``,
-``itl_p95_s`` and ``ttft_p95_s`` (module_utils/_serving_benchmark.py); a level cut off by its timeout has
+``itl_p95_s`` and ``ttft_p95_s`` (module_utils/domain/_serving_benchmark.py); a level cut off by its timeout has
 no figures.
 
 The recommendation:

@@ -58,6 +58,8 @@ STEPS: tuple[Step, ...] = (
     Step('prepare', 'prepare', '#7b8794', results=(
         ('gpu_probe', '_sglang_gpu_probe'), ('router_before', '_sglang_router_before'))),
     Step('slot', 'room in the fleet', '#cbd2d9', results=_own('slot')),
+    # While the old server serves, once this host will be redeployed: the new server's files into the page cache.
+    Step('prefetch', 'weights into the page cache', '#74b9ff', results=_own('prefetch'), when_needed=True),
     Step('arm', 'guard armed', '#6c5ce7', results=_own('arm')),
     Step('router_out', 'out of the router', '#fab1a0', results=_own('router_out')),
     # A baseline that cannot be read is no reason to keep the old server: the gate's verdict says so.

@@ -11,9 +11,10 @@ no arithmetic of their own. Pure functions over the role's settings; table-teste
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import MOST_DEADLINE_S, MOST_IDLE_S
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import MOST_DEADLINE_S, MOST_IDLE_S
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import COMMAND_TIMEOUT
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_int, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._performance import levels_to_measure
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._steps import PHASES
@@ -83,11 +84,13 @@ TIME_BOUNDS = {
                                      least_allowed=False),
     'sglang_tune_timeout': TimeBound(0, HOUR_S, 'one level of the speculation tuner, whose host is off its server for'
                                                 ' every level of every mode', least_allowed=False),
+    'sglang_prefetch_timeout': TimeBound(0, HOUR_S, 'an hour reads several TB from local NVMe; past it the window'
+                                                    ' reads the rest itself', least_allowed=False),
     'sglang_canary_bake': TimeBound(0, DAY_S, 'a day of live traffic shows every hour\'s load; 0 turns the bake off'),
     'sglang_rollback_idle': TimeBound(0, MOST_IDLE_S, 'how long a host stays down after its controller is gone'
                                                       ' (killed, cancelled, cut off) before it restores the previous'
                                                       ' server itself', least_allowed=False),
-    # The host refuses a guard beyond these two maxima too (module_utils/_lease.py holds the numbers).
+    # The host refuses a guard beyond these two maxima too (module_utils/domain/_lease.py holds the numbers).
     'sglang_rollback_deadline': TimeBound(0, MOST_DEADLINE_S, 'a day\'s bake, four hours of model load, seven'
                                                               ' benchmark levels of an hour, drain and stop fit in'
                                                               ' two days; a window the settings make longer, auto'
@@ -102,7 +105,7 @@ class CountBound:
     most: int
     why: str
 
-    def holds(self, entries) -> bool:
+    def holds(self, entries: list[Any] | None) -> bool:
         return len(entries or []) <= self.most
 
     def words(self) -> str:
@@ -119,16 +122,16 @@ COUNT_BOUNDS = {
 }
 
 
-def _router(settings):
+def _router(settings: dict[str, Any]) -> bool:
     return bool(as_text(settings['sglang_router_url']))
 
 
-def _stop_term(settings):
+def _stop_term(settings: dict[str, Any]) -> list[tuple[str, float]]:
     # The stop's SIGTERM wait, and the container kill's or the GPU release's wait for what is left.
     return [('2 x sglang_term_timeout', 2 * as_float(settings['sglang_term_timeout']))]
 
 
-def _router_term(settings):
+def _router_term(settings: dict[str, Any]) -> list[tuple[str, float]]:
     # The removal and the drain before the stop, the admission after the start.
     if not _router(settings):
         return []
@@ -136,7 +139,7 @@ def _router_term(settings):
              as_float(settings['sglang_drain_timeout']) + 2 * as_float(settings['sglang_router_timeout']))]
 
 
-def _benchmark_term(settings):
+def _benchmark_term(settings: dict[str, Any]) -> list[tuple[str, float]]:
     # The baseline and the candidate are benchmarked inside the window, each level within the timeout.
     if not as_bool(settings['sglang_perf_gate']):
         return []
@@ -158,25 +161,25 @@ STEP_TERMS = {
 }
 
 
-def window_terms(settings):
+def window_terms(settings: dict[str, Any]) -> list[tuple[str, float]]:
     """[(words, seconds)] of the outage window, in the step table's order: each step's STEP_TERMS (the stop's
     2 x term, the GPU release, the health wait; with a router its drain and 2 x its timeout, with the performance
     gate two benchmarks, and the canary's bake)."""
     return [term for phase in PHASES if phase in STEP_TERMS for term in STEP_TERMS[phase](settings)]
 
 
-def window_budget(settings):
+def window_budget(settings: dict[str, Any]) -> float:
     """How long the outage window may last: the sum of window_terms."""
     return sum(seconds for dummy, seconds in window_terms(settings))
 
 
-def _bake_term(settings):
+def _bake_term(settings: dict[str, Any]) -> tuple[str, float]:
     baselines = len(settings['sglang_fleet_hosts'] or []) - 1
     return ('sglang_canary_bake %s s and 2 /metrics readings of the canary and each of %d other fleet servers'
             % (as_text(settings['sglang_canary_bake']), max(baselines, 0)), bake_bound(settings, baselines))
 
 
-def bake_bound(settings, baselines=0):
+def bake_bound(settings: dict[str, Any], baselines: int = 0) -> float:
     """How long the canary's bake may take (0 without one): the hold and two /metrics readings of the canary and
     of each baseline server (at least one counted)."""
     seconds = as_float(settings['sglang_canary_bake'])
@@ -193,7 +196,7 @@ GPU_RELEASE_KILL_TIMEOUT = 10.0
 TUNE_STEPS_PER_MODE = 6
 
 
-def tune_budget(settings, modes):
+def tune_budget(settings: dict[str, Any], modes: list[Any]) -> float:
     """How long a speculation tuning run (playbooks/tune_speculation.yml) may keep the host off its previous
     server, the deadline of the guard armed before its first stop: for each mode every step's own bound (the stop:
     its command and SIGTERM's then SIGKILL's wait; the GPU release waiting for the stopping server: gpu_release's
@@ -212,14 +215,15 @@ def tune_budget(settings, modes):
     return budget
 
 
-def renewal_gap(controller):
+def renewal_gap(controller: dict[str, Any] | None) -> float:
     """The longest that may legitimately pass on the controller between two renewals of the guard's lease:
     an ssh connect with its retries (ControlPersist may have lapsed), then the next module built and sent."""
     controller = dict(CONTROLLER_DEFAULTS, **(controller or {}))
     return as_float(controller['connect_timeout']) * (1 + as_int(controller['retries'])) + CONTROLLER_SLACK_S
 
 
-def peer_terms(group, settings, perf_levels):
+def peer_terms(group: dict[str, Any] | None, settings: dict[str, Any],
+               perf_levels: list[Any]) -> dict[str, list[tuple[str, float]]]:
     """{armed, started}: [(words, seconds)] of peer_wait, in the order they add up ({armed: [], started: []} on
     rank 0 and on a single-node server)."""
     if group is None or group['rank'] == 0:
@@ -243,7 +247,7 @@ def peer_terms(group, settings, perf_levels):
     }
 
 
-def peer_wait(group, settings, perf_levels):
+def peer_wait(group: dict[str, Any] | None, settings: dict[str, Any], perf_levels: list[Any]) -> dict[str, float]:
     """{armed, started}: how long a rank > 0 waits, after each of those steps of its own, for what rank 0 alone
     does in lockstep meanwhile (the group play runs each step on every node before the next), which its lease
     must cover (`after`): after the arm, rank 0's removal from the router, its baseline benchmark and its drain
@@ -253,7 +257,7 @@ def peer_wait(group, settings, perf_levels):
     return {key: sum(seconds for dummy, seconds in terms) for key, terms in peer_terms(group, settings, perf_levels).items()}
 
 
-def step_bounds(settings, group, perf_levels):
+def step_bounds(settings: dict[str, Any], group: dict[str, Any] | None, perf_levels: list[Any]) -> dict[str, Any]:
     """What the role's steps are handed (sglang_plan's `timing`). `after` values are keyed by whether the run found
     the server in the router (`in_router`) or not (`out_of_router`): the router is read after the plan, and the
     role picks one without arithmetic.
@@ -295,7 +299,8 @@ BOUND_WORDS = {
 }
 
 
-def long_bounds(settings, group, perf_levels):
+def long_bounds(settings: dict[str, Any], group: dict[str, Any] | None,
+                perf_levels: list[Any]) -> list[tuple[str, float, list[tuple[str, float]]]]:
     """[(name, seconds, terms)]: every value of step_bounds longer than a guard may keep a host off its previous
     server (MOST_DEADLINE_S, the host refuses it too), NaN included, with the terms that add up to it
     ([(words, seconds)], longest first; [] for a value that is one variable's own). The deadline is left to the
@@ -314,7 +319,7 @@ def long_bounds(settings, group, perf_levels):
     return found
 
 
-def deadline(settings):
+def deadline(settings: dict[str, Any]) -> float:
     """The guard's deadline in seconds: sglang_rollback_deadline, or with `auto` the window's budget."""
     if is_auto(settings['sglang_rollback_deadline']):
         return window_budget(settings)
@@ -322,5 +327,5 @@ def deadline(settings):
     return as_float(settings['sglang_rollback_deadline'])
 
 
-def is_auto(value):
+def is_auto(value: Any) -> bool:
     return as_text(value).strip().lower() == 'auto'

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import read_proc_record
 from helpers.ansible_run import REPO
 
 SIMULATORS = os.path.join(REPO, 'lab', 'simulators')

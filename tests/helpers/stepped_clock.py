@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import HostClock
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import HostClock
 
 WALL_AT_BOOT = 1.7e9  # the wall clock's reading when the boot clock reads 0: any date, far from the boot clock's
 

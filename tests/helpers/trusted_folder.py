@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import distrust
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import distrust
 
 BASES = ('/run', '/var/lib', '/root')
 

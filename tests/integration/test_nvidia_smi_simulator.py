@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import read_proc_record
 from helpers.simulated import SimulatedGpuHost
 
 SCHEDULER_MIB = 20610

@@ -230,7 +230,7 @@ def crash_mid_commit(site, diff):
     script = r'''
 import os, signal, sys
 sys.path.insert(0, sys.argv[3])
-from ansible_collections.gpuops.sglang.plugins.module_utils import _patching as patching
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _patching as patching
 site, diff_path = sys.argv[1], sys.argv[2]
 data = open(diff_path, 'rb').read()
 targets = patching.parse_targets(patching.diff_text(data), 1)

@@ -107,6 +107,6 @@ def test_the_patched_release_reads_one_flat_list_and_keeps_drafting_at_any_batch
 
 @pytest.mark.parametrize('fixture, expected', [('native_sglang', True), ('pristine_sglang', False)])
 def test_the_modules_tier_check_agrees_with_the_release_s_parser(request, fixture, expected):
-    from ansible_collections.gpuops.sglang.plugins.module_utils._patching import adaptive_tiers_supported
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain._patching import adaptive_tiers_supported
     _, site = request.getfixturevalue(fixture)
     assert adaptive_tiers_supported(site) is expected

@@ -1,6 +1,6 @@
 """The serving benchmark against the lab's stand-in run as a real process on loopback, and the stand-in's model.
 
-The benchmark (plugins/module_utils/_serving_benchmark.py) streams SGLang's /generate from the stand-in:
+The benchmark (plugins/module_utils/domain/_serving_benchmark.py) streams SGLang's /generate from the stand-in:
 the chunks it parses, the tokens it counts, the errors a refusing server gives, the time bound while the
 generate gate holds every request. The model's shape is checked through its deterministic parts (the draft
 steps and acceptance length the stand-in reports per batch size, the tokens it streams), never through
@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark import run_benchmark
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._serving_benchmark import run_benchmark
 from helpers.ansible_run import REPO, run_task
 from helpers.simulated import free_port, wait_for
 from helpers.standin import write_standin_module

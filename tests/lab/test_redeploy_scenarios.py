@@ -4,6 +4,7 @@ Each test leaves the lab as the baseline left it (patched, dynamic speculation o
 """
 import json
 import os
+import subprocess
 import urllib.error
 import urllib.request
 
@@ -74,17 +75,50 @@ def test_the_container_kill_runs_in_the_window_only_for_strays_beside_the_server
         assert orphans() == []
 
 
+def test_the_model_files_are_read_into_the_page_cache_before_the_window_and_a_reserve_stops_the_read(lab, redeploy):
+    # Cold, as on a machine whose old server read its weights days ago (lab/lab drop-cache: fadvise DONTNEED).
+    subprocess.run([lab_instance.LAB, 'drop-cache', 'gpu1'], check=True, stdout=subprocess.DEVNULL)
+    run = redeploy({'sglang_force_restart': True}, name='prefetch', limit='gpu1')
+    assert run.rc == 0, run.stdout[-3000:]
+    prefetch = last_report('gpu1')['prefetch']
+    # The lab's model folders: the weight shards and config.json, the draft's .bin and config.json.
+    assert prefetch['files'] >= 4 and prefetch['bytes'] > 0 and prefetch['skipped'] == []
+    assert prefetch['resident_before_pct'] < 50 and prefetch['resident_after_pct'] == 100.0
+    assert prefetch['read_bytes'] > 0 and prefetch['stopped_early'] is False and prefetch['why'] is None
+    # The compile caches' folders: the server user's own (root's on the lab), 0700, and kept across restarts.
+    caches = ['/var/cache/sglang/sglang/' + tool for tool in ('deep_gemm', 'flashinfer', 'torchinductor', 'triton')]
+    assert lab['gpu1'].exec_('stat', '-c', '%U %a %F', *caches).split('\n')[:4] == ['root 700 directory'] * 4
+    lab['gpu1'].exec_('touch', caches[3] + '/kept')
+    # A reserve the machine cannot spare: nothing is read, the report says why, the redeploy goes on.
+    subprocess.run([lab_instance.LAB, 'drop-cache', 'gpu1'], check=True, stdout=subprocess.DEVNULL)
+    spared = redeploy({'sglang_force_restart': True, 'sglang_prefetch_reserve_mib': 10 ** 9}, name='reserve',
+                      limit='gpu1')
+    assert spared.rc == 0, spared.stdout[-3000:]
+    written = last_report('gpu1')
+    assert written['status'] == 'redeployed' and written['healthy'] is True
+    prefetch = written['prefetch']
+    assert prefetch['stopped_early'] is True and prefetch['read_bytes'] == 0 and 'reserve' in prefetch['why']
+    assert prefetch['reserve_mib'] == 10 ** 9 and prefetch['mem_available_mib_before'] < 10 ** 9
+    assert prefetch['cache_files'] >= 1 and prefetch['cache_folders_made'] == []
+    assert lab['gpu1'].exec_('ls', caches[3]).split() == ['kept']
+    assert lab['gpu1'].server_info()['environment']['SGLANG_DG_CACHE_DIR'] == caches[0]
+
+
 def test_changed_flags_restart_the_server_and_show_in_server_info(lab, redeploy):
     pids = dict((name, lab[name].server_pid()) for name in GPU_HOSTS)
-    run = redeploy({'sglang_max_running_requests': 96, 'sglang_dynamic_spec_batch_size_threshold': 16}, name='flags')
+    run = redeploy({'sglang_max_running_requests': 96, 'sglang_dynamic_spec_batch_size_threshold': 16,
+                    'sglang_startup_weight_load_mode': 'overlap', 'sglang_weight_loader_prefetch_checkpoints': True},
+                   name='flags')
     assert run.rc == 0, run.stdout[-3000:]
     for name in GPU_HOSTS:
         info = lab[name].server_info()
         assert info['max_running_requests'] == 96
+        assert info['startup_weight_load_mode'] == 'overlap' and info['weight_loader_prefetch_checkpoints'] is True
         assert info['environment']['SGLANG_DYNAMIC_SPEC_DISABLE_BATCH_SIZE'] == '16'
         assert lab[name].server_pid() != pids[name]
     back = redeploy(name='flags-back')
     assert back.rc == 0 and lab['gpu1'].server_info()['max_running_requests'] == 64
+    assert lab['gpu1'].server_info()['startup_weight_load_mode'] == 'serial'
 
 
 def test_patch_that_does_not_apply_stops_in_preflight_with_the_old_server_serving(lab, redeploy, tmp_path):

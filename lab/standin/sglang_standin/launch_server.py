@@ -135,6 +135,10 @@ def build_parser():
     add('--api-key')
     add('--admin-api-key')
     add('--enable-metrics', action='store_true')
+    # SGLang's loading options (0.5.23's parser: its defaults, reported in /server_info): accepted, loading unchanged.
+    add('--weight-loader-prefetch-checkpoints', action='store_true')
+    add('--weight-loader-prefetch-num-threads', type=int, default=4)
+    add('--startup-weight-load-mode', choices=['serial', 'overlap'], default='serial')
     add('--config')
     ranks.add_flags(parser)
     return parser

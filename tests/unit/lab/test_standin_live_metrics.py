@@ -1,9 +1,9 @@
 """The stand-in's live /metrics (lab/standin/sglang_standin/live_metrics.py), read back by the collection's reader
-(plugins/module_utils/_live_metrics.py): what one exports the other reads, as SGLang's names and buckets."""
+(plugins/module_utils/domain/_live_metrics.py): what one exports the other reads, as SGLang's names and buckets."""
 import os
 import sys
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _live_metrics
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _live_metrics
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', '..', 'lab', 'standin'))
 from sglang_standin import decode, live_metrics  # noqa: E402  (the stand-in is not an installed package)

@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
 
 
 class FakeModule(object):
@@ -79,7 +79,7 @@ def test_as_runner_gives_the_stdlib_helpers_rc_and_output_under_the_same_deadlin
             calls.append(argv)
             return 3, 'out', 'err'
 
-    from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandRunner
+    from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandRunner
     commands = CommandRunner(Module(), 30)
     assert commands.as_runner()(['systemctl', 'show', 'sglang'], 7) == (3, 'out', 'err')
     assert calls == [['/usr/bin/timeout', '--kill-after=5', '7s', 'systemctl', 'show', 'sglang']]

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _files as files
+from ansible_collections.gpuops.sglang.plugins.module_utils.base import _files as files
 
 
 def test_an_atomic_write_replaces_the_bytes_with_the_mode_asked_and_leaves_no_temp_file(tmp_path):

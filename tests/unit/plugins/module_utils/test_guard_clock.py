@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _lease
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import WATCH_INTERVAL, Guard, _watch_and_restore
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _lease
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import WATCH_INTERVAL, Guard, _watch_and_restore
 from helpers.stepped_clock import SteppedClock, WaitedTooLong
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture)
 

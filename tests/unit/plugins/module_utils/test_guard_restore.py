@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import (
     BoundedStep, Guard, GuardError, RestoreSteps, process_uids, user_name)
 
 
@@ -86,9 +86,9 @@ import json  # noqa: E402
 import os  # noqa: E402
 import stat  # noqa: E402
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _lease  # noqa: E402
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError  # noqa: E402
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import WATCH_INTERVAL, watch  # noqa: E402
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _lease  # noqa: E402
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError  # noqa: E402
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import WATCH_INTERVAL, watch  # noqa: E402
 from helpers.stepped_clock import WALL_AT_BOOT, SteppedClock  # noqa: E402
 from helpers.trusted_folder import trusted_dir  # noqa: E402,F401  (the fixture)
 
@@ -152,7 +152,7 @@ def test_no_step_of_the_run_renews_confirms_or_arms_while_the_watcher_restores(t
 def test_a_renewal_that_waits_for_the_lock_of_a_restore_is_refused(trusted_dir):
     armed_state(trusted_dir, trusted_dir / 'live.conf')
     # The lock held, no mark yet: the instant between the restore taking the lock and marking state.json.
-    from ansible_collections.gpuops.sglang.plugins.module_utils._files import FileLock
+    from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import FileLock
     with FileLock(str(trusted_dir / 'lock'), 1):
         with pytest.raises(_lease.LeaseError, match='held by another actor'):
             _lease.renew(str(trusted_dir), 'run1', 'sglang_patch', lock_timeout=0.2)
@@ -262,7 +262,7 @@ def test_a_state_that_stays_unreadable_past_the_deadline_is_given_up_on(wall_ste
 
 
 def test_only_a_missing_state_file_reads_as_none(tmp_path):
-    from ansible_collections.gpuops.sglang.plugins.module_utils._files import read_json_trusted
+    from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import read_json_trusted
     (tmp_path / 'a-file').write_text('')
     assert read_json_trusted(str(tmp_path / 'absent.json')) is None
     with pytest.raises(OSError) as raised:

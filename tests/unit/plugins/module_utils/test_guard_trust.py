@@ -10,9 +10,9 @@ import stat
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import (
     UntrustedPath, distrust, make_private_folder, read_json_trusted)
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import Guard, GuardError
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture)
 
 NOBODY = 65534
@@ -140,7 +140,7 @@ def test_every_guard_action_refuses_an_untrusted_folder_before_reading_it(truste
 @pytest.mark.parametrize('folder', ['/', '/var/lib', '/etc', '/tmp', '/var/lib/gpuops-sglang/..', '//usr/local/',
                                     '/proc/1', '/sys/fs/cgroup'])
 def test_a_system_folder_is_never_the_guard_folder_and_is_never_made_private(monkeypatch, folder):
-    from ansible_collections.gpuops.sglang.plugins.module_utils import _guard
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _guard
 
     def made(path, mode=0o700):
         raise AssertionError('make_private_folder(%s) ran on a system folder' % path)
@@ -156,7 +156,7 @@ def test_a_system_folder_is_never_the_guard_folder_and_is_never_made_private(mon
     ('.', True), ('..', True), ('../etc', True), ('a/b', True), ('', True), ('a b', True), (None, True),
 ])
 def test_only_a_plain_service_name_names_a_guard(trusted_dir, name, refused):
-    from ansible_collections.gpuops.sglang.plugins.module_utils._guard import service_name_problem
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import service_name_problem
     assert bool(service_name_problem(name)) == refused
     if refused:
         guard = Guard(str(trusted_dir / 'guard'))

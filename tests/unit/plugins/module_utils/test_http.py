@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import (
     NO_ANSWER, HttpError, HttpProtocolError, HttpTimeout, HttpTooLarge, JsonError, bearer, fetch, http_get, http_request,
     json_depth_exceeds, open_response, parse_json)
 from helpers.hostile_http import (  # noqa: F401  (hostile_http: the fixture)

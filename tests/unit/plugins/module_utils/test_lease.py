@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _lease
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _lease
 
 from helpers.stepped_clock import WALL_AT_BOOT, SteppedClock
 

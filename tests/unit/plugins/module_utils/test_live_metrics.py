@@ -5,7 +5,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _live_metrics
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _live_metrics
 
 SCRAPE = '''# HELP sglang:num_requests_total Number of requests processed.
 # TYPE sglang:num_requests_total counter

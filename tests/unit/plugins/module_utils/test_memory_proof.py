@@ -1,9 +1,9 @@
 """The one "GPU memory is free" proof (_nvidia.FreeMemoryProof), as gpu_release and the guard both use it."""
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard, GuardError
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import FreeMemoryProof, GpuReader
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import Guard, GuardError
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import FreeMemoryProof, GpuReader
 
 TWO_BUSY = '0, GPU-a, 20610, 143771\n1, GPU-b, 20610, 143771\n'
 ONE_FREE = '0, GPU-a, 0, 143771\n'

@@ -3,10 +3,10 @@ import threading
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import FreeMemoryProof, NvidiaSmiError
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import FreeMemoryProof, NvidiaSmiError
 from helpers.fake_nvml import FakeNvml
-from ansible_collections.gpuops.sglang.plugins.module_utils._release import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._release import (
     MIB,
     NvmlReader,
     NvmlUnavailable,

@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _nvidia as nvidia
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers import _nvidia as nvidia
 from helpers.module_runner import read_fixture
 
 

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _patching as patching
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _patching as patching
 
 DIFF = ('--- a/pkg/mod.py\t2026-11-29 21:14:26\n+++ b/pkg/mod.py\t2026-11-29 21:14:27\n'
         '@@ -1 +1 @@\n-x = 1\n+x = 2\n'
@@ -103,7 +103,7 @@ def test_dist_version_read_without_import(tmp_path):
 
 # --- issue 11: newline, modes, encodings, symlinks, lock, journal ------------------------------
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _patching as patching  # noqa: E402
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _patching as patching  # noqa: E402
 
 TWO_LINE = b'--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1,3 +1,3 @@\n-x = 1\n+x = 2\n y = 3\n \n'
 

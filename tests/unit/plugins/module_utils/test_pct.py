@@ -1,8 +1,8 @@
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _pct as pct
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandResult
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import ProcessRecord, ProcessSourceError
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers import _pct as pct
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandResult
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import ProcessRecord, ProcessSourceError
 from helpers.module_runner import read_fixture
 
 LISTING = read_fixture('pct-listing-container.txt')

@@ -1,8 +1,8 @@
 """The one wait loop (_polling): its interval, on a fake clock (no sleeps)."""
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import FreeMemoryProof, memory_dropped
-from ansible_collections.gpuops.sglang.plugins.module_utils._polling import next_interval, poll_until
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import FreeMemoryProof, memory_dropped
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._polling import next_interval, poll_until
 
 
 class FakeClock(object):
@@ -92,7 +92,7 @@ class Reader(object):
 def test_memory_wait_follows_the_readers_pace(monkeypatch, used, intervals, max_interval, sleeps):
     clock = FakeClock()
     # poll_until's defaults were bound at import: hand it the fake clock through the module's names.
-    import ansible_collections.gpuops.sglang.plugins.module_utils._nvidia as nvidia
+    import ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia as nvidia
     real = nvidia.poll_until
     monkeypatch.setattr(nvidia, 'poll_until', lambda *a, **k: real(*a, clock=clock, sleep=clock.sleep, **k))
     proof = FreeMemoryProof(Reader(used, intervals), 0, [0])

@@ -2,8 +2,8 @@ import re
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _processes as processes
-from ansible_collections.gpuops.sglang.plugins.module_utils._pct import parse_listing
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers import _processes as processes
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._pct import parse_listing
 from helpers.module_runner import read_fixture
 
 

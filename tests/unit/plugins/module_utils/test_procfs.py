@@ -3,8 +3,8 @@ import signal
 import subprocess
 import sys
 
-from ansible_collections.gpuops.sglang.plugins.module_utils import _procfs as procfs
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import ProcessRecord, terminate
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers import _procfs as procfs
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import ProcessRecord, terminate
 
 # The child says "ready" only once its own code runs, that is after exec: reading
 # /proc/PID/cmdline before that showed the parent's command line (a flaky test).

@@ -3,10 +3,10 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import NVIDIA_DAEMON_EXCLUDES
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import compile_patterns, is_excluded_daemon
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_identity
-from ansible_collections.gpuops.sglang.plugins.module_utils._release import classify_holders
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import NVIDIA_DAEMON_EXCLUDES
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import compile_patterns, is_excluded_daemon
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import read_identity
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._release import classify_holders
 
 BUILTIN = compile_patterns(NVIDIA_DAEMON_EXCLUDES)
 ROOT = (0, 0, 0, 0)

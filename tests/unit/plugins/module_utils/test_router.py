@@ -4,10 +4,10 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._router import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._router import (
     Router, RouterError, UnmatchedWorker, addresses_of, in_router, match_worker, normalize_url, ready,
     workers_from_listing)
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import in_flight_from_loads
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import in_flight_from_loads
 from helpers.hostile_http import (  # noqa: F401  (hostile_http: the fixture)
     endless_line, hostile_http, huge_length, nested_brackets, trickle, trickle_body)
 from helpers.module_runner import read_fixture

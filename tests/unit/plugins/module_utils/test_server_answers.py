@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import NotOurListener, Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import NO_ANSWER
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import NotOurListener, Server, ServerError
 from helpers.hostile_http import (  # noqa: F401  (hostile_http: the fixture)
     endless_line, hostile_http, huge_length, listing, nested_brackets, trickle)
 from helpers.port_owner import Squatter, this_process_systemctl

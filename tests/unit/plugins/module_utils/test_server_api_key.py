@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
-from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._router import Router
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import (
     Server,
     ServerError,
     launch_api_key,

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import Server, ServerError
 
 LAUNCH = '/etc/sglang/launch.json'
 MARKS = ['GPUOPS_SGLANG_SERVICE=sglang', 'GPUOPS_SGLANG_LAUNCH_FILE=' + LAUNCH]

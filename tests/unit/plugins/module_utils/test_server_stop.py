@@ -1,7 +1,7 @@
 """Server's systemd commands, through a runner that records them and answers as systemctl does."""
 import re
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import Server
 
 
 GROUP = '/system.slice/sglang.service'

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._live_metrics import LiveMetricsError
-from ansible_collections.gpuops.sglang.plugins.module_utils._serving_benchmark import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._live_metrics import LiveMetricsError
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._serving_benchmark import (
     ListenerRefused,
     generate_body,
     parse_event,
@@ -272,7 +272,7 @@ def test_an_event_that_is_not_sglangs_counts_every_request_as_an_error(http_resp
 
 
 def test_a_request_whose_reading_raises_anything_is_still_counted(http_responder, monkeypatch):
-    from ansible_collections.gpuops.sglang.plugins.module_utils import _serving_benchmark
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _serving_benchmark
 
     def broken(*args):
         raise KeyError('meta_info')

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._sockets import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._sockets import (
     Listener, held_sockets, parse_listeners, reached, read_listeners, socket_holders)
 from helpers.port_owner import Squatter
 from helpers.simulated import free_port

@@ -1,6 +1,6 @@
 """The base files, the policy, the /proc source, nvidia-smi and the guard's runtime import without Ansible.
 
-A host-side helper copies these files under ansible_collections/gpuops/sglang/plugins/module_utils/
+A host-side helper copies these files under ansible_collections/gpuops/sglang/plugins/module_utils/LAYER/
 and runs them with a bare interpreter; -S keeps site-packages (and so Ansible) out of reach.
 """
 import os
@@ -8,25 +8,25 @@ import shutil
 import subprocess
 import sys
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import RUNTIME_FILES
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import RUNTIME_FILES
 from helpers.ansible_run import REPO
 
 # With the guard's runtime: its watcher runs those files with a bare interpreter at the deadline, and an
 # Ansible import there would break the rollback itself.
-STDLIB_ONLY = sorted(set(['_polling.py', '_processes.py', '_procfs.py', '_nvidia.py', '_command.py', '_http.py',
-                          '_files.py', '_sockets.py'] + list(RUNTIME_FILES)))
+STDLIB_ONLY = sorted(set(['base/_polling.py', 'readers/_processes.py', 'readers/_procfs.py', 'readers/_nvidia.py',
+                          'base/_command.py', 'base/_http.py', 'base/_files.py', 'readers/_sockets.py'] + list(RUNTIME_FILES)))
 PROBE = '''
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
     DEFAULT_SGLANG_PATTERNS, ProcessRecord, compile_patterns, select, terminate)
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids, read_proc_record
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import LocalProcesses, protected_pids, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import (
     FreeMemoryProof, GpuReader, NvidiaSmiCommand, parse_gpus, proven_free)
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandRunner, subprocess_runner
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import FileLock, read_json, write_atomic
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, http_get
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import Guard
-from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandRunner, subprocess_runner
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import FileLock, read_json, write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import NO_ANSWER, http_get
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import Guard
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._router import Router
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import Server
 import os, sys
 assert 'ansible' not in sys.modules and 'ansible.module_utils' not in sys.modules
 me = read_proc_record(os.getpid())
@@ -41,7 +41,7 @@ with FileLock('lock', 1):
 assert read_json('state.json') == {'armed': True}
 assert http_get('http://127.0.0.1:9/', 1)[0] == NO_ANSWER
 # The server's port is believed only once this process's own socket is found listening there.
-from ansible_collections.gpuops.sglang.plugins.module_utils._sockets import held_sockets, read_listeners, reached
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._sockets import held_sockets, read_listeners, reached
 import socket
 listening = socket.socket()
 listening.bind(('127.0.0.1', 0))
@@ -56,8 +56,10 @@ print('ok')
 def test_policy_procfs_and_nvidia_import_with_the_standard_library_alone(tmp_path):
     dest = tmp_path / 'ansible_collections' / 'gpuops' / 'sglang' / 'plugins' / 'module_utils'
     dest.mkdir(parents=True)
+    # Each file in its layer's folder, as the guard installs them: no __init__.py, namespace packages.
     for name in STDLIB_ONLY:
-        shutil.copy(os.path.join(REPO, 'plugins', 'module_utils', name), str(dest / name))
+        (dest / name).parent.mkdir(exist_ok=True)
+        shutil.copy(os.path.join(REPO, 'plugins', 'module_utils', *name.split('/')), str(dest / name))
     out = subprocess.run([sys.executable, '-S', '-c', PROBE], cwd=str(tmp_path), stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, universal_newlines=True, env={'PYTHONPATH': str(tmp_path)})
     assert out.stdout.strip() == 'ok', out.stdout

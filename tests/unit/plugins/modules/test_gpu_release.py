@@ -176,7 +176,7 @@ def test_a_release_renews_its_guard_and_one_not_its_runs_reads_nothing(run_modul
 
 def test_memory_is_read_through_nvml_where_it_works(run_module, devices, monkeypatch):
     from helpers.fake_nvml import FakeNvml
-    from ansible_collections.gpuops.sglang.plugins.module_utils import _release
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _release
     monkeypatch.setattr(_release, 'pynvml', FakeNvml([[0]]))
     result, calls = run_module(gpu_release.main, devices, smi([HELD]), bin_paths={'nvidia-smi': SMI})
     assert not result['failed'] and result['memory_reader'] == 'NVML' and result['cmd'] == []
@@ -187,7 +187,7 @@ def test_memory_is_read_through_nvml_where_it_works(run_module, devices, monkeyp
 
 def test_memory_reader_nvidia_smi_ignores_nvml(run_module, devices, monkeypatch):
     from helpers.fake_nvml import FakeNvml
-    from ansible_collections.gpuops.sglang.plugins.module_utils import _release
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _release
     monkeypatch.setattr(_release, 'pynvml', FakeNvml([[20619 * 2 ** 20]]))
     result, calls = run_module(gpu_release.main, dict(devices, memory_reader='nvidia-smi'), smi([IDLE]),
                                bin_paths={'nvidia-smi': SMI})
@@ -196,7 +196,7 @@ def test_memory_reader_nvidia_smi_ignores_nvml(run_module, devices, monkeypatch)
 
 
 def test_memory_reader_nvml_without_nvidia_ml_py_fails_before_signalling(run_module, devices, monkeypatch):
-    from ansible_collections.gpuops.sglang.plugins.module_utils import _release
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _release
     monkeypatch.setattr(_release, 'pynvml', None)
     result, calls = run_module(gpu_release.main, dict(devices, memory_reader='nvml'), smi([IDLE]),
                                bin_paths={'nvidia-smi': SMI})

@@ -1,8 +1,8 @@
 import yaml
 
 from ansible_collections.gpuops.sglang.plugins.modules import pct_exec_kill
-from ansible_collections.gpuops.sglang.plugins.module_utils import _processes as processes
-from ansible_collections.gpuops.sglang.plugins.module_utils._pct import LIST_SCRIPT, SIGNAL_SCRIPT
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers import _processes as processes
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._pct import LIST_SCRIPT, SIGNAL_SCRIPT
 
 from helpers.module_runner import read_fixture
 

@@ -10,7 +10,7 @@ from helpers.http_responder import Reply, http_responder  # noqa: F401  (the fix
 from helpers.module_runner import run_module  # noqa: F401  (the fixture)
 from helpers.port_owner import Squatter, this_process_systemctl
 from helpers.simulated import free_port
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import read_lease
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import read_lease
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_benchmark
 
 KEYS = {'changed', 'measured', 'levels', 'metrics', 'elapsed_s', 'drain', 'msg'}

@@ -21,7 +21,7 @@ from helpers.module_runner import kill_children_naming, real_commands
 from helpers.port_owner import Squatter
 from helpers.simulated import free_port
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture; the guard refuses /tmp)
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import LAUNCH_MARK, SERVICE_MARK
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import LAUNCH_MARK, SERVICE_MARK
 from ansible_collections.gpuops.sglang.plugins.modules import sglang_guard, sglang_patch, sglang_server_info
 
 KEYS = {'changed', 'service_manager', 'python_exists', 'running', 'pid', 'healthy', 'mismatches', 'configs_changed',

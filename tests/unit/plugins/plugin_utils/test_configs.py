@@ -32,7 +32,9 @@ def test_the_role_renders_the_files_its_settings_need(settings, templates, overr
 
 
 def test_launch_configuration_is_nice_json_with_the_patchs_switch_and_the_secret_environment(settings, templates):
-    settings.update(sglang_environment={'A': '1', 'HF_TOKEN': 'public'}, sglang_secret_environment={'HF_TOKEN': 's'})
+    # The compile caches' variables apart (test_sglang_plan_loading holds them).
+    settings.update(sglang_environment={'A': '1', 'HF_TOKEN': 'public'}, sglang_secret_environment={'HF_TOKEN': 's'},
+                    sglang_cache_dir='')
     launch = _configs.configs(settings, ['--port', '30000'], templates)[0]
     assert launch['path'] == '/etc/sglang/launch.json' and launch['candidate'] == '/etc/sglang/launch.next.json'
     assert launch['mode'] == '0600'

@@ -84,13 +84,13 @@ def test_the_include_of_a_step_run_only_when_needed_registers_its_result_and_no_
     """Skipped as a whole, the include registers the skip over an earlier window's result; the stop's two includes
     (rank 0's, then the other ranks') must not, or the one that does not apply would register over the other."""
     registered = {task[key]: task.get('register')
-                  for name in ('window_steps.yml', 'release.yml') for task, dummy in walk(load('tasks', name))
+                  for name in ('main.yml', 'window_steps.yml', 'release.yml') for task, dummy in walk(load('tasks', name))
                   for key in INCLUDES if key in task and task[key] not in ('group_barrier.yml', 'release.yml')}
     for step in _steps.STEPS:
         if step.phase + '.yml' in registered:
             assert registered[step.phase + '.yml'] == (step.results[0][1] if step.when_needed else None), step.phase
     assert {name for name, variable in registered.items() if variable} == {
-        'perf_before.yml', 'kill.yml', 'patch.yml', 'perf_after.yml', 'bake.yml'}
+        'prefetch.yml', 'perf_before.yml', 'kill.yml', 'patch.yml', 'perf_after.yml', 'bake.yml'}
 
 
 def test_a_step_with_one_result_names_it_after_itself():

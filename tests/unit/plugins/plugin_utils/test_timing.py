@@ -5,7 +5,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import COMMAND_TIMEOUT
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import COMMAND_TIMEOUT
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _timing
 
 

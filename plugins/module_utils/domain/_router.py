@@ -27,8 +27,8 @@ import time
 from typing import Any, Callable, FrozenSet, Optional, Union
 
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._polling import poll_until
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import (
     HttpError, bearer, endpoint, http_request, parse_json, resolve)
 
 

@@ -18,8 +18,8 @@ import os
 import stat
 from typing import Any
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandError, CommandRunner
-from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._polling import poll_until
 
 GPU_FIELDS = ('index', 'uuid', 'memory.used', 'memory.total')
 APP_FIELDS = ('pid', 'process_name', 'used_memory')

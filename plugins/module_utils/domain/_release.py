@@ -13,8 +13,8 @@ import os
 import time
 from re import Pattern
 from typing import Any, Callable
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import FreeMemoryProof, GpuReader
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import FreeMemoryProof, GpuReader
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import LocalProcesses
 
 try:
     import pynvml
@@ -22,10 +22,10 @@ except ImportError:
     # nvidia-ml-py is optional: without it the memory is read with nvidia-smi.
     pynvml = None
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import BoundedCall, CommandError
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import NvidiaSmiError, format_gpu_table, unreadable
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import ProcessRecord, is_excluded_daemon, signalled_summary
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import parse_stat, read_identity, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import BoundedCall, CommandError
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import NvidiaSmiError, format_gpu_table, unreadable
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import ProcessRecord, is_excluded_daemon, signalled_summary
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import parse_stat, read_identity, read_proc_record
 
 
 def classify_holders(holders: dict[str, Any], excludes: list[Pattern], guarded: set[int],

@@ -35,9 +35,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import (
     HttpError, JsonError, bearer, http_request, open_response, parse_json)
-from ansible_collections.gpuops.sglang.plugins.module_utils._live_metrics import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._live_metrics import (
     MAX_METRICS_BODY, LiveMetricsError, finite_samples)
 
 # SGLang's Prometheus names (--enable-metrics) and the keys run_benchmark reports them under.

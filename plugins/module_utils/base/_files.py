@@ -24,7 +24,7 @@ import tempfile
 import time
 from typing import Any, Callable
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._polling import poll_until
 
 
 def read_bytes(path: str) -> bytes:

@@ -16,7 +16,7 @@ import pwd
 import re
 from typing import Any, Iterator
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import SIGNALS, ProcessRecord
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import SIGNALS, ProcessRecord
 
 DELETED = ' (deleted)'
 

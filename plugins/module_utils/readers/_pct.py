@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
     ProcessRecord,
     ProcessSourceError,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandRunner, CommandResult
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandRunner, CommandResult
 
 # One line per process: "proc PID PPID STATE STARTTIME CMDLINE", NULs and newlines of the
 # command line turned into spaces. Field 22 of /proc/PID/stat is the start time; the fields

@@ -41,8 +41,8 @@ import time
 from collections import namedtuple
 from typing import Any, Callable
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import FileLock, LockTimeout, read_json, write_atomic
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import FileLock, LockTimeout, read_json, write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import read_proc_record
 
 LEASE_FILE = 'lease.json'
 STATE_FILE = 'state.json'

@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable
 
 # LockTimeout is what PackageLock raises: callers catch it from here.
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import (  # pylint: disable=unused-import
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import (  # pylint: disable=unused-import
     FileLock,
     LockTimeout,
     fsync_dir,
@@ -38,8 +38,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._files import (  # p
     unlink_quietly,
     write_atomic,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import write_beside as write_file_beside
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import CommandResult
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import write_beside as write_file_beside
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandResult
 
 
 class DiffError(Exception):

@@ -44,13 +44,13 @@ import time
 from urllib.parse import urlsplit
 from typing import Any, Callable, Iterator
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import subprocess_runner
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import UntrustedPath, open_append_no_follow, write_atomic
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, bearer, http_get, http_request, parse_json
-from ansible_collections.gpuops.sglang.plugins.module_utils._identity import Identity, UnknownIdentity, identity
-from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import ProcessRecord, select, terminate
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import subprocess_runner
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import UntrustedPath, open_append_no_follow, write_atomic
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import NO_ANSWER, bearer, http_get, http_request, parse_json
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._identity import Identity, UnknownIdentity, identity
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._polling import poll_until
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import ProcessRecord, select, terminate
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import (
     LocalProcesses,
     described,
     protected_pids,
@@ -58,7 +58,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import (
     read_proc_record,
     user_named,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._sockets import Listener, held_sockets, read_listeners, reached, socket_holders
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._sockets import Listener, held_sockets, read_listeners, reached, socket_holders
 
 # Where the server is, as sglang_server, sglang_server_info and sglang_guard's `server` take it (one spec; the doc
 # fragment gpuops.sglang.server documents it).

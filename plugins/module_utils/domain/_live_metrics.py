@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import NO_ANSWER, http_request
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import NO_ANSWER, http_request
 
 HISTOGRAMS = (('ttft', 'sglang:time_to_first_token_seconds'), ('itl', 'sglang:inter_token_latency_seconds'),
               ('e2e', 'sglang:e2e_request_latency_seconds'))

@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import open_files
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import open_files
 
 # include/net/tcp_states.h: TCP_LISTEN is 10, printed as two hex digits.
 TCP_LISTEN = '0A'

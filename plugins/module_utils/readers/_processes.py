@@ -21,7 +21,7 @@ import signal as _signal
 import time
 from typing import Any, Callable, Protocol
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._polling import poll_until
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._polling import poll_until
 
 # What SGLang runs, anchored (issue 28): its children's titles (`sglang::scheduler_TP0`, `sglang::detokenizer`;
 # /proc/PID/comm is cut to 15 characters, "sglang::schedul", so patterns run against the full command line)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._router import DRAINING, Router, RouterError, normalize_url, ready
-from ansible_collections.gpuops.sglang.plugins.module_utils._http import http_get
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._router import DRAINING, Router, RouterError, normalize_url, ready
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import http_get
 
 
 def _not_serving_why(worker: dict[str, Any]) -> str:

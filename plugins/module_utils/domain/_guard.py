@@ -46,8 +46,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from ansible_collections.gpuops.sglang.plugins.module_utils._command import BoundedCall, CommandError, CommandRunner, subprocess_runner
-from ansible_collections.gpuops.sglang.plugins.module_utils._lease import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import BoundedCall, CommandError, CommandRunner, subprocess_runner
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import (
     HOST_CLOCK,
     LEASE_FILE,
     HostClock,
@@ -62,7 +62,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._lease import (
     restoring_message,
     write_lease,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._files import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import (
     FileLock,
     LockTimeout,
     UntrustedPath,
@@ -73,34 +73,36 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._files import (
     system_folder_refusal,
     write_atomic,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._nvidia import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import (
     FreeMemoryProof,
     GpuReader,
     NvidiaSmiError,
     gpus_over,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._processes import (
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
     compile_patterns,
     select,
     terminate,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils._procfs import LocalProcesses, protected_pids
-from ansible_collections.gpuops.sglang.plugins.module_utils._router import Router, RouterError
-from ansible_collections.gpuops.sglang.plugins.module_utils._identity import UnknownIdentity, identity
-from ansible_collections.gpuops.sglang.plugins.module_utils._server import Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import LocalProcesses, protected_pids
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._router import Router, RouterError
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._identity import UnknownIdentity, identity
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import Server, ServerError
 
 if TYPE_CHECKING:
     import argparse  # only main() parses arguments: the watcher imports it there
 
 PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
-# What the watcher imports, installed into lib/ from the collection that armed the guard.
-RUNTIME_FILES = ('_guard.py', '_server.py', '_processes.py', '_procfs.py', '_polling.py', '_nvidia.py', '_router.py',
-                 '_command.py', '_http.py', '_files.py', '_lease.py', '_sockets.py', '_identity.py')
+# What the watcher imports, installed into lib/ from the collection that armed the guard: paths below PACKAGE, each
+# in its layer's folder. lib/ holds no __init__.py: the bare interpreter imports its folders as namespace packages.
+RUNTIME_FILES = ('domain/_guard.py', 'domain/_server.py', 'domain/_router.py', 'domain/_lease.py',
+                 'readers/_processes.py', 'readers/_procfs.py', 'readers/_nvidia.py', 'readers/_sockets.py',
+                 'base/_polling.py', 'base/_command.py', 'base/_http.py', 'base/_files.py', 'base/_identity.py')
 ENTRY_POINT = '''# Installed by gpuops.sglang.sglang_guard: runs the guard without Ansible.
 import os
 import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ansible_collections.gpuops.sglang.plugins.module_utils._guard import main
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import main
 sys.exit(main(sys.argv[1:]))
 '''
 WATCH_INTERVAL = 0.5
@@ -253,7 +255,7 @@ class Guard:
     # --- arm ---------------------------------------------------------------
 
     def install_runtime(self, read_source: Callable) -> bool:
-        """Write the watcher's code into lib/ (read_source(name) -> bytes); True when anything changed.
+        """Write the watcher's code into lib/ (read_source(path below PACKAGE) -> bytes); True when anything changed.
 
         The guard folder is made first (0700, after the trust check): lib/ inside it must never be the
         first folder made, or the guard folder would get the umask's mode.
@@ -261,8 +263,10 @@ class Guard:
         self.make_folder()
         target = os.path.join(self.lib, *PACKAGE.split('.'))
         make_private_folder(target)
+        for layer in sorted(set(os.path.dirname(name) for name in RUNTIME_FILES)):
+            make_private_folder(os.path.join(target, layer))
         changed = False
-        wanted = [(os.path.join(target, name), read_source(name)) for name in RUNTIME_FILES]
+        wanted = [(os.path.join(target, *name.split('/')), read_source(name)) for name in RUNTIME_FILES]
         wanted.append((self.entry_point, ENTRY_POINT.encode('utf-8')))
         for path, data in wanted:
             if _holds(path, data):
