@@ -1,6 +1,5 @@
 import os
 import socket
-import subprocess
 import threading
 import time
 
@@ -69,7 +68,7 @@ def lab_serving():
     Run these tests under `flock /tmp/gpuops-lab.lock` when the lab is shared.
     """
     with lab_instance.one_start_at_a_time():
-        subprocess.check_call([lab_instance.LAB, 'up'], stdout=subprocess.DEVNULL)
+        lab_instance.lab('up')
 
 
 @pytest.fixture(scope='module')

@@ -67,6 +67,15 @@ def as_written_on_this_lab(text, env):
     return changed, dict(env, LAB_INSTANCE=str(describe()['instance']))
 
 
+def lab(*args, env=None):
+    """Run lab/lab with `args` (up, down, ...); a failure raises with the end of its output, which says which
+    step failed (a seed redeploy's play recap, say), where a bare exit status would not."""
+    done = subprocess.run([LAB] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, env=env)
+    if done.returncode != 0:
+        raise AssertionError('lab/lab %s exited %d:\n%s' % (' '.join(args), done.returncode, done.stdout[-4000:]))
+
+
 @contextlib.contextmanager
 def one_start_at_a_time():
     """Held while a lab comes up and takes its first redeploy. Several labs starting at once on this 2-core machine

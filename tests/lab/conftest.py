@@ -110,7 +110,7 @@ def lab(tmp_path_factory):
     with lab_instance.one_start_at_a_time():
         if not reuse:
             subprocess.check_call([LAB, 'down'], stdout=subprocess.DEVNULL)
-        subprocess.check_call([LAB, 'up'], stdout=subprocess.DEVNULL, env=dict(os.environ, LAB_SEED='redeployed'))
+        lab_instance.lab('up', env=dict(os.environ, LAB_SEED='redeployed'))
         baseline = run_playbook(tmp_path_factory.mktemp('baseline'), 'playbooks/redeploy.yml', lab_instance.inventory())
     assert baseline.rc == 0, baseline.stdout[-3000:]
     yield Lab((name, LabHost(name)) for name in HOSTS)

@@ -20,7 +20,6 @@ from helpers.ansible_run import REPO, run_playbook
 from helpers.simulated import wait_for
 from helpers import lab_instance
 
-LAB = lab_instance.LAB
 ROUTER = lab_instance.router_url()
 FLEET = ('gpu1', 'gpu2', 'gpu3')
 INVENTORY = [lab_instance.inventory(), lab_instance.fleet_inventory()]
@@ -61,7 +60,7 @@ def fleet(lab, tmp_path_factory):
     router's workers with gpu1 and gpu2 and its load goes through every worker."""
     try:
         with lab_instance.one_start_at_a_time():
-            subprocess.check_call([LAB, 'up'], env=dict(os.environ, LAB_GPU_HOSTS='3'), stdout=subprocess.DEVNULL)
+            lab_instance.lab('up', env=dict(os.environ, LAB_GPU_HOSTS='3'))
             lab.add_host('gpu3')
             baseline = run_playbook(tmp_path_factory.mktemp('fleet'), 'playbooks/redeploy.yml', INVENTORY)
         assert baseline.rc == 0, baseline.stdout[-3000:]

@@ -122,7 +122,7 @@ def group(lab, tmp_path_factory):
     on the same lab (make matrix) find the router's workers and the machine as the session fixture left them."""
     try:
         with lab_instance.one_start_at_a_time():
-            subprocess.check_call([lab_instance.LAB, 'up', '--multinode'], stdout=subprocess.DEVNULL)
+            lab_instance.lab('up', '--multinode')
             nodes = dict((name, Node(name)) for name in NODES)
             seeded = state(nodes)
             baseline = run_playbook(tmp_path_factory.mktemp('multinode'), 'playbooks/redeploy.yml', INVENTORY,
