@@ -29,7 +29,7 @@ def bench_gpu_release(tmp, holders=16):
     try:
         for index in range(holders):
             host.start('sglang::scheduler_TP%d' % index, hold=[(index % 4, 1024)], open_=['nvidiactl'])
-        args = {'devices': host.device_globs, 'nvidia_smi': host.nvidia_smi, 'term_timeout': 5, 'timeout': 10}
+        args = {'devices': host.device_globs, 'nvidia_smi': host.nvidia_smi, 'term_timeout': 5, 'memory_timeout': 10}
         result, seconds = timed(lambda: run_task(tmp, 'gpuops.sglang.gpu_release', args))
         assert not result.failed, result.get('msg')
         return {'holders': holders, 'task_seconds': round(seconds, 3), 'module_elapsed': result['elapsed'],

@@ -16,3 +16,7 @@ if ! python3 -c 'import ansible' 2>/dev/null; then
 fi
 export ANSIBLE_CONFIG=$PWD/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$PWD/.cache/collections
 python3 bench/h200_release.py --rounds "${ROUNDS:-3}" 2>&1 | tee "$OUT/h200_release.log"
+# 3. bench/gpu_release_scoped.py: gpus [0] ends GPU 0's holder, GPU 1's keeps its memory (two GPUs or more).
+if [ "$(nvidia-smi -L | grep -c '^GPU ')" -ge 2 ]; then
+  python3 bench/gpu_release_scoped.py 2>&1 | tee "$OUT/gpu_release_scoped.log"
+fi

@@ -41,7 +41,7 @@ from gpuops_dashboard.inventory import HostDirectory, last_speculation
 from gpuops_dashboard.phases import current_phase
 from gpuops_dashboard.store import Store
 from gpuops_dashboard import performance, speculation
-from gpuops_dashboard.servers import fold_host_cards, fold_reports
+from gpuops_dashboard.servers import fold_host_cards, fold_machines, fold_reports
 from gpuops_dashboard.timeline import render
 
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'static')
@@ -262,7 +262,8 @@ def create_app(inventory, db_path, runs_dir, token, allowed_hosts=None, patch_di
             # Re-reading the inventory runs ansible-runner: only for the token's holder.
             require_token(request)
         hosts = await dashboard.host_state(refresh)
-        return {'inventory': inventory, 'hosts': hosts, 'servers': fold_host_cards(hosts)}
+        servers = fold_host_cards(hosts)
+        return {'inventory': inventory, 'hosts': hosts, 'servers': servers, 'machines': fold_machines(servers)}
 
     @app.get('/api/hosts/{name}/speculation.svg')
     def speculation_chart(name: str):

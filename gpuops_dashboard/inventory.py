@@ -52,6 +52,9 @@ HOST_VARIABLES = {
 }
 # The role's own rule for where a server is reached (plugins/filter/sglang_reachable_host.py).
 _ADDRESS = '%s | gpuops.sglang.sglang_reachable_host(ansible_host | default(inventory_hostname))'
+# The machine a server runs on, as the inventory names it: its address (several servers of one machine share it),
+# whatever address the server itself listens on (127.0.0.1 on every machine, say).
+_MACHINE_ADDRESS = '"machine_address": ansible_host | default(inventory_hostname)'
 # A role default the dashboard can copy into its template as a literal (_literal).
 _PLAIN = re.compile(r'[^"\\{}\x00-\x1f]*\Z')
 # Whether the server has a key, never the key: no default(), which would turn a key templated from a missing
@@ -106,7 +109,7 @@ def resolve_template(has_api_key, defaults):
     server has a key: each variable the host leaves unset as `defaults` (the role's) have it."""
     def variable(name):
         return '%s | default(%s)' % (name, _literal(name, defaults.get(name)))
-    entries = ['"address": ' + _ADDRESS % variable('sglang_host')]
+    entries = ['"address": ' + _ADDRESS % variable('sglang_host'), _MACHINE_ADDRESS]
     entries.extend('"%s": %s' % (key, variable(name)) for key, name in HOST_VARIABLES.items())
     return '{{ {' + ', '.join(entries) + (_HAS_API_KEY if has_api_key else '') + '} }}'
 
@@ -278,6 +281,7 @@ class HostDirectory(object):
                     'settings_source': server['settings_source'], 'has_api_key': bool(variables.get('has_api_key')),
                     'patch_sha256': (report or {}).get('patch_sha256'),
                     'pve_node': variables.get('pve_node'), 'pve_vmid': variables.get('pve_vmid'),
+                    'machine_address': variables.get('machine_address'),
                     'rollback_deadline': variables.get('rollback_deadline'),
                     # A node of a server group (one server over several hosts; only rank 0 serves HTTP).
                     'server_group': variables.get('server_group') or '', 'node_rank': variables.get('node_rank'),

@@ -1,6 +1,10 @@
 """A server group (one SGLang server over several hosts, `sglang_server_group` with a `sglang_node_rank` each) is
 one server: the hosts view and a run's summary show it as one card, rank 0's (the rank that serves HTTP), naming
 the group, its nodes and ranks, and its outcome. Single-node servers pass through as they are.
+
+Several servers on one machine (one inventory host per server, issue 44) are shown together on the machine's card:
+servers on bare metal share a machine when they share the inventory address (ansible_host), servers in an LXC
+container when they share pve_node and pve_vmid. A server group's card sits on its rank 0's machine.
 """
 
 
@@ -69,3 +73,25 @@ def fold_reports(reports):
         rank_of=lambda report: _report_group(report).get('rank'),
         node_of=lambda report: {'status': report.get('status'), 'healthy': report.get('healthy')},
         outcome_of=_report_group)
+
+
+def machine_of(card):
+    """(key, label) of the machine a server card runs on: its container (pve_node, pve_vmid), else its inventory
+    address."""
+    if card.get('pve_vmid') is not None:
+        return ('lxc:%s/%s' % (card.get('pve_node'), card['pve_vmid']),
+                'LXC %s on %s (%s)' % (card['pve_vmid'], card.get('pve_node'), card.get('machine_address')))
+    return 'host:%s' % card.get('machine_address'), '%s (bare metal)' % card.get('machine_address')
+
+
+def fold_machines(servers):
+    """The server cards (fold_host_cards) by machine, in order of first appearance: [{name, label, address,
+    pve_node, pve_vmid, servers: [the names of its server cards, in card order]}]."""
+    machines = {}
+    for card in servers:
+        key, label = machine_of(card)
+        if key not in machines:
+            machines[key] = {'name': key, 'label': label, 'address': card.get('machine_address'),
+                             'pve_node': card.get('pve_node'), 'pve_vmid': card.get('pve_vmid'), 'servers': []}
+        machines[key]['servers'].append(card['name'])
+    return list(machines.values())

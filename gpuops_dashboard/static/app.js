@@ -22,7 +22,9 @@ async function loadHosts() {
   box.replaceChildren();
   const select = $('limit');
   const known = new Set(Array.from(select.options).map((o) => o.value));
-  // One card per server: a server group (several hosts, one server) is rank 0's card, naming its nodes.
+  // One card per server: a server group (several hosts, one server) is rank 0's card, naming its nodes. The servers
+  // of one machine (one address, or one LXC container) sit together on the machine's card.
+  const cards = new Map();
   for (const host of body.servers) {
     const card = document.createElement('div');
     card.className = 'host';
@@ -77,9 +79,18 @@ async function loadHosts() {
       chart.src = '/api/hosts/' + encodeURIComponent(host.name) + '/speculation.svg';
       card.appendChild(chart);
     }
-    box.appendChild(card);
+    cards.set(host.name, card);
     // A group is redeployed whole: its option limits the run to every node.
     if (!known.has(host.limit)) select.appendChild(new Option(host.name, host.limit));
+  }
+  for (const machine of body.machines) {
+    const machineCard = document.createElement('div');
+    machineCard.className = 'machine';
+    machineCard.dataset.machine = machine.name;
+    machineCard.appendChild(text('div', machine.label + (machine.servers.length > 1 ? ': ' + machine.servers.length +
+      ' servers' : ''), 'small machine-label'));
+    for (const name of machine.servers) machineCard.appendChild(cards.get(name));
+    box.appendChild(machineCard);
   }
 }
 

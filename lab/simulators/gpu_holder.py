@@ -4,24 +4,25 @@
 It opens the given device files and keeps them open, registers MiB per GPU with the
 nvidia-smi simulator (allocations.py: its records, kept alive while it runs), writes its
 PID to --ready when set up, then waits.
-  --hold INDEX=MIB      memory on GPU INDEX (device path from the simulator's gpus.json)
+  --hold INDEX=MIB      memory on GPU INDEX (nvidia-smi's index; it opens that GPU's device file from the
+                        simulator's gpus.json, and only that one: gpu_config.py)
   --open PATH           another device file to keep open (nvidiactl, nvidia-uvm, caps)
   --title TEXT          run under this command line (argv[0]), like setproctitle does
   --on-term ignore|exit|drain=SECONDS|gate=PATH   (gate: drain while PATH exists, then exit 0)
 """
 import argparse
-import json
 import os
 import signal
 import sys
 import time
 
 from allocations import keep_alive, register
+from gpu_config import STATE, load
 
 
 def parse(argv):
     parser = argparse.ArgumentParser()
-    parser.add_argument('--state', default=os.environ.get('NVIDIA_SMI_SIM_STATE', '/var/lib/nvidia-smi-sim'))
+    parser.add_argument('--state', default=STATE)
     parser.add_argument('--hold', action='append', default=[])
     parser.add_argument('--open', action='append', default=[])
     parser.add_argument('--title')
@@ -60,8 +61,7 @@ def main():
     handles = []
     holds = [item.split('=') for item in args.hold]
     if holds:
-        with open(os.path.join(args.state, 'gpus.json')) as config:
-            devices = dict((gpu['index'], gpu['device']) for gpu in json.load(config)['gpus'])
+        devices = dict((gpu['index'], gpu['device']) for gpu in load(args.state)['gpus'])
         alloc_dir = os.path.join(args.state, 'alloc')
         records = []
         for index, mib in holds:

@@ -1,31 +1,42 @@
 #!/usr/bin/env python3
 """nvidia-smi SIMULATOR for tests and the lab (see README.md beside it).
 
-Implements only:
-  --query-gpu=index,uuid,memory.used,memory.total --format=csv,noheader,nounits
-  --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits
+Implements only the CSV queries, fields in any order:
+  --query-gpu=FIELDS --format=csv,noheader,nounits           FIELDS of index, uuid, pci.bus_id, memory.used,
+                                                              memory.total
+  --query-compute-apps=FIELDS --format=csv,noheader,nounits  FIELDS of pid, process_name, used_memory, gpu_uuid,
+                                                              gpu_bus_id (one line per process and GPU it holds)
+A field it does not know is refused as nvidia-smi refuses one (exit 2).
 State lives in $NVIDIA_SMI_SIM_STATE (default /var/lib/nvidia-smi-sim):
-  gpus.json   {"gpus": [{"index", "uuid", "total_mib", "device", "leak_mib"}], "release_delay": 0.15}
+  gpus.json   the GPUs (format in gpu_config.py: index, uuid, bus id, device file and its minor, total, leak)
   fail        if present, its text is printed and the exit status is 9 (driver unreachable)
   alloc/PID-INDEX   what process PID holds on GPU INDEX (written by gpu_holder.py; format in allocations.py)
+A GPU's memory is only what live holders of ITS device file registered: a process holding another GPU's file,
+or only the shared ones (nvidiactl, nvidia-uvm, caps), adds nothing to it.
 """
-import json
 import os
 import sys
 import time
 
 from allocations import HEARTBEAT, discard, records
+from gpu_config import STATE, load
 from procfs import live_start_time
 
-STATE = os.environ.get('NVIDIA_SMI_SIM_STATE', '/var/lib/nvidia-smi-sim')
-GPU_QUERY = '--query-gpu=index,uuid,memory.used,memory.total'
-APPS_QUERY = '--query-compute-apps=pid,process_name,used_memory'
 CSV = '--format=csv,noheader,nounits'
-
-
-def load():
-    with open(os.path.join(STATE, 'gpus.json')) as handle:
-        return json.load(handle)
+GPU_FIELDS = {
+    'index': lambda gpu, used: str(gpu['index']),
+    'uuid': lambda gpu, used: gpu['uuid'],
+    'pci.bus_id': lambda gpu, used: gpu['bus_id'],
+    'memory.used': lambda gpu, used: str(used),
+    'memory.total': lambda gpu, used: str(gpu['total_mib']),
+}
+APP_FIELDS = {
+    'pid': lambda pid, gpu, mib: str(pid),
+    'process_name': lambda pid, gpu, mib: comm(pid),
+    'used_memory': lambda pid, gpu, mib: str(mib),
+    'gpu_uuid': lambda pid, gpu, mib: gpu['uuid'],
+    'gpu_bus_id': lambda pid, gpu, mib: gpu['bus_id'],
+}
 
 
 def holds_open(pid, device):
@@ -67,29 +78,46 @@ def comm(pid):
         return '[Not Found]'
 
 
+def query(argv):
+    """(kind, fields) of the one --query-KIND=FIELDS argument, or None."""
+    for arg in argv:
+        for kind in ('gpu', 'compute-apps'):
+            prefix = '--query-%s=' % kind
+            if arg.startswith(prefix):
+                return kind, arg[len(prefix):].split(',')
+    return None
+
+
 def main(argv):
     fail = os.path.join(STATE, 'fail')
     if os.path.exists(fail):
         with open(fail) as handle:
             sys.stdout.write(handle.read())
         return 9
-    if CSV not in argv or len(argv) != 2:
-        sys.stderr.write('nvidia-smi simulator: only %s and %s with %s are simulated\n' % (GPU_QUERY, APPS_QUERY, CSV))
+    asked = query(argv)
+    if CSV not in argv or len(argv) != 2 or asked is None:
+        sys.stderr.write('nvidia-smi simulator: only --query-gpu=FIELDS and --query-compute-apps=FIELDS with %s '
+                         'are simulated\n' % CSV)
+        return 2
+    kind, fields = asked
+    known = GPU_FIELDS if kind == 'gpu' else APP_FIELDS
+    unknown = [field for field in fields if field not in known]
+    if unknown:
+        # nvidia-smi's own words for a field it does not have.
+        sys.stderr.write('Field "%s" is not a valid field to query.\n\n' % unknown[0])
         return 2
     config = load()
     counted = allocations(config)
-    if GPU_QUERY in argv:
+    if kind == 'gpu':
         for gpu in config['gpus']:
             used = gpu.get('leak_mib', 0) + sum(mib for _, index, mib, _ in counted if index == gpu['index'])
-            print('%d, %s, %d, %d' % (gpu['index'], gpu['uuid'], used, gpu['total_mib']))
+            print(', '.join(known[field](gpu, used) for field in fields))
         return 0
-    if APPS_QUERY in argv:
-        for pid, _, mib, live in counted:
-            if live:
-                print('%d, %s, %d' % (pid, comm(pid), mib))
-        return 0
-    sys.stderr.write('nvidia-smi simulator: unsupported query %r\n' % argv)
-    return 2
+    gpus = dict((gpu['index'], gpu) for gpu in config['gpus'])
+    for pid, index, mib, live in counted:
+        if live:
+            print(', '.join(known[field](pid, gpus[index], mib) for field in fields))
+    return 0
 
 
 if __name__ == '__main__':

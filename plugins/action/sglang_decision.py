@@ -14,7 +14,8 @@ from typing import Any
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _decision
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _colocated, _configs, _decision
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._variables import registered_of
 
 # What the decision reads: each an argument, so that the role's names for its results stay the role's own.
 # Not the whole plan: it holds the rendered files (keys, the secret environment), which task arguments would show.
@@ -28,6 +29,10 @@ ARGUMENT_SPEC = dict(
     python=dict(type='str', required=True),
     host=dict(type='str', required=True),
     router_url=dict(type='str', default=''),
+    # The plan's `colocated` (a server sharing its machine, docs/colocated.md), and the name under which every play
+    # host registered its state read: their machines are read through hostvars.
+    colocated=dict(type='dict', default={}),
+    state_from=dict(type='str', default=''),
 )
 
 
@@ -45,13 +50,19 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg=problem)
             return result
         patch = _decision.patch_state(state, patch_check, args['patch_file'])
+        patch_due = _decision.patch_due(args['patch_file'], patch)
+        colocated = self._colocated(args, state, patch_due, task_vars)
+        problem = colocated.pop('problem')
+        if problem:
+            result.update(failed=True, msg=problem)
+            return result
         owed = _decision.readmission_owed(state, args['router_url'])
         reasons = _decision.reasons(state, patch_check, args['force_restart'], owed)
         pairs = _configs.pairs(args['files'], state['service_manager'])
         changed = list(state.get('configs_changed', []))
         result.update(
             changed=False, manager=state['service_manager'], reasons=reasons, redeploy_needed=bool(reasons),
-            changed_configs=changed, patch_state=patch, patch_due=_decision.patch_due(args['patch_file'], patch),
+            changed_configs=changed, patch_state=patch, patch_due=patch_due, colocated=colocated,
             # What the window writes and moves into place: only the changed files.
             writes=[pair for pair in pairs if pair['label'] in changed],
             # Every file the server runs from (the speculation tuner writes each mode's whole configuration).
@@ -60,3 +71,19 @@ class ActionModule(ActionBase):
             readmission_owed=owed,
         )
         return result
+
+    @staticmethod
+    def _colocated(args: dict[str, Any], state: dict[str, Any], patch_due: bool,
+                   task_vars: dict[str, Any]) -> dict[str, Any]:
+        """_colocated.decide over the machines of this server's neighbours in the play that have read theirs (the
+        others are confirmed by the inventory alone); `problem` is True and `why` says it when refused."""
+        play = list(task_vars.get('ansible_play_hosts_all') or [])
+        me = args['host']
+        machines = {}
+        if args['state_from']:
+            others = [host for host in play if host != me]
+            for host, found in registered_of(task_vars, others, [args['state_from']]).items():
+                read = found[args['state_from']]
+                if isinstance(read, dict) and read.get('machine'):
+                    machines[host] = read['machine']
+        return _colocated.decide(me, args['colocated'] or {}, state, machines, play, patch_due)

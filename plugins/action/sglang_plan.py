@@ -21,7 +21,8 @@ from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpuops.sglang.plugins.plugin_utils import _configs, _groups, _performance, _rollout, _rules
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _colocated, _configs, _groups, _performance, _rollout
+from ansible_collections.gpuops.sglang.plugins.plugin_utils import _rules
 from ansible_collections.gpuops.sglang.plugins.plugin_utils import _speculation, _timing
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._coerce import as_bool, as_float, as_text
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._flags import sglang_flags
@@ -63,7 +64,9 @@ def flag_settings(settings: Any, where: dict[str, Any], group: dict[str, Any] | 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _requires_connection = False
+    # A server that owns some GPUs, or shares its machine, has the machine read (sglang_server_info) before its launch
+    # is rendered: the launch names its GPUs by the UUIDs found there.
+    _requires_connection = True
 
     def run(self, tmp: str | None = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         result = super().run(tmp, task_vars)
@@ -107,15 +110,23 @@ class ActionModule(ActionBase):
         if not patch_problem:
             # An unreadable patch is refused for that alone; its lines cannot be read for the variable.
             problems += _rules.dynamic_spec_env_problems(settings, (patch or {}).get('content'))
+        me, near = self._neighbours(settings, task_vars)
+        problems += (_colocated.gpus_problems(settings['sglang_gpus']) + _colocated.environment_problems(settings)
+                     + _colocated.conflicts(me, near))
+        colocated = self._colocated(me, near, task_vars, where, problems)
+        problems += colocated.pop('problems')
         if problems:
             result.update(failed=True, problems=problems, msg=' '.join(problems))
             return result
         flags = sglang_flags(flag_settings(settings, where, group))
-        files = _configs.configs(settings, flags['args'], self._templates())
+        gpu_environment = _colocated.gpu_environment(colocated['gpu_uuids'])
+        files = _configs.configs(settings, flags['args'], self._templates(), gpu_environment)
         result.update(
             args=flags['args'], expected_server_info=flags['expected'],
-            expected_environment=(_configs.dynamic_environment(settings)
+            # The GPUs are checked like the patch's switch: where the server reports its environment.
+            expected_environment=(dict(_configs.dynamic_environment(settings), **gpu_environment)
                                   if as_bool(settings['sglang_verify_environment']) else {}),
+            colocated=colocated,
             # The launch configuration carries the secret environment, the API keys file the keys.
             secret=bool(settings['sglang_secret_environment']) or _configs.keyed(settings),
             secret_files=_configs.secret_labels(settings),
@@ -131,6 +142,60 @@ class ActionModule(ActionBase):
         # would show it. A refused plan (above) carries no file, so its messages are always shown.
         result['_ansible_no_log'] = result['secret']
         return result
+
+    def _neighbours(self, settings: dict[str, Any], task_vars: dict[str, Any]) -> tuple[dict[str, Any], list[Any]]:
+        """This server, and the fleet's and the play's servers that share its machine or its GPUs by the inventory
+        (their variables through hostvars, else the role's defaults: a neighbour need not be in the play)."""
+        peer, name = inventory_vars(task_vars), task_vars['inventory_hostname']
+        defaults = self._role_defaults()
+
+        def record(host: str, own: dict[str, Any]) -> dict[str, Any]:
+            found = peer(host)
+            values = {key: own[key] if key in own else found.get(key, defaults.get(key))
+                      for key in _colocated.NEIGHBOUR_SETTINGS}
+            values.update((key, found.get(key)) for key in _colocated.PLACEMENT)
+            return _colocated.server_record(host, values)
+        me = record(name, settings)
+        hosts = [host for host in list(settings['sglang_fleet_hosts'] or []) + list(task_vars.get('ansible_play_hosts_all') or [])
+                 if host != name]
+        others = [record(host, {}) for host in dict.fromkeys(hosts)]
+        return me, _colocated.neighbours(me, others)
+
+    def _colocated(self, me: dict[str, Any], near: list[Any], task_vars: dict[str, Any], where: dict[str, Any],
+                   problems: list[str]) -> dict[str, Any]:
+        """{neighbours, machine, gpu_uuids, problems}: what the machine says (read on it, when this server owns some
+        GPUs or shares the machine; never for a plan already refused) and what it refuses."""
+        play = task_vars.get('ansible_play_hosts_all') or []
+        found = {'neighbours': [{'name': other['name'], 'same_machine': other['same_machine'], 'in_run': other['name'] in play,
+                                 'gpus': other['gpus']} for other in near],
+                 'gpus': me['gpus'], 'machine': None, 'site_packages': None, 'gpu_uuids': [], 'problems': [],
+                 # How the stop, the container kill and the guard tell the neighbours' processes from this server's.
+                 'neighbour_marks': _colocated.marks(near)}
+        if problems or not (me['gpus'] or any(other['same_machine'] for other in near)):
+            return found
+        machine = self._execute_module(module_name='gpuops.sglang.sglang_server_info', task_vars=task_vars, module_args={
+            'machine_only': True, 'launch_file': where['launch_file'], 'pidfile': where['pidfile'], 'url': '',
+            'python': me['python'], 'gpus': me['gpus'],
+            # Another container's interpreter is not on this one's disk: only the GPUs are shared there.
+            'neighbours': [{'name': other['name'], 'python': other['python'] if other['same_machine'] else '',
+                            'gpus': other['gpus']} for other in near]})
+        if machine.get('failed'):
+            found['problems'].append('the machine of %s could not be read: %s' % (me['name'], machine.get('msg')))
+            return found
+        found.update(machine=machine['machine'], site_packages=machine['machine']['site_packages'])
+        found['problems'] = _colocated.gpu_problems(me, near, machine['machine'])
+        found['gpu_uuids'] = _colocated.resolve(me['gpus'], machine['machine']['gpus'])[0]
+        sites = {entry['name']: entry['site_packages'] for entry in machine['machine']['site_packages_of']}
+        for entry in found['neighbours']:
+            entry['site_packages'] = sites.get(entry['name'])
+        return found
+
+    def _role_defaults(self) -> dict[str, Any]:
+        """The role's defaults/main.yml, for a neighbour's variables that its inventory does not set."""
+        try:
+            return self._loader.load_from_file(self._find_needle('defaults', 'main.yml')) or {}
+        except (AnsibleError, OSError) as exc:
+            raise AnsibleActionFail('cannot read the role\'s defaults/main.yml: %s' % to_text(exc))
 
     @staticmethod
     def _group_vars(settings: dict[str, Any], task_vars: dict[str, Any]) -> Callable:

@@ -30,6 +30,7 @@ description:
     unreadable GPU is never taken as free.
   - Every nvidia-smi call and every NVML reading runs under O(command_timeout); a hung one ends the
     wait and the failure says what was and was not signalled.
+  - With O(gpus) set, releases those GPUs alone, for a server that shares its machine with others (see O(gpus)).
   - Replaces C(fuser -k /dev/nvidia*; sleep 2; nvidia-smi | grep 0MiB), which killed the NVIDIA daemons,
     missed C(/dev/nvidia-caps), guessed the wait, and could not tell a free GPU from a busy one.
 author:
@@ -124,6 +125,33 @@ options:
     type: str
     choices: [auto, nvml, nvidia-smi]
     default: auto
+  gpus:
+    description:
+      - The GPUs to release, as nvidia-smi's indices (PCI bus order, V(0), V(1)) or UUIDs (V(GPU-...)); MIG
+        instances cannot be named. The role passes C(sglang_gpus).
+      - Empty (the default) releases every GPU of the machine, every holder of O(devices) is ended.
+      - Set, each GPU's device file C(/dev/nvidiaN) is found by its minor number N, read from the driver's
+        information of the GPU's PCI bus id (see O(driver_info)), never taken to equal the index. Then only
+        holders of those device files are ended. A holder of any GPU outside them, even one that holds one of
+        them too, is a neighbour's or a foreign job's and is spared; so is a holder of the shared files alone
+        (C(nvidiactl), C(nvidia-uvm), C(nvidia-caps)) unless it is the stopping server's (a process of
+        O(await_exit), a descendant of one, or of its session, as read before the wait). Both are listed in
+        RV(spared).
+      - Set, the proof covers those GPUs alone, and is stronger than memory - each must read at most
+        O(max_used_mib) B(and) have no compute process left (NVML's running process list where NVML reads the
+        memory, else C(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid)).
+      - A GPU the machine does not have, or one without driver information, fails the task before anything is
+        signalled.
+    type: list
+    elements: str
+    default: []
+  driver_info:
+    description:
+      - The folder of the NVIDIA driver's per-GPU information, one folder per PCI bus id holding a file
+        C(information) with C(Device Minor) and C(GPU UUID) lines. Read only with O(gpus) set.
+      - Only a test or simulated host points this elsewhere.
+    type: path
+    default: /proc/driver/nvidia/gpus
 notes:
   - Memory is nvidia-smi's memory.used or NVML's v2 memory info (used, rounded up to whole MiB), never
     NVML's v1 memory info, which on an idle H200 reported 615 MiB of reserved memory as used.
@@ -153,6 +181,12 @@ EXAMPLES = r'''
   gpuops.sglang.gpu_release:
   check_mode: true
   register: holders
+
+- name: Release GPUs 0 and 1 only, for a server sharing its machine, awaiting its stopping processes
+  gpuops.sglang.gpu_release:
+    gpus: [0, 1]
+    await_exit: "{{ stopped.stopping }}"
+    max_used_mib: 64
 '''
 
 RETURN = r'''
@@ -240,6 +274,54 @@ excluded:
       type: str
   sample: [{"pid": 88, "cmdline": "/usr/bin/nvidia-persistenced", "executable": "/usr/bin/nvidia-persistenced",
             "devices": ["/dev/nvidiactl"], "reason": "exclude"}]
+spared:
+  description:
+    - With O(gpus) set, the holders left alone as not this release's to end, with why; empty otherwise.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: PID of the holder.
+      type: int
+    cmdline:
+      description: Full command line of the holder.
+      type: str
+    devices:
+      description: The device files it holds open or mapped.
+      type: list
+      elements: str
+    gpus:
+      description: The device minors of the GPUs it holds (C(/dev/nvidiaN)).
+      type: list
+      elements: int
+    reason:
+      description:
+        - V(other GPUs) - it holds a GPU outside O(gpus) (a neighbour's or a foreign job's, maybe on these GPUs too).
+        - V(shared devices only) - it holds no GPU's device file, only the shared ones, and is not the stopping
+          server's (O(await_exit)).
+      type: str
+  sample: [{"pid": 5120, "cmdline": "python3 other_model.py", "devices": ["/dev/nvidia1", "/dev/nvidiactl"],
+            "gpus": [1], "reason": "other GPUs"}]
+scope:
+  description: With O(gpus) set, the GPUs released, as resolved on the host; empty when every GPU is.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: nvidia-smi's index.
+      type: int
+    uuid:
+      description: GPU UUID.
+      type: str
+    bus_id:
+      description: PCI bus id, as the driver's information folder names it.
+      type: str
+    minor:
+      description: The device minor (C(/dev/nvidiaN)), from the driver's information.
+      type: int
+  sample: [{"index": 0, "uuid": "GPU-4b5c2a41-93c7-4f1e-8d0a-5b6c7d8e9f01", "bus_id": "0000:18:00.0", "minor": 0}]
 gpus_before:
   description: GPUs as nvidia-smi reported them before anything was signalled.
   returned: always
@@ -280,7 +362,10 @@ elapsed:
   returned: always
   type: float
 compute_apps:
-  description: nvidia-smi's compute apps when memory did not drain (empty otherwise), for the post-mortem.
+  description:
+    - nvidia-smi's compute apps when memory did not drain (empty otherwise), for the post-mortem.
+    - With O(gpus) set, those on these GPUs (from NVML where it reads the memory, without a process name), each
+      with RV(compute_apps[].gpu_uuid), when the proof failed.
   returned: always
   type: list
   elements: dict
@@ -294,6 +379,9 @@ compute_apps:
     used_memory_mib:
       description: GPU memory it uses in MiB; null when nvidia-smi cannot say (C([N/A])).
       type: int
+    gpu_uuid:
+      description: The GPU it runs on; only with O(gpus) set.
+      type: str
   sample: [{"pid": 436, "process_name": "python3", "used_memory_mib": 20610}]
 cmd:
   description:
@@ -325,6 +413,8 @@ timeline:
         - V(process start), V(module start), V(signal), V(poll) (holders still alive), V(holders gone)
           (the first poll that found none of them), V(gpu reading), V(memory free) (where RV(elapsed) ends)
           or V(truncated).
+        - With O(gpus) set also V(gpus located) (their indices and minors) and V(compute apps) (those left on
+          them, read once their memory reads free).
       type: str
     took:
       description: Seconds the entry took (a GPU reading, a /proc poll); null for an instant.
@@ -338,192 +428,30 @@ timeline:
            {"at": 0.146, "event": "memory free", "took": null, "detail": ""}]
 '''
 
-import time
-from re import Pattern
-from typing import Any
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import GUARD_OPTION, LeaseError, Renewer
-from ansible_collections.gpuops.sglang.plugins.module_utils._module import (
-    fail,
-    new_result,
-    require_not_negative,
-    require_positive,
-    run_module,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import (
-    NVIDIA_DAEMON_EXCLUDES,
-    NVIDIA_DEVICE_GLOBS,
-    DeviceError,
-    FreeMemoryProof,
-    GpuReader,
-    NvidiaSmiError,
-    expand_devices,
-    unreadable,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
-    Termination,
-    await_exit,
-    compile_patterns,
-    nothing_awaited,
-    planned_kills,
-    signalled_summary,
-)
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import LocalProcesses, described, protected_pids
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._release import (
-    MemoryReader,
-    NvmlUnavailable,
+    RELEASE_SPEC,
+    GpuRelease,
+    ReleaseFailed,
     Timeline,
-    TracedProcesses,
-    TracedReader,
-    choose_reader,
-    classify_holders,
-    not_free_message,
+    empty_result,
     process_started_at,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils._module import new_result, run_module
 
 ARGUMENT_SPEC = dict(
-    devices=dict(type='list', elements='str', default=NVIDIA_DEVICE_GLOBS),
-    exclude=dict(type='list', elements='str', default=[]),
-    builtin_exclude=dict(type='list', elements='str', default=NVIDIA_DAEMON_EXCLUDES),
-    term_timeout=dict(type='float', default=10.0),
-    kill_timeout=dict(type='float', default=10.0),
-    max_used_mib=dict(type='int', default=0),
-    # One name with sglang_guard's; `timeout`, its name before, still works.
-    memory_timeout=dict(type='float', default=60.0),
-    command_timeout=dict(type='float', default=30.0),
-    nvidia_smi=dict(type='path'),
-    memory_reader=dict(type='str', default='auto', choices=['auto', 'nvml', 'nvidia-smi']),
+    RELEASE_SPEC,
     await_exit=dict(type='list', elements='int', default=[]),
     guard=GUARD_OPTION,
 )
 
 
-def release_bound(params: dict[str, Any]) -> float:
-    """Seconds the release may take: two readings, the wait for the stopping server, the kill, the proof."""
-    return (2 * params['command_timeout'] + (params['term_timeout'] + params['kill_timeout'] if params['await_exit'] else 0)
-            + params['term_timeout'] + params['kill_timeout'] + params['memory_timeout'])
-
-
-def validated_excludes(params: dict[str, Any]) -> list[Pattern]:
-    """The compiled exclude patterns, once every option is known to be usable."""
-    require_not_negative(params, ('term_timeout', 'kill_timeout', 'memory_timeout', 'max_used_mib'))
-    require_positive(params, 'command_timeout')
-    try:
-        return compile_patterns(params['builtin_exclude'] + params['exclude'], 'exclude pattern')
-    except ValueError as exc:
-        fail(str(exc))
-
-
-def gpu_reader(module: AnsibleModule) -> MemoryReader:
-    """The memory reader memory_reader asks for (NVML or nvidia-smi), nvidia-smi also for compute apps."""
+def release(module: AnsibleModule, result: dict, timeline: Timeline) -> None:
     params = module.params
-    nvidia_smi = params['nvidia_smi'] or module.get_bin_path('nvidia-smi', required=False)
-    smi = GpuReader(CommandRunner(module, params['command_timeout']), nvidia_smi) if nvidia_smi else None
-    try:
-        reader, why = choose_reader(params['memory_reader'], smi, params['command_timeout'])
-    except (NvmlUnavailable, NvidiaSmiError) as exc:
-        fail('%s; nothing was signalled' % exc)
-    if why is not None and params['memory_reader'] == 'auto':
-        module.debug('gpu_release reads the memory with nvidia-smi: %s' % why)
-    return reader
-
-
-def read_before(module: AnsibleModule, reader: TracedReader, result: dict[str, Any]) -> list[int]:
-    """gpus_before; the indices the proof afterwards must read again."""
-    try:
-        result['gpus_before'] = reader.gpus()
-    except (CommandError, NvidiaSmiError) as exc:
-        fail('cannot read the GPUs before releasing them, nothing was signalled: %s' % exc)
-    for gpu in unreadable(result['gpus_before']):
-        # Informational before the kill: the proof afterwards must read every GPU anyway.
-        module.warn('before the release, GPU %s could not be read: %s' % (
-            gpu['index'] if gpu['index'] is not None else '?', gpu['error']))
-    return [gpu['index'] for gpu in result['gpus_before'] if gpu['index'] is not None]
-
-
-def await_stopping(module: AnsibleModule, local: TracedProcesses, result: dict[str, Any]) -> list[Any]:
-    """Wait for the stopping server's processes (await_exit); the ones that needed SIGKILL."""
-    params = module.params
-    if not params['await_exit'] or module.check_mode:
-        return []
-    # gpus_before is read first: it shows what the stopping server still held.
-    awaited = await_exit(local, params['await_exit'], params['term_timeout'], params['kill_timeout'])
-    result['awaited'] = awaited.report
-    result['killed'] = awaited.killed
-    result['changed'] = bool(awaited.killed)
-    if awaited.failure():
-        fail('%s; nothing else was signalled' % awaited.failure())
-    return awaited.killed
-
-
-def end_holders(module: AnsibleModule, local: TracedProcesses, targets: list[Any], ended_early: list[Any],
-                result: dict[str, Any], timeline: Timeline) -> float:
-    """SIGTERM, then SIGKILL for the survivors; returns when the kill began (monotonic clock)."""
-    params = module.params
-    started = timeline.origin = timeline.clock()
-    outcome = Termination(local, params['term_timeout'], params['kill_timeout']).run(targets)
-    result['killed'] = ended_early + outcome.killed
-    result['changed'] = bool(result['killed'])
-    if outcome.remaining:
-        result['elapsed'] = round(time.monotonic() - started, 3)
-        fail('%d GPU holder(s) survived SIGKILL: %s' % (
-            len(outcome.remaining), '; '.join(record.describe() for record in outcome.remaining)))
-    return started
-
-
-def prove_free(module: AnsibleModule, reader: TracedReader, local: TracedProcesses, expected: list[int], started: float,
-               result: dict[str, Any], timeline: Timeline) -> None:
-    params = module.params
-    proof = FreeMemoryProof(reader, params['max_used_mib'], expected)
-    result['gpus'] = proof.wait(params['memory_timeout'])
-    result['elapsed'] = round(time.monotonic() - started, 3)
-    timeline.add('memory free' if proof.free() else 'memory not proven free')
-    if proof.timed_out is not None:
-        fail('cannot prove the GPU memory free: %s; %s. A hung nvidia-smi usually means a wedged '
-             'driver: see dmesg (Xid errors) on this host.' % (proof.timed_out, signalled_summary(result['killed'])))
-    if proof.free():
-        return
-    result['compute_apps'] = reader.compute_apps()
-    fail(not_free_message(proof, params['memory_timeout'], result['killed'], result['compute_apps'],
-                          sorted(local.holders(result['devices']))))
-
-
-def release(module: AnsibleModule, result: dict[str, Any], timeline: Timeline) -> None:
-    params = module.params
-    excludes = validated_excludes(params)
     lease = Renewer.from_option(None if module.check_mode else params['guard'], 'gpu_release')
-    lease.renew(release_bound(params))
-    try:
-        result['devices'] = expand_devices(params['devices'])
-    except DeviceError as exc:
-        fail('%s; nothing was signalled' % exc)
-    reader = TracedReader(gpu_reader(module), timeline)
-    result['cmd'], result['memory_reader'] = reader.cmd(), reader.source_name
-    try:
-        release_with(module, result, timeline, excludes, lease, reader)
-    finally:
-        reader.close()
-
-
-def release_with(module: AnsibleModule, result: dict[str, Any], timeline: Timeline, excludes: list[Pattern],
-                 lease: Renewer, reader: TracedReader) -> None:
-    params = module.params
-    expected = read_before(module, reader, result)
-    local = TracedProcesses(LocalProcesses(), timeline)
-    ended_early = await_stopping(module, local, result)
-    holders = local.holders(result['devices'])
-    targets, result['excluded'] = classify_holders(holders, excludes, protected_pids())
-    result['targets'] = [described(record, devices=holders[record.pid]) for record in targets]
-    if module.check_mode:
-        result.update(killed=planned_kills(targets, params['term_timeout']), changed=bool(targets),
-                      gpus=result['gpus_before'])
-        return
-    started = end_holders(module, local, targets, ended_early, result, timeline)
-    prove_free(module, reader, local, expected, started, result, timeline)
-    lease.done()
+    GpuRelease(module, params, module.check_mode, timeline).run(result, params['await_exit'], lease)
 
 
 def main() -> None:
@@ -533,10 +461,9 @@ def main() -> None:
         timeline.add('process start', at=process_start)
     timeline.add('module start')
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = new_result(killed=[], targets=[], excluded=[], gpus_before=[], gpus=[], devices=[], compute_apps=[], elapsed=0.0,
-                        cmd=[], memory_reader='', awaited=nothing_awaited(), timeline=[])
+    result = new_result(**empty_result())
     # LeaseError: the guard restored while this ran; its message says so.
-    run_module(module, result, lambda: release(module, result, timeline), errors=(LeaseError,),
+    run_module(module, result, lambda: release(module, result, timeline), errors=(LeaseError, ReleaseFailed),
                finish=lambda result: result.update(timeline=timeline.report()))
 
 

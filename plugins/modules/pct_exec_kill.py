@@ -22,6 +22,10 @@ description:
     with its state.
   - Never signals the container's PID 1 (a warning says when it matches) or its own listing and
     signalling shells.
+  - With O(marks) or O(neighbours), ends only the stopping server's processes, never a neighbour's in the same
+    container and under the same user - a match that carries another server's marks (another C(--port), another
+    launch file or service in its environment, a neighbour's unit) is listed in RV(spared) and never signalled, and one
+    that carries nothing telling whose it is, nor do its parents, is spared too while O(neighbours) are given.
   - Every pct call runs under O(command_timeout); a hung one (a frozen container) is killed and the
     failure says which processes were and were not signalled.
   - The scripts are fixed text and every variable part (PIDs, signal) is a separate argument; no shell
@@ -33,6 +37,7 @@ author:
 extends_documentation_fragment:
   - gpuops.sglang.attributes
   - gpuops.sglang.await_exit
+  - gpuops.sglang.neighbours
 attributes:
   check_mode:
     support: full
@@ -79,6 +84,27 @@ options:
   pct:
     description: Path of the pct binary. Found on E(PATH) when not given.
     type: path
+  marks:
+    description:
+      - What marks the stopping server's processes - its V(service_name) (its unit, or the service mark of a detached
+        start), its V(port) (C(--port) in its command line), its V(launch_file) (the launch file mark), V(name) for
+        messages. A match carrying one of them that differs is another server's, and spared.
+      - Unset (and no O(neighbours)), every match is ended, as on a container the server owns.
+    type: dict
+    suboptions:
+      service_name:
+        description: Its service name.
+        type: str
+      port:
+        description: The port it serves on.
+        type: int
+      launch_file:
+        description: Its launch configuration, as the container sees it.
+        type: path
+      name:
+        description: How messages call it (its inventory host).
+        type: str
+        default: ''
 requirements:
   - C(/bin/sh) and C(tr) inside the container (dash, bash or busybox; no procps).
 notes:
@@ -93,15 +119,14 @@ EXAMPLES = r'''
   gpuops.sglang.pct_exec_kill:
     vmid: 101
 
-# With several servers in one container, only the launch command line can tell them apart: the children's
-# sglang:: titles (sglang::scheduler_TP0, sglang::detokenizer) name no port, so 'sglang::' would match every
-# server's schedulers. The launch process ends its own children as it exits on SIGTERM.
-- name: Stop only the server on port 30000, giving it a minute to drain
+# With several servers in one container: the children's sglang:: titles name no port, so they are told apart by
+# what they inherited (the marks of a detached start, the unit's control group) or by their parent's --port.
+- name: Stop only what is left of the server on port 30000, sparing its neighbour on port 30001
   gpuops.sglang.pct_exec_kill:
     vmid: "{{ pve_vmid }}"
-    kill_patterns:
-      # its launch line, with the port as a whole argument (--port 30000 or --port=30000, not --port 300001)
-      - '^(\S*/)?python[0-9.]* -m sglang\.launch_server( \S+)* --port[= ]30000( |$)'
+    marks: {service_name: sglang, port: 30000, launch_file: /etc/sglang/launch.json, name: gpu1}
+    neighbours:
+      - {service_name: sglang-b, port: 30001, launch_file: /etc/sglang-b/launch.json, name: gpu1b}
     term_timeout: 60
   delegate_to: "{{ pve_node }}"
 '''
@@ -169,8 +194,31 @@ targets:
       type: list
       elements: int
   sample: [{"pid": 412, "user": "root", "cmdline": "python3 -m sglang.launch_server --port 30000", "gpus": []}]
+spared:
+  description:
+    - Matching processes that are another server's (O(marks), O(neighbours)), never signalled, each with why; the
+      first listing's and any a later listing found.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: PID inside the container.
+      type: int
+    cmdline:
+      description: Full command line.
+      type: str
+    why:
+      description: What it carries that is another server's, or why nobody can tell whose it is.
+      type: str
+  sample:
+    - pid: 530
+      cmdline: "sglang::scheduler_TP0"
+      why: "its parent 512 carries the marks of the neighbour server gpu1b (port 30001): its command line serves --port 30001"
 remaining:
-  description: Matching processes in the final listing (signalled or not); the module fails when this is not empty.
+  description: >-
+    Matching processes of the stopping server in the final listing (signalled or not), RV(spared) ones left out; the
+    module fails when this is not empty.
   returned: always
   type: list
   elements: dict
@@ -213,12 +261,17 @@ from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail,
 from ansible_collections.gpuops.sglang.plugins.module_utils.readers._pct import ContainerProcesses, PctCommand, parse_status
 from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
     DEFAULT_SGLANG_PATTERNS,
+    MARKS_SPEC,
+    NEIGHBOURS_OPTION,
     ProcessRecord,
     ProcessSourceError,
+    ServerMarks,
+    ServerOwnership,
     Termination,
     TerminationOutcome,
     await_exit,
     compile_patterns,
+    merge_spared,
     nothing_awaited,
     planned_kills,
     select,
@@ -234,6 +287,8 @@ ARGUMENT_SPEC = dict(
     command_timeout=dict(type='float', default=30.0),
     pct=dict(type='path'),
     await_exit=dict(type='list', elements='int', default=[]),
+    marks=dict(type='dict', options=dict(MARKS_SPEC)),
+    neighbours=NEIGHBOURS_OPTION,
 )
 
 
@@ -282,26 +337,36 @@ def running_container(module: AnsibleModule, result: dict[str, Any]) -> Containe
         state = ('is %s' % status) if status else 'does not exist or cannot be queried (rc %d: %s)' % (
             status_run.rc, status_run.output or 'no output')
         fail('container %d %s; nothing was killed' % (params['vmid'], state))
-    return ContainerProcesses(runner, pct, with_users=module.check_mode)
+    return ContainerProcesses(runner, pct, with_users=module.check_mode, with_marks=ownership(params).judges)
 
 
-def matching(module: AnsibleModule, container: ContainerProcesses, patterns: list[Pattern],
-             listing: list[ProcessRecord]) -> list[Any]:
-    """The processes to stop; a match that is the container's init is only warned about."""
+def ownership(params: dict[str, Any]) -> ServerOwnership:
+    """Whose each match is (the stopping server's, a neighbour's), from the marks and neighbours options."""
+    return ServerOwnership(ServerMarks.from_option(params['marks']) if params['marks'] else None,
+                           [ServerMarks.from_option(neighbour) for neighbour in params['neighbours']])
+
+
+def matching(container: ContainerProcesses, patterns: list[Pattern], owners: ServerOwnership,
+             listing: list[ProcessRecord], result: dict[str, Any], module: AnsibleModule | None = None) -> list[Any]:
+    """The processes to stop; another server's land in result's spared, a match that is the container's init is
+    only warned about (module: the first listing, not each rescan)."""
     for record in listing:
-        if record.pid in container.PROTECTED and any(pattern.search(record.cmdline) for pattern in patterns):
+        if module and record.pid in container.PROTECTED and any(pattern.search(record.cmdline) for pattern in patterns):
             module.warn('pid %d in container %d (%s) matches the patterns but is the container\'s init; '
                         'it is never signalled (stop the container instead)'
                         % (record.pid, module.params['vmid'], record.cmdline))
-    return select(listing, patterns, protected_pids=container.PROTECTED)
+    targets, spared = owners.sort(select(listing, patterns, protected_pids=container.PROTECTED), listing)
+    merge_spared(result['spared'], spared)
+    return targets
 
 
 def kill(module: AnsibleModule, container: ContainerProcesses, patterns: list[Pattern],
          result: dict[str, Any]) -> tuple[list[Any], TerminationOutcome | None, float]:
     """(what await_exit ended, the termination's outcome or None when nothing matched, when it began)."""
     params = module.params
+    owners = ownership(params)
     termination = Termination(container, params['term_timeout'], params['kill_timeout'],
-                              rescan=lambda listing: select(listing, patterns, protected_pids=container.PROTECTED))
+                              rescan=lambda listing: matching(container, patterns, owners, listing, result))
     ended_early = []
     started = time.monotonic()
     try:
@@ -311,7 +376,7 @@ def kill(module: AnsibleModule, container: ContainerProcesses, patterns: list[Pa
             ended_early = awaited.killed
             if awaited.failure():
                 raise ProcessSourceError(awaited.failure())
-        targets = matching(module, container, patterns, container.list())
+        targets = matching(container, patterns, owners, container.list(), result, module)
         result['targets'] = [target_entry(record, container.users) for record in targets]
         if module.check_mode:
             result.update(killed=planned_kills(targets, params['term_timeout']), changed=bool(targets))
@@ -354,7 +419,7 @@ def stop_matching(module: AnsibleModule, result: dict[str, Any]) -> None:
 
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    result = new_result(killed=[], targets=[], remaining=[], cmd=[], vmid=module.params['vmid'], awaited=nothing_awaited(),
+    result = new_result(killed=[], targets=[], spared=[], remaining=[], cmd=[], vmid=module.params['vmid'], awaited=nothing_awaited(),
                         elapsed=0.0)
     run_module(module, result, lambda: stop_matching(module, result))
 

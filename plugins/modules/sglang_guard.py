@@ -36,6 +36,7 @@ author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
+  - gpuops.sglang.neighbours
 attributes:
   check_mode:
     support: full
@@ -162,6 +163,14 @@ options:
     type: list
     elements: str
     default: []
+  window_folder:
+    description:
+      - The folder the servers of this machine share (the role's C(sglang_guard_dir), above each server's O(folder)),
+        where C(window.json) names the guard whose outage window is open. With it, O(state=armed) opens the machine's
+        window, waiting up to O(lock_timeout) while another server's is open (then fails naming it, having done
+        nothing), and the confirmation or the restore closes it - one window at a time per machine.
+      - Held to the same trust rules as O(folder). Unset, no window is taken.
+    type: path
   health_timeout:
     description: Seconds the previous server may take to answer C(/health) after a restore.
     type: float
@@ -176,6 +185,14 @@ options:
     description: Seconds to wait for the GPU memory to drain during a restore (M(gpuops.sglang.gpu_release)'s too).
     type: float
     default: 60
+  gpus:
+    description:
+      - The GPUs the server owns (nvidia-smi indices or UUIDs), as M(gpuops.sglang.gpu_release)'s option of the same
+        name; the restore's wait for free memory covers only these, so that a neighbour's GPU on the same machine
+        never holds it up. Empty, every GPU.
+    type: list
+    elements: str
+    default: []
   stop_marker:
     description: File in which the stop writes its start time, to measure the downtime in the guard's report.
     type: path
@@ -214,7 +231,9 @@ options:
     type: str
     default: restore requested
   lock_timeout:
-    description: Seconds to wait for the guard's lock (another actor may be restoring).
+    description:
+    - Seconds to wait for the guard's lock (another actor may be restoring), and with O(window_folder) for the
+      machine's window (another server's window may be open).
     type: float
     default: 60
 seealso:
@@ -361,6 +380,22 @@ fired:
         signal:
           description: The last signal sent, V(TERM) or V(KILL).
           type: str
+    spared:
+      description: >-
+        The processes matching O(kill_patterns) that the restore left running as another server's (O(neighbours)), with
+        why.
+      type: list
+      elements: dict
+      contains:
+        pid:
+          description: Its PID.
+          type: int
+        cmdline:
+          description: Its command line, arguments joined by spaces.
+          type: str
+        why:
+          description: What it carries that is another server's, or why nobody can tell whose it is.
+          type: str
     steps:
       description: The restore steps that succeeded, in order.
       type: list
@@ -475,6 +510,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import
     Guard, GuardError, PACKAGE, pending_message, service_name_problem,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import arm_problem
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import NEIGHBOURS_OPTION
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import SERVER_OPTIONS
 
@@ -498,9 +534,13 @@ ARGUMENT_SPEC = dict(
     server=dict(type='dict', options=SERVER_SPEC),
     host=dict(type='str', default=''),
     kill_patterns=dict(type='list', elements='str', default=[]),
+    # Recorded at the arm: the restore ends the server's own leftovers only, lists the others in fired.spared.
+    neighbours=NEIGHBOURS_OPTION,
+    window_folder=dict(type='path'),
     health_timeout=dict(type='float', default=900),
     max_used_mib=dict(type='int', default=0),
     memory_timeout=dict(type='float', default=60),
+    gpus=dict(type='list', elements='str', default=[]),
     stop_marker=dict(type='path'),
     router=dict(type='dict', options=dict(
         url=dict(type='str', required=True),
@@ -537,10 +577,10 @@ def arm(module: AnsibleModule, guard: Guard, current: dict[str, Any] | None, res
                     term_timeout=given['term_timeout'],
                     nvidia_smi=module.get_bin_path('nvidia-smi'), max_used_mib=params['max_used_mib'],
                     gpu_timeout=params['memory_timeout'], stop_marker=params['stop_marker'],
-                    router=params['router'])
+                    router=params['router'], neighbours=params['neighbours'], gpus=params['gpus'])
     guard.arm(params['run_id'], params['deadline'], params['files'], given,
               params['host'], sys.executable, settings, systemd=os.path.isdir('/run/systemd/system'),
-              idle_s=params['idle'], after_s=params['after'])
+              idle_s=params['idle'], after_s=params['after'], window_folder=params['window_folder'])
 
 
 def confirm(module: AnsibleModule, guard: Guard, current: dict[str, Any] | None, result: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ extends_documentation_fragment:
   - gpuops.sglang.server
   - gpuops.sglang.server_api_key
   - gpuops.sglang.guard_lease
+  - gpuops.sglang.neighbours
 attributes:
   check_mode:
     support: full
@@ -144,6 +145,19 @@ options:
     type: list
     elements: str
     default: []
+  release:
+    description:
+      - With O(state=stopped) or O(state=restarted), release the GPUs in this module's run, as
+        M(gpuops.sglang.gpu_release) would, with these of its options (every one but
+        O(gpuops.sglang.gpu_release#module:guard), which is O(guard)); its result is RV(release). Its
+        O(gpuops.sglang.gpu_release#module:await_exit) also awaits RV(stopping).
+      - With O(state=stopped), right after the stop, and only when the stop found no strays (O(kill_patterns));
+        otherwise the step that ends them must come first, so nothing is released here and RV(release) is null.
+      - With O(state=restarted), after the stop (when the server ran) and before the files of O(activate) move
+        and the server starts; the role's start uses it so that the GPU release, whose holders the earlier stop
+        (O(wait=false)) left draining, and the start share one module run inside the outage.
+      - Null (the default) releases nothing.
+    type: dict
   drain_timeout:
     description:
       - Before the stop, wait up to this many seconds until the server holds no request in flight, read from
@@ -229,6 +243,13 @@ stop_elapsed:
   description: Seconds the stop took (null when nothing was stopped); with O(wait=false), until it had begun.
   returned: always
   type: float
+release:
+  description:
+    - With O(release), what the release returned, with the keys M(gpuops.sglang.gpu_release) returns; on a failed
+      release, as far as it got.
+    - Null when O(release) is null, or a stop found strays.
+  returned: always
+  type: dict
 stopping:
   description:
     - PIDs of the server's processes that were told to stop and may still be draining (O(wait=false)); the
@@ -254,6 +275,28 @@ strays:
       description: Its full command line.
       type: str
   sample: [{pid: 4802, cmdline: "sglang::scheduler_TP0"}]
+spared:
+  description:
+    - Processes matching O(kill_patterns) that are not this server's own and belong to another server of the machine
+      (its marks, or nothing that tells whose while O(neighbours) are given); never signalled, by this module or by the
+      container kill. C(why) says what was read.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: Its PID.
+      type: int
+    cmdline:
+      description: Its full command line.
+      type: str
+    why:
+      description: What it carries that is another server's, or why nobody can tell whose it is.
+      type: str
+  sample:
+    - pid: 4903
+      cmdline: python3 -m sglang.launch_server --port 30001
+      why: "it carries the marks of another server than this one (service sglang, port 30000): its command line serves --port 30001"
 would_stop:
   description:
     - In check mode with O(state=stopped) or O(state=restarted), the processes the stop would end, read now and
@@ -320,13 +363,20 @@ import time
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import mode_and_owner, read_bytes, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import compile_patterns
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import NEIGHBOURS_OPTION, ServerMarks, compile_patterns
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._release import (
+    RELEASE_SPEC, GpuRelease, ReleaseFailed, Timeline, empty_result,
+)
+
+# The release option's own: what an earlier step left stopping (gpu_release's await_exit).
+AWAIT_SPEC = dict(await_exit=dict(type='list', elements='int', default=[]))
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import (
     COMMAND_TIMEOUT, SERVER_OPTIONS, Server, ServerError,
 )
@@ -346,9 +396,12 @@ ARGUMENT_SPEC = dict(
     wait=dict(type='bool', default=True),
     # One name with pct_exec_kill and sglang_guard for SGLang's command lines.
     kill_patterns=dict(type='list', elements='str', default=[]),
+    neighbours=NEIGHBOURS_OPTION,
     drain_timeout=dict(type='float', default=0),
     ready_checks=dict(type='int', default=0),
     generate_probe=dict(type='bool', default=False),
+    # gpu_release's options, validated against its spec (release_options): one spec, not a copy here.
+    release=dict(type='dict'),
     guard=GUARD_OPTION,
     activate=dict(type='list', elements='dict', default=[], options=dict(
         candidate=dict(type='path', required=True),
@@ -370,6 +423,7 @@ def report_only(module: AnsibleModule, server: Server, pid: int | None, patterns
     params = module.params
     state = params['state']
     result['strays'] = stray_entries(server.strays(patterns, pid))
+    result['spared'] = server.spared
     if state in ('stopped', 'restarted') and pid is not None:
         result['would_stop'] = server.described_own(pid)
     result['healthy'] = pid is not None and server.health() == 200
@@ -380,6 +434,37 @@ def report_only(module: AnsibleModule, server: Server, pid: int | None, patterns
                                                                              params['expected_environment'])
     result['changed'] = (state == 'stopped' and pid is not None) or (state == 'started' and pid is None) \
         or state == 'restarted' or bool(result['mismatches'])
+
+
+def release_options(module: AnsibleModule) -> dict[str, Any] | None:
+    """The release option checked against gpu_release's own spec, with its defaults; None when not set."""
+    params = module.params
+    if params['release'] is None:
+        return None
+    if params['state'] == 'started':
+        fail('release is for state=stopped or state=restarted (got state=started)')
+    validated = ArgumentSpecValidator(RELEASE_SPEC | AWAIT_SPEC).validate(params['release'])
+    if validated.error_messages:
+        fail('release: %s; nothing was stopped' % '; '.join(validated.error_messages))
+    try:
+        GpuRelease(None, validated.validated_parameters, module.check_mode, Timeline()).excludes()
+    except ReleaseFailed as exc:
+        fail('release: %s; nothing was stopped' % exc)
+    return validated.validated_parameters
+
+
+def release_gpus(module: AnsibleModule, options: dict[str, Any], result: dict[str, Any]) -> None:
+    """The GPU release in this run (RV(release)), awaiting the stopping server (RV(stopping) and await_exit)."""
+    guard = None if module.check_mode or not module.params['guard'] else dict(module.params['guard'], after=0)
+    released = result['release'] = new_result(**empty_result())
+    awaited = sorted(set(options['await_exit']) | set(result['stopping']))
+    try:
+        GpuRelease(module, options, module.check_mode, Timeline()).run(
+            released, awaited, Renewer.from_option(guard, 'sglang_server %s (gpu release)' % module.params['state']))
+    except ReleaseFailed as exc:
+        fail('the GPUs of %s were not released: %s; the server was not started' % (module.params['service_name'], exc))
+    finally:
+        result['changed'] = result['changed'] or released['changed']
 
 
 def stop_bound(params: dict[str, Any], waits: bool) -> float:
@@ -399,6 +484,7 @@ def stop(module: AnsibleModule, server: Server, pid: int, patterns: list[Any], r
                         % (params['service_name'], result['drain']['why']))
     stopped = server.stop(wait=params['wait'] or params['state'] != 'stopped', stray_patterns=patterns)
     result['strays'] = stray_entries(stopped['strays'])
+    result['spared'] = stopped['spared']
     result['stopped_at'] = stopped['stopped_at']
     result['stop_elapsed'] = stopped.get('stop_elapsed')
     result['stopping'] = stopped['stopping']
@@ -475,19 +561,29 @@ def manage(module: AnsibleModule, server: Server, result: dict[str, Any], lease:
     if server.pidfile_ignored:
         module.warn(server.pidfile_ignored)
     result.update(running=pid is not None, pid=pid)
-    # Compiled first: a bad pattern fails the task before anything is stopped.
+    # Compiled and checked first: a bad pattern or release option fails the task before anything is stopped.
     patterns = compile_patterns(params['kill_patterns'], 'stray pattern') if state == 'stopped' else []
+    release = release_options(module)
     if module.check_mode:
-        return report_only(module, server, pid, patterns, result)
+        report_only(module, server, pid, patterns, result)
+        if release is not None and not result['strays']:
+            release_gpus(module, release, result)
+        return
     if state in ('stopped', 'restarted') and pid is not None:
         stop(module, server, pid, patterns, result, lease)
     elif patterns:
         # Nothing of the server runs: every match is a stray.
         result['strays'] = stray_entries(server.strays(patterns, None))
+        result['spared'] = server.spared
     if state == 'stopped':
         # `after` is the container kill's, which follows only when the stop found strays.
         lease.done(handed_over=bool(result['strays']))
+        if release is not None and not result['strays']:
+            release_gpus(module, release, result)
         return
+    if state == 'restarted' and release is not None:
+        # The holders the earlier stop (wait=false) left draining, awaited here: one module run with the start.
+        release_gpus(module, release, result)
     if state == 'restarted':
         # Renewed before any file moves: a guard whose lease lapsed restores the previous files, and a renewal is
         # refused once a restore holds the guard, so this run never moves its files over the restored ones.
@@ -512,7 +608,7 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
     result = new_result(activated=[], running=False, pid=None, healthy=False, health_attempts=0, stopped_at=None,
-                        stop_elapsed=None, stopping=[], strays=[], would_stop=[], drain=None, readiness=None,
+                        stop_elapsed=None, stopping=[], strays=[], spared=[], would_stop=[], drain=None, readiness=None, release=None,
                         started_at=None, healthy_at=None, mismatches=[], server_info={}, cmd=[])
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     server = Server(params['manager'], params['service_name'], params['launch_file'], params['pidfile'],
@@ -520,6 +616,7 @@ def main() -> None:
                     runner=CommandRunner(module, COMMAND_TIMEOUT).as_runner(), user=params['user'], group=params['group'])
     lease = Renewer.from_option(None if module.check_mode else params['guard'], 'sglang_server %s' % params['state'])
     server.progress = lease.tick
+    server.neighbours = [ServerMarks.from_option(neighbour) for neighbour in params['neighbours']]
 
     def finish(result: dict[str, Any]) -> None:
         result['cmd'] = server.commands

@@ -156,6 +156,49 @@ options:
         stop drafting at a batch size would have no effect.
     type: bool
     default: false
+  machine_only:
+    description:
+      - Read only what the machine says (RV(machine)), not the server, its files or its guard; every other key keeps
+        its value of a run that read nothing. The role's plan reads this way, before it renders the launch of a server
+        that owns some GPUs, or that shares its machine with other servers (docs/colocated.md).
+    type: bool
+    default: false
+  gpus:
+    description:
+      - GPUs to find on the machine, as nvidia-smi index or UUID (the role's C(sglang_gpus)). When given, or when a
+        neighbour names any, RV(machine.gpus) lists every GPU nvidia-smi reports.
+    type: list
+    elements: str
+    default: []
+  neighbours:
+    description:
+      - Other servers on this machine (the role's plan names them from the inventory), whose sglang site-packages
+        are found through their interpreter, as this server's is, in RV(machine.site_packages_of).
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      name:
+        description: The server's inventory name.
+        type: str
+        required: true
+      python:
+        description: Its interpreter.
+        type: str
+        required: true
+      gpus:
+        description: Its GPUs (index or UUID).
+        type: list
+        elements: str
+        default: []
+  nvidia_smi:
+    description: Path of nvidia-smi, for O(gpus). Found on E(PATH) when not given.
+    type: path
+  code_folder:
+    description:
+      - The server's sglang site-packages; when given and the server runs, RV(code_changed_since_start) says whether a
+        file of its C(sglang) package changed after the server started (a neighbour's patch of a shared environment).
+    type: path
 seealso:
   - module: gpuops.sglang.sglang_server
   - module: gpuops.sglang.sglang_guard
@@ -374,6 +417,49 @@ launcher_current:
   description: Whether O(launcher.path) holds O(launcher.content) with mode C(0755); null when O(launcher) is not given.
   returned: always
   type: bool
+machine:
+  description:
+    - What the machine says, for servers that share one (docs/colocated.md); read in every run.
+  returned: always
+  type: dict
+  contains:
+    machine_id:
+      description: The content of C(/etc/machine-id) (a Proxmox container has its own); null when it cannot be read.
+      type: str
+    gpus:
+      description: Every GPU nvidia-smi reports, when O(gpus) or a neighbour names any; else empty.
+      type: list
+      elements: dict
+      contains:
+        index:
+          description: Its index as nvidia-smi numbers them (PCI bus order).
+          type: int
+        uuid:
+          description: Its UUID.
+          type: str
+    gpus_error:
+      description: Why the GPUs could not be read (null when they were, or were not asked).
+      type: str
+    site_packages:
+      description: The folder holding the sglang of O(python), when O(neighbours) is given (null otherwise or when not found).
+      type: str
+    site_packages_of:
+      description: The sglang folder of each of O(neighbours), in their order.
+      type: list
+      elements: dict
+      contains:
+        name:
+          description: The neighbour's O(neighbours[].name).
+          type: str
+        site_packages:
+          description: The folder holding the sglang of its interpreter (null when not found).
+          type: str
+code_changed_since_start:
+  description:
+    - Whether a file of the C(sglang) package in O(code_folder) is newer than the running server's start; null when
+      not asked, or the server does not run.
+  returned: always
+  type: bool
 cmd:
   description: The commands run, as argv lists.
   returned: always
@@ -403,6 +489,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.domain._patching imp
     sha256_bytes,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import SERVER_OPTIONS, Server, ServerError
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import GpuReader, NvidiaSmiError
 
 ARGUMENT_SPEC = dict(
     SERVER_OPTIONS,
@@ -434,6 +521,15 @@ ARGUMENT_SPEC = dict(
     read_sglang_version=dict(type='bool', default=False),
     generate_probe=dict(type='bool', default=False),
     generate_timeout=dict(type='float', default=30),
+    machine_only=dict(type='bool', default=False),
+    gpus=dict(type='list', elements='str', default=[]),
+    neighbours=dict(type='list', elements='dict', default=[], options=dict(
+        name=dict(type='str', required=True),
+        python=dict(type='str', required=True),
+        gpus=dict(type='list', elements='str', default=[]),
+    )),
+    nvidia_smi=dict(type='path'),
+    code_folder=dict(type='path'),
 )
 
 
@@ -547,6 +643,79 @@ def adaptive_tiers(commands: CommandRunner, python: str, tmpdir: str, site_packa
     return adaptive_tiers_supported(site_packages)
 
 
+MACHINE_ID = '/etc/machine-id'
+# Clock ticks per second of /proc/PID/stat's start time.
+CLOCK_TICKS = os.sysconf('SC_CLK_TCK') if hasattr(os, 'sysconf') else 100
+
+
+def no_machine_read() -> dict[str, Any]:
+    """machine before anything was read (the same keys on every run)."""
+    return {'machine_id': None, 'gpus': [], 'gpus_error': None, 'site_packages': None, 'site_packages_of': []}
+
+
+def machine_id(path: str = MACHINE_ID) -> str | None:
+    try:
+        return read_bytes(path).decode('ascii', 'replace').strip() or None
+    except OSError:
+        return None
+
+
+def read_machine(module: AnsibleModule, commands: CommandRunner) -> dict[str, Any]:
+    """The machine's identity, its GPUs (when any server of it names some) and each server's sglang folder."""
+    params = module.params
+    machine = no_machine_read()
+    machine['machine_id'] = machine_id()
+    if params['gpus'] or any(entry['gpus'] for entry in params['neighbours']):
+        path = params['nvidia_smi'] or module.get_bin_path('nvidia-smi')
+        if path is None:
+            machine['gpus_error'] = 'nvidia-smi is not on PATH (set nvidia_smi)'
+        else:
+            try:
+                machine['gpus'] = [{'index': gpu['index'], 'uuid': gpu['uuid']}
+                                   for gpu in GpuReader(commands, path).gpus() if gpu['uuid']]
+            except (CommandError, NvidiaSmiError) as exc:
+                machine['gpus_error'] = to_native(exc)
+    if params['neighbours']:
+        found: dict[str, str | None] = {}
+
+        def site_packages(python: str) -> str | None:
+            # Two servers run from one interpreter more often than not: ask each once.
+            if python not in found:
+                found[python] = (discover_site_packages(commands.run, python, module.tmpdir)[0]
+                                 if python and os.path.exists(python) else None)
+            return found[python]
+        machine['site_packages'] = site_packages(params['python'] or '')
+        machine['site_packages_of'] = [{'name': entry['name'], 'site_packages': site_packages(entry['python'])}
+                                       for entry in params['neighbours']]
+    return machine
+
+
+def started_at(pid: int) -> float | None:
+    """When a process started (seconds since the epoch), from /proc: its start in ticks after the boot, and the boot."""
+    try:
+        stat_line = read_bytes('/proc/%d/stat' % pid).decode('ascii', 'replace')
+        # The command name (field 2) may hold spaces and parentheses: the fields after it follow the last ')'.
+        ticks = int(stat_line.rsplit(')', 1)[1].split()[19])
+        for line in read_bytes('/proc/stat').decode('ascii', 'replace').splitlines():
+            if line.startswith('btime '):
+                return int(line.split()[1]) + ticks / float(CLOCK_TICKS)
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
+
+
+def code_changed_since(folder: str, since: float) -> bool:
+    """Whether a file of the sglang package under `folder` was modified after `since` (a patch keeps no older mtime)."""
+    for root, dummy, names in os.walk(os.path.join(folder, 'sglang')):
+        for name in names:
+            try:
+                if os.lstat(os.path.join(root, name)).st_mtime > since:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def read_server(module: AnsibleModule, server: Server, params: dict[str, Any], result: dict[str, Any]) -> None:
     result['pid'] = server.main_pid()
     result['running'] = result['pid'] is not None
@@ -592,6 +761,9 @@ def read_state(module: AnsibleModule, commands: CommandRunner, server: Server, r
         site_packages = discover_site_packages(commands.run, params['python'], module.tmpdir)[0]
         result['sglang_version'] = read_dist_version(site_packages) if site_packages else None
     read_guard(params['guard_folder'], server.runner, result)
+    if params['code_folder'] and result['pid'] is not None:
+        since = started_at(result['pid'])
+        result['code_changed_since_start'] = None if since is None else code_changed_since(params['code_folder'], since)
 
 
 def main() -> None:
@@ -607,13 +779,20 @@ def main() -> None:
                         guard_router_owed=None,
                         patch=patch_state(None, None, None), adaptive_tiers=None, generates=None,
                         generate_error=None, sglang_version=None, folders_missing=[], folders_untrusted=[],
-                        launcher_current=None, server_access=no_access_read(), cmd=[])
+                        launcher_current=None, server_access=no_access_read(), machine=no_machine_read(),
+                        code_changed_since_start=None, cmd=[])
     server = Server(manager, params['service_name'], params['launch_file'], params['pidfile'], os.devnull,
                     params['url'], runner=commands.as_runner(), user=params['user'], group=params['group'])
 
     def finish(result: dict[str, Any]) -> None:
         result['cmd'] = commands.cmd
-    run_module(module, result, lambda: read_state(module, commands, server, result),
+
+    def read() -> None:
+        result['machine'] = read_machine(module, commands)
+        if not params['machine_only']:
+            read_state(module, commands, server, result)
+
+    run_module(module, result, read,
                errors=(CommandError, GuardError, ServerError, OSError, ValueError), finish=finish,
                describe=lambda exc: 'reading the state of %s failed: %s' % (params['service_name'], to_native(exc)))
 

@@ -104,12 +104,14 @@ def render(template_text: str, variables: dict[str, Any]) -> str:
     return environment.from_string(template_text).render(variables)
 
 
-def launch(settings: dict[str, Any], args: list[Any]) -> dict[str, Any]:
-    """What launcher.py reads: interpreter, module, argv and environment (the secret one included)."""
+def launch(settings: dict[str, Any], args: list[Any], gpu_environment: dict[str, str] | None = None) -> dict[str, Any]:
+    """What launcher.py reads: interpreter, module, argv and environment (the secret one included). The GPUs a
+    server owns (`gpu_environment`, _colocated.gpu_environment) are named by no other variable (the rules see to it)."""
     environment = cache_environment(settings)
     environment.update(settings['sglang_environment'])
     environment.update(dynamic_environment(settings))
     environment.update(settings['sglang_secret_environment'])
+    environment.update(gpu_environment or {})
     return {'python': settings['sglang_python'], 'module': settings['sglang_launch_module'], 'args': args,
             'environment': environment}
 
@@ -120,7 +122,8 @@ def secret_mode(settings: dict[str, Any]) -> str:
     return '0600' if settings['sglang_user'] == 'root' else '0640'
 
 
-def configs(settings: dict[str, Any], args: list[Any], templates: dict[str, str]) -> list[dict[str, Any]]:
+def configs(settings: dict[str, Any], args: list[Any], templates: dict[str, str],
+            gpu_environment: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """[{label, path, candidate, mode, content, systemd_only}], in the order the role has always listed them.
 
     `templates` holds the text of the role's sglang.service.j2 and server_keys.yaml.j2 by name.
@@ -131,7 +134,7 @@ def configs(settings: dict[str, Any], args: list[Any], templates: dict[str, str]
     secret = secret_mode(settings)
     files = [
         {'label': 'launch configuration', 'path': where['launch_file'], 'candidate': where['launch_candidate'],
-         'mode': secret, 'content': nice_json(launch(settings, args)), 'systemd_only': False},
+         'mode': secret, 'content': nice_json(launch(settings, args, gpu_environment)), 'systemd_only': False},
         {'label': 'systemd unit', 'path': where['unit_file'], 'candidate': where['unit_candidate'], 'mode': '0644',
          'content': render(templates['sglang.service.j2'], variables), 'systemd_only': True},
     ]

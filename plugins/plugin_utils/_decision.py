@@ -88,6 +88,10 @@ def reasons(state: dict[str, Any], patch_check: dict[str, Any], force_restart: b
         found.append('server not healthy')
     if state.get('mismatches'):
         found.append('running server differs: ' + ', '.join(state['mismatches']))
+    if state.get('code_changed_since_start'):
+        # A neighbour's patch of the environment both run from (docs/colocated.md): the code on disk is not the code
+        # this server loaded, and its next start would load it unverified.
+        found.append('sglang changed on disk after the server started')
     return found
 
 

@@ -115,9 +115,14 @@ def patch_outcome(run: dict[str, Any], patch_file: str | None) -> str:
     patch = _get(run, 'patch_state')
     if not patch_file:
         return 'none'
-    if _get(run, 'patch').get('changed') and run.get('failure') is None:
+    applied_now = _get(run, 'patch')
+    if applied_now.get('changed') and run.get('failure') is None:
         return 'applied now'
     if patch.get('applied', False) and not patch.get('changed', True):
+        return 'already applied'
+    # Due at the decision, found applied in the window: another server of the run, sharing this sglang, applied it
+    # in its own window first (issue 44); the server restarted on the patched code all the same.
+    if applied_now.get('applied') and not applied_now.get('changed') and run.get('failure') is None:
         return 'already applied'
     return 'not applied'
 

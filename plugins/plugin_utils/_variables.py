@@ -24,7 +24,7 @@ ROLE_SETTINGS = (
     'sglang_drain_timeout', 'sglang_dynamic_spec_adaptive_config', 'sglang_enable_metrics', 'sglang_dynamic_spec_batch_size_threshold',
     'sglang_dynamic_spec_enabled', 'sglang_dynamic_spec_env_name', 'sglang_dynamic_spec_env_read_by',
     'sglang_dynamic_spec_mode', 'sglang_environment',
-    'sglang_extra_args', 'sglang_fleet_hosts', 'sglang_fleet_wait_timeout', 'sglang_gpu_release_timeout',
+    'sglang_extra_args', 'sglang_fleet_hosts', 'sglang_fleet_wait_timeout', 'sglang_gpu_driver_info', 'sglang_gpu_release_timeout', 'sglang_gpus',
     'sglang_guard_dir', 'sglang_health_poll_interval', 'sglang_health_timeout', 'sglang_host',
     'sglang_kill_patterns', 'sglang_launch_module', 'sglang_log_file', 'sglang_max_fail_percentage',
     'sglang_max_running_requests', 'sglang_max_unavailable', 'sglang_model_path', 'sglang_node_rank',

@@ -1,4 +1,5 @@
 import os
+import shutil
 import socket
 import threading
 import time
@@ -81,3 +82,19 @@ def orphan_in_gpu1(lab_serving):
     """An orphaned scheduler in gpu1's container: the window's pct_exec_kill runs only when there is one."""
     with orphan_in_container() as title:
         yield title
+
+
+@pytest.fixture
+def page():
+    """A page of Debian's chromium, headless, driven by Playwright (skipped where Playwright is not installed)."""
+    sync_api = pytest.importorskip('playwright.sync_api')
+    chromium = shutil.which('chromium') or '/usr/bin/chromium'
+    if not os.path.exists(chromium):
+        pytest.fail('chromium is missing: make setup installs it (apt package chromium)')
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, headless=True,
+                                             args=['--no-sandbox', '--disable-gpu'])
+        try:
+            yield browser.new_page(viewport={'width': 1100, 'height': 900})
+        finally:
+            browser.close()

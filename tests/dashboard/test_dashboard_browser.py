@@ -6,28 +6,13 @@ else to the test's temporary folder.
 The lab is shared: run under `flock /tmp/gpuops-lab.lock`.
 """
 import os
-import shutil
 
 import pytest
 
 sync_api = pytest.importorskip('playwright.sync_api')
 
-CHROMIUM = shutil.which('chromium') or '/usr/bin/chromium'
 # Each wait is bounded; a whole redeploy of the lab takes about 20 s.
 RUN_TIMEOUT_MS = 300 * 1000
-
-
-@pytest.fixture
-def page():
-    if not os.path.exists(CHROMIUM):
-        pytest.fail('chromium is missing: make setup installs it (apt package chromium)')
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                             args=['--no-sandbox', '--disable-gpu'])
-        try:
-            yield browser.new_page(viewport={'width': 1100, 'height': 900})
-        finally:
-            browser.close()
 
 
 def test_page_starts_a_redeploy_shows_progress_live_and_draws_the_timeline(dashboard, page, tmp_path, orphan_in_gpu1):

@@ -17,8 +17,11 @@ class FakeNvml(object):
     nvmlMemory_v1 = 1
     nvmlMemory_v2 = 2
 
-    def __init__(self, gpus, broken=(), init_error=None, hang=None, v2_error=None):
+    def __init__(self, gpus, broken=(), init_error=None, hang=None, v2_error=None, processes=None, processes_error=None):
         self.gpus = gpus
+        # Per GPU index, a list of readings of its running compute processes, each a list of (pid, used bytes).
+        self.processes = processes or {}
+        self.processes_error = processes_error
         self.v2_error = v2_error
         self.broken = set(broken)
         self.init_error = init_error
@@ -52,3 +55,23 @@ class FakeNvml(object):
             raise self.NVMLError(self.v2_error)
         readings = self.gpus[handle]
         return Memory(readings.pop(0) if len(readings) > 1 else readings[0])
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        # NVML's busId: an 8-digit domain, as nvidia-smi prints it; buses 0x18, 0x2a, ... as on an HGX board.
+        return PciInfo(b'00000000:%02X:00.0' % (0x18 + 0x12 * handle))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        if self.processes_error:
+            raise self.NVMLError(self.processes_error)
+        readings = self.processes.get(handle, [[]])
+        return [Process(pid, used) for pid, used in (readings.pop(0) if len(readings) > 1 else readings[0])]
+
+
+class PciInfo(object):
+    def __init__(self, bus_id):
+        self.busId = bus_id
+
+
+class Process(object):
+    def __init__(self, pid, used):
+        self.pid, self.usedGpuMemory = pid, used

@@ -96,6 +96,18 @@ class SimulatedGpuHost(object):
     def save(self):
         (self.state / 'gpus.json').write_text(json.dumps(self.config))
 
+    def write_driver_information(self, minors=None):
+        """The driver's per-GPU information files (lab/simulators/gpu_config.py) under root/driver-info, which
+        gpu_release's driver_info reads; GPU i gets device minor minors[i] (default i) and /dev/nvidiaMINOR as its
+        device file. Returns the folder."""
+        folder = self.root / 'driver-info'
+        for gpu, minor in zip(self.config['gpus'], minors or range(len(self.config['gpus']))):
+            gpu['minor'], gpu['device'] = minor, str(self.dev / ('nvidia%d' % minor))
+        self.config['information_dir'] = str(folder)
+        self.save()
+        subprocess.check_call([sys.executable, os.path.join(SIMULATORS, 'gpu_config.py'), '--state', str(self.state)])
+        return str(folder)
+
     def set_leak(self, index, mib):
         self.config['gpus'][index]['leak_mib'] = mib
         self.save()

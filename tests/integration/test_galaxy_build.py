@@ -25,6 +25,7 @@ MUST_SHIP = ['COPYING', 'README.md', 'meta/runtime.yml', 'changelogs/changelog.y
 # Development of this checkout only: the lab and its inventory, molecule, bench, the pytest suites.
 NEVER_SHIP = ['lab', 'molecule', 'bench', 'gpuops_dashboard', 'Makefile', 'ansible.cfg', 'pytest.ini', 'requirements',
               '.ci', '.cache', '.venv', '.gitignore', '.ansible-lint', 'inventory/lab', 'inventory/lab-multinode',
+              'inventory/lab-colocated',
               'tests/lab', 'tests/unit', 'tests/helpers', 'tests/fixtures', 'tests/gpu', 'tests/conftest.py',
               'tests/integration/test_galaxy_build.py', 'tests/sanity/run-ansible-test.sh', 'tests/ansible-test.sh',
               'tests/galaxy-check.sh', 'tests/run_stages.py']

@@ -7,7 +7,8 @@ import pytest
 
 from helpers import faults
 from helpers.ansible_run import run_task
-from helpers.simulated import SimulatedGpuHost, gate_opened_by_first_call, is_running
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import read_proc_record
+from helpers.simulated import SimulatedGpuHost, gate_opened_by_first_call, is_running, wait_for
 
 KEYS = {'changed', 'killed', 'targets', 'excluded', 'gpus_before', 'gpus', 'devices', 'compute_apps', 'elapsed', 'cmd',
         'awaited'}
@@ -256,3 +257,98 @@ def test_the_final_proof_must_read_every_gpu(tmp_path, gpu_host):
     assert 'unreadable: unparsable nvidia-smi line: Unable to determine the device handle' in result['msg']
     assert 'already signalled: pid %d (SIGTERM)' % holder.inner_pid in result['msg']
     holder.wait(timeout=10)
+
+
+# gpus: a server that shares its machine releases its own GPUs alone (issue 44). GPU 0's device file is /dev/nvidia1
+# and GPU 1's /dev/nvidia0 here, as the driver's information files say: a module taking the minor for the index
+# would end the neighbour and spare the leak.
+SWAPPED_MINORS = [1, 0]
+
+
+def scoped_args(host, driver_info, **extra):
+    return release_args(host, gpus=[0], driver_info=driver_info, **extra)
+
+
+@pytest.mark.slow
+def test_gpus_ends_the_holders_of_its_gpus_and_spares_every_other_holder(tmp_path, gpu_host):
+    driver_info = gpu_host.write_driver_information(SWAPPED_MINORS)
+    leak = gpu_host.start('python3 leaked_cuda_holder.py', hold=[(0, 20610)], open_=['nvidiactl', 'nvidia-uvm'])
+    neighbour = gpu_host.start('sglang::scheduler_TP0', hold=[(1, 20610)], open_=['nvidiactl', 'nvidia-uvm'])
+    monitor = gpu_host.start('python3 gpu_monitor.py', open_=['nvidiactl'])
+    checked = run_task(tmp_path, 'gpuops.sglang.gpu_release', scoped_args(gpu_host, driver_info), check=True,
+                       name='check')
+    assert not checked.failed, checked['msg']
+    assert [entry['pid'] for entry in checked['killed']] == [leak.inner_pid]
+    assert all(is_running(proc) for proc in (leak, neighbour, monitor))
+
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release', scoped_args(gpu_host, driver_info), name='release')
+    assert not result.failed, result['msg']
+    assert [(gpu['index'], gpu['minor']) for gpu in result['scope']] == [(0, 1)]
+    assert [(entry['pid'], entry['signal']) for entry in result['killed']] == [(leak.inner_pid, 'TERM')]
+    leak.wait(timeout=5)
+    assert is_running(neighbour) and is_running(monitor)
+    spared = {entry['pid']: (entry['reason'], entry['gpus']) for entry in result['spared']}
+    assert spared == {neighbour.inner_pid: ('other GPUs', [0]), monitor.inner_pid: ('shared devices only', [])}
+    # The proof covers GPU 0 alone: GPU 1 keeps its 20 GiB, and the release holds.
+    assert [gpu['memory_used_mib'] for gpu in result['gpus']] == [0, 20610]
+    assert gpu_host.gpus() == [0, 20610]
+    assert any(entry['event'] == 'compute apps' and entry['detail'] == 'none' for entry in result['timeline'])
+
+
+@pytest.mark.slow
+def test_a_holder_of_only_the_shared_files_is_ended_when_it_is_the_stopping_servers(tmp_path, gpu_host):
+    driver_info = gpu_host.write_driver_information()
+    # The server: a shell (awaited, never exiting by itself) whose child holds nvidiactl alone; the shell's SIGKILL
+    # orphans the child, which is still the server's by its session.
+    server = gpu_host.start('python3 tokenizer_worker.py', open_=['nvidiactl'], prefix=['sh', '-c', '"$@" & wait', 'sh'])
+    foreign = gpu_host.start('python3 gpu_monitor.py', open_=['nvidiactl'])
+    try:
+        result = run_task(tmp_path, 'gpuops.sglang.gpu_release',
+                          scoped_args(gpu_host, driver_info, term_timeout=1, await_exit=[server.pid]))
+        assert not result.failed, result['msg']
+        assert result['awaited']['still_running'] == [server.pid]
+        assert [(entry['pid'], entry['signal']) for entry in result['killed']] == [
+            (server.pid, 'KILL'), (server.inner_pid, 'TERM')]
+        assert [(entry['pid'], entry['reason']) for entry in result['spared']] == [
+            (foreign.inner_pid, 'shared devices only')]
+        assert is_running(foreign)
+        wait_gone(server.inner_pid)
+    finally:
+        end(server.inner_pid)
+
+
+@pytest.mark.slow
+def test_a_compute_app_left_on_its_gpus_fails_the_proof_under_the_memory_threshold(tmp_path, gpu_host):
+    driver_info = gpu_host.write_driver_information(SWAPPED_MINORS)
+    # A foreign job on both GPUs: spared (it holds GPU 1), and its 1 MiB on GPU 0 reads under max_used_mib.
+    foreign = gpu_host.start('python3 foreign_job.py', hold=[(0, 1), (1, 1)])
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release',
+                      scoped_args(gpu_host, driver_info, max_used_mib=64, memory_timeout=0.5))
+    assert result.failed and result['killed'] == [] and is_running(foreign)
+    assert 'compute apps stayed on it (pid %d on GPU-sim-0000)' % foreign.inner_pid in result['msg']
+    assert 'pid %d (other GPUs, holds' % foreign.inner_pid in result['msg']
+    assert [(app['pid'], app['gpu_uuid']) for app in result['compute_apps']] == [(foreign.inner_pid, 'GPU-sim-0000')]
+
+
+def test_gpus_the_machine_does_not_have_fail_before_anything_is_signalled(tmp_path, gpu_host):
+    driver_info = gpu_host.write_driver_information()
+    holder = gpu_host.start('python3 leaked_cuda_holder.py', hold=[(0, 1000)])
+    result = run_task(tmp_path, 'gpuops.sglang.gpu_release',
+                      release_args(gpu_host, gpus=[0, 'GPU-not-here'], driver_info=driver_info))
+    assert result.failed and result['killed'] == [] and is_running(holder)
+    assert 'GPU GPU-not-here is not on this machine' in result['msg'] and 'nothing was signalled' in result['msg']
+    assert '1 GPU-sim-0001 (bus 0000:2a:00.0)' in result['msg']
+
+
+def wait_gone(pid):
+    def gone():
+        record = read_proc_record(pid)
+        return record is None or record.is_zombie
+    wait_for(gone, what='pid %d to end' % pid)
+
+
+def end(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass

@@ -202,3 +202,46 @@ def test_empty_patterns_are_refused(tmp_path, lab):
 def test_missing_pct_binary(tmp_path):
     result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', {'vmid': 101})
     assert result.failed and 'pct was not found on PATH' in result['msg']
+
+
+def marked(service, launch_file):
+    """A prefix that starts a process with the marks a detached start gives a server's processes (its children
+    inherit them)."""
+    return ['env', 'GPUOPS_SGLANG_SERVICE=%s' % service, 'GPUOPS_SGLANG_LAUNCH_FILE=%s' % launch_file]
+
+
+@pytest.mark.slow
+def test_two_servers_in_one_container_under_one_user_the_kill_ends_only_its_servers(tmp_path, lab):
+    host, container = lab
+    mine = 'python3 -m sglang.launch_server --model-path /models/a --port 30000'
+    theirs = 'python3 -m sglang.launch_server --model-path /models/b --port 30001'
+    procs = {
+        'my launcher': host.start(mine, prefix=container.nsenter + marked('sglang', '/etc/sglang/launch.json')),
+        'my scheduler': host.start('sglang::scheduler_TP0', on_term='ignore',
+                                   prefix=container.nsenter + marked('sglang', '/etc/sglang/launch.json')),
+        'their launcher': host.start(theirs, prefix=container.nsenter + marked('sglang-b', '/etc/sglang-b/launch.json')),
+        'their scheduler': host.start('sglang::scheduler_TP0',
+                                      prefix=container.nsenter + marked('sglang-b', '/etc/sglang-b/launch.json')),
+        # An orphaned scheduler that carries nothing: with a neighbour declared, it may be theirs.
+        'unknown scheduler': host.start('sglang::scheduler_TP1', prefix=container.nsenter),
+    }
+    args = {'vmid': 101, 'pct': container.pct, 'term_timeout': 3,
+            'marks': {'service_name': 'sglang', 'port': 30000, 'launch_file': '/etc/sglang/launch.json', 'name': 'gpu1'},
+            'neighbours': [{'service_name': 'sglang-b', 'port': 30001, 'launch_file': '/etc/sglang-b/launch.json',
+                            'name': 'gpu1b'}]}
+    checked = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', args, name='check', check=True)
+    result = run_task(tmp_path, 'gpuops.sglang.pct_exec_kill', args, name='kill')
+    assert not checked.failed and not result.failed, (checked.get('msg'), result.get('msg'))
+    assert set(result) >= KEYS | {'spared'}
+    for outcome in (checked, result):
+        assert sorted(entry['pid'] for entry in outcome['killed']) == sorted(
+            procs[name].inner_pid for name in ('my launcher', 'my scheduler'))
+        spared = dict((entry['pid'], entry['why']) for entry in outcome['spared'])
+        assert sorted(spared) == sorted(procs[name].inner_pid for name in
+                                        ('their launcher', 'their scheduler', 'unknown scheduler'))
+        assert 'neighbour server gpu1b' in spared[procs['their scheduler'].inner_pid]
+        assert 'may be theirs' in spared[procs['unknown scheduler'].inner_pid]
+    assert result['remaining'] == []
+    procs['my launcher'].wait(timeout=5)
+    procs['my scheduler'].wait(timeout=5)
+    assert all(is_running(procs[name]) for name in ('their launcher', 'their scheduler', 'unknown scheduler'))

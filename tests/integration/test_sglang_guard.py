@@ -698,7 +698,8 @@ def start_process(argv, user=None, env=None):
 
 
 @pytest.mark.slow
-def test_the_restore_ends_sglang_leftovers_of_the_servers_user_only_and_lists_them(deployment, tmp_path):
+def test_the_restore_ends_sglang_leftovers_of_the_servers_user_and_of_the_server_only_and_lists_them(deployment,
+                                                                                                    tmp_path):
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
     token = str(tmp_path)
     armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
@@ -722,14 +723,25 @@ def test_the_restore_ends_sglang_leftovers_of_the_servers_user_only_and_lists_th
                       user=NOBODY),
     ]
     # What a crashed server leaves, of the server's user: an orphaned scheduler (retitled as setproctitle does)
-    # and a second stand-in server run as `python -m <launch module>`.
+    # and a second stand-in server on its port, run as `python -m <launch module>` (still loading: it never binds).
+    loading = tmp_path / 'loading'
+    loading.write_text('')
+    stand_in = dict(os.environ, PYTHONPATH=os.path.dirname(TINY_SERVER))
     leftovers = [
         start_process(['bash', '-c', 'exec -a sglang::scheduler_TP0 "$0" -c "$1" "$2"', sys.executable, sleeper,
                        token]),
-        start_process([sys.executable, '-m', 'tiny_server', '--port', str(free_port()),
-                       '--drain-hold-file', str(tmp_path / 'no-hold')],
-                      env=dict(os.environ, PYTHONPATH=os.path.dirname(TINY_SERVER))),
+        start_process([sys.executable, '-m', 'tiny_server', '--port', str(deployment.port), '--load-hold-file',
+                       str(loading), '--drain-hold-file', str(tmp_path / 'no-hold')], env=stand_in),
     ]
+    # Another server's, of the same user: a stand-in on another port, and a scheduler with another server's marks.
+    others = [
+        start_process([sys.executable, '-m', 'tiny_server', '--port', str(free_port()),
+                       '--drain-hold-file', str(tmp_path / 'no-hold')], env=stand_in),
+        start_process(['bash', '-c', 'exec -a sglang::scheduler_TP0 "$0" -c "$1" "$2"', sys.executable, sleeper,
+                       token], env=dict(os.environ, GPUOPS_SGLANG_SERVICE='tiny',
+                                        GPUOPS_SGLANG_LAUNCH_FILE=str(tmp_path / 'b' / 'launch.json'))),
+    ]
+    bystanders += others
     try:
         every = bystanders + leftovers
         wait_for(lambda: all(open('/proc/%d/cmdline' % process.pid, 'rb').read().split(b'\0')[0] not in (b'bash', b'')
@@ -744,6 +756,9 @@ def test_the_restore_ends_sglang_leftovers_of_the_servers_user_only_and_lists_th
             'sglang::scheduler_TP0 -c %s %s' % (sleeper, token)]
         assert all(process.wait(10) is not None for process in leftovers)
         assert [process.poll() for process in bystanders] == [None] * len(bystanders), 'a bystander was killed'
+        spared = dict((entry['pid'], entry['why']) for entry in restored['fired']['spared'])
+        assert sorted(spared) == sorted(process.pid for process in others)
+        assert 'another server than this one' in spared[others[0].pid] and 'launch file' in spared[others[1].pid]
         assert health(deployment.port) == 200
     finally:
         for process in bystanders + leftovers:
@@ -778,3 +793,37 @@ def test_a_restore_that_stops_before_the_files_keeps_the_guard_and_its_backups(d
     refused = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
                        deployment.guard_args(state='armed', run_id='run-t', deadline=600), name='arm-again')
     assert refused.failed and 'could not write back' in refused['msg']
+
+
+@pytest.mark.slow
+def test_one_outage_window_at_a_time_per_machine_and_the_restore_gives_it_back(deployment, tmp_path):
+    machine = deployment.guard_dir.parent
+    neighbour_dir = machine / 'guard-b'
+    neighbour = dict(folder=str(neighbour_dir), server=dict(deployment.server, service_name='tiny-b'), files=[],
+                     window_folder=str(machine), lock_timeout=1)
+    assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', deployment.server_args(), name='start').failed
+    armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                     deployment.guard_args(state='armed', run_id='run-a', deadline=600, window_folder=str(machine)),
+                     name='arm a')
+    assert not armed.failed, armed.get('msg')
+    try:
+        waited = run_task(tmp_path, 'gpuops.sglang.sglang_guard', dict(neighbour, state='armed', run_id='run-b'),
+                          name='arm b while a is open')
+        assert waited.failed and 'outage window of another server of this machine is open: tiny (run run-a' in \
+            waited['msg'], waited.get('msg')
+        assert not (neighbour_dir / 'state.json').exists()
+        # The restore never waits for the window: it gives it back.
+        restored = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                            deployment.guard_args(state='restored', run_id='run-a', reason='window test'), name='restore a')
+        assert not restored.failed, restored.get('msg')
+        second = run_task(tmp_path, 'gpuops.sglang.sglang_guard', dict(neighbour, state='armed', run_id='run-b'),
+                          name='arm b')
+        assert not second.failed, second.get('msg')
+        assert json.loads((machine / 'window.json').read_text())['run_id'] == 'run-b'
+        confirmed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
+                             dict(folder=str(neighbour_dir), state='confirmed', run_id='run-b'), name='confirm b')
+        assert not confirmed.failed, confirmed.get('msg')
+        assert not (machine / 'window.json').exists()
+    finally:
+        if (neighbour_dir / 'state.json').exists():
+            (neighbour_dir / 'state.json').unlink()

@@ -14,7 +14,8 @@ from helpers.port_owner import Squatter
 from helpers.simulated import wait_for
 from helpers.tiny import TINY_SERVER, alive, session_members
 
-SERVER_KEYS = {'changed', 'running', 'pid', 'healthy', 'stopped_at', 'stop_elapsed', 'stopping', 'strays', 'would_stop',
+SERVER_KEYS = {'changed', 'running', 'pid', 'healthy', 'stopped_at', 'stop_elapsed', 'stopping', 'strays', 'spared',
+               'would_stop',
                'drain',
                'readiness', 'started_at', 'healthy_at', 'mismatches', 'server_info', 'cmd'}
 
@@ -118,6 +119,51 @@ def test_a_stop_lists_the_strays_beside_the_server_and_leaves_them_running(tmp_p
         stray.kill()
         stray.wait()
         for pid in child:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_stop_never_takes_a_neighbour_servers_processes_for_strays_under_the_same_user(tmp_path, servers):
+    # Two servers of one machine, one user, one service name: told apart by their marks (--port, launch file).
+    mine, neighbour = servers('a'), servers('b', '--leave-child')
+    started = run_task(tmp_path, 'gpuops.sglang.sglang_server', mine.args(state='started'), name='start a')
+    theirs = run_task(tmp_path, 'gpuops.sglang.sglang_server', neighbour.args(state='started'), name='start b')
+    assert not started.failed and not theirs.failed, (started.get('msg'), theirs.get('msg'))
+    wait_for(lambda: session_members(theirs['pid']), what="the neighbour's child")
+    their_child = session_members(theirs['pid'])
+    marker = 'stray-of-%s' % tmp_path.name
+    sleeper = [sys.executable, '-c', 'import time; time.sleep(120)', marker]
+    # A leftover of mine (it inherited my marks, as an orphaned scheduler does) and one that carries nothing.
+    my_leftover = subprocess.Popen(sleeper + ['mine'], start_new_session=True, env=dict(
+        os.environ, GPUOPS_SGLANG_SERVICE='tiny', GPUOPS_SGLANG_LAUNCH_FILE=str(mine.launch)))
+    unknown = subprocess.Popen(sleeper + ['unknown'], start_new_session=True)
+    try:
+        patterns = ['tiny_server --port', 'SIG_IGN', marker]
+        stopped = run_task(tmp_path, 'gpuops.sglang.sglang_server', mine.args(
+            state='stopped', kill_patterns=patterns,
+            neighbours=[{'service_name': 'tiny', 'port': neighbour.port, 'launch_file': str(neighbour.launch),
+                         'name': 'gpu1b'}]), name='stop a')
+        assert not stopped.failed, stopped['msg']
+        assert set(stopped) >= SERVER_KEYS
+        # Other tests' servers run beside this one (and are spared too): only this test's processes are looked at.
+        ours = set([theirs['pid'], unknown.pid, my_leftover.pid] + their_child)
+        assert [entry['pid'] for entry in stopped['strays'] if entry['pid'] in ours] == [my_leftover.pid]
+        spared = dict((entry['pid'], entry['why']) for entry in stopped['spared'] if entry['pid'] in ours)
+        assert sorted(spared) == sorted([theirs['pid'], unknown.pid] + their_child)
+        assert 'the neighbour server gpu1b' in spared[theirs['pid']] and '--port %d' % neighbour.port in spared[theirs['pid']]
+        assert all('launch file %s' % neighbour.launch in spared[pid] for pid in their_child)
+        assert 'may be theirs' in spared[unknown.pid]
+        wait_for(lambda: not alive(started['pid']), what='my server to exit')
+        # The neighbour serves on, untouched.
+        assert all(alive(pid) for pid in [theirs['pid']] + their_child)
+        again = run_task(tmp_path, 'gpuops.sglang.sglang_server', neighbour.args(state='started'), name='b still up')
+        assert not again.failed and again['changed'] is False and again['pid'] == theirs['pid']
+    finally:
+        for process in (my_leftover, unknown):
+            process.kill()
+            process.wait()
+        for pid in their_child:
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 

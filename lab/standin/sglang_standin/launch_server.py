@@ -3,14 +3,18 @@
 It behaves like SGLang where the redeploy playbook can observe it:
 - strict argument parsing: an unknown flag exits 2; --speculative-num-steps, -eagle-topk and
   -num-draft-tokens must be given together, as SGLang requires;
-- children titled ``sglang::scheduler_TP<rank>`` (one per --tp-size, each holding /dev/nvidia<rank>
-  and GPU memory through the nvidia-smi simulator) and ``sglang::detokenizer``;
+- children titled ``sglang::scheduler_TP<rank>`` (one per --tp-size, each holding one GPU's device file
+  and memory through the nvidia-smi simulator) and ``sglang::detokenizer``; scheduler K holds CUDA's device K:
+  without CUDA_VISIBLE_DEVICES the GPU of nvidia-smi index K, with it the K-th GPU it names (an index or a UUID,
+  as CUDA reads it: cuda_devices), and no other; too few GPUs named stops the start (exit 1), as CUDA's
+  "invalid device ordinal" stops SGLang's;
 - --nnodes, --node-rank and --dist-init-addr as SGLang's multi-node servers (ranks.py: its docstring is
   the model): each node holds tp_size/nnodes of the schedulers, rank 0 serves HTTP and becomes healthy
   only once every other rank joined it at the dist-init address, ranks > 0 serve no HTTP, and a rank
   lost without goodbye leaves rank 0 answering /health while generation fails and the other ranks hung;
 - /health and /health_generate answer 503 during warm-up, then 200; /server_info (and the deprecated
-  /get_server_info) return every resolved argument, the SGLANG_* environment and internal_states;
+  /get_server_info) return every resolved argument, the SGLANG_* environment (and CUDA_VISIBLE_DEVICES and
+  CUDA_DEVICE_ORDER where set) and internal_states (the GPUs its schedulers hold: standin_gpus);
 - POST /generate answers like SGLang ({"text", "meta_info"}) after SGLANG_STANDIN_GENERATE_DELAY seconds
   (read at start, default 0.2), so requests are really in flight while a fleet redeploy drains a host,
   and after its decode in the batched scheduler (decode.py: a model, not a measurement; max_new_tokens
@@ -92,6 +96,12 @@ STOPS_DRAFTING_DECLARATION = 'DYNAMIC_SPEC_STOPS_DRAFTING = True'
 DRAIN_GATE = '/run/lab-standin-drain-gate'
 GENERATE_GATE = '/run/lab-standin-generate-gate'
 ERROR_RATE_ENV = 'LAB_STANDIN_ERROR_RATE'
+# The nvidia-smi simulator's GPUs (lab/simulators/gpu_config.py), read when CUDA_VISIBLE_DEVICES names some.
+GPU_STATE_ENV = 'NVIDIA_SMI_SIM_STATE'
+GPU_STATE_DEFAULT = '/var/lib/nvidia-smi-sim'
+# Reported in /server_info's environment beside SGLANG_* (the stand-in's own field: upstream reports none), so that
+# the role's verification (sglang_verify_environment) sees which GPUs the server was given.
+CUDA_ENV = ('CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER')
 
 
 def gate_holds(path):
@@ -328,12 +338,52 @@ def load_weights(resolved):
     return len(files), total, time.monotonic() - started
 
 
-class Schedulers(object):
-    """This node's children: its share of the TP schedulers (each holding one local GPU), and on rank 0
-    the detokenizer (SGLang runs no tokenizer side on ranks > 0)."""
+def simulated_gpus(environ):
+    """[(nvidia-smi index, UUID)] of the simulator's GPUs, in index order."""
+    path = os.path.join(environ.get(GPU_STATE_ENV, GPU_STATE_DEFAULT), 'gpus.json')
+    try:
+        with open(path) as handle:
+            gpus = json.load(handle)['gpus']
+    except (OSError, ValueError, KeyError) as error:
+        raise ValueError('CUDA_VISIBLE_DEVICES is set but the GPUs cannot be read from %s: %s' % (path, error))
+    return sorted((gpu['index'], gpu['uuid']) for gpu in gpus)
 
-    def __init__(self, resolved):
+
+def cuda_devices(environ, wanted):
+    """The nvidia-smi indices of CUDA's devices 0 .. wanted-1: without CUDA_VISIBLE_DEVICES, 0 .. wanted-1 (the
+    stand-in's behaviour before it read the variable, and CUDA's when every GPU is visible); with it, the GPUs its
+    entries name in their order, as CUDA reads them: an index (nvidia-smi's with CUDA_DEVICE_ORDER=PCI_BUS_ID, which
+    the simulated GPUs, all alike, share with CUDA's fastest-first order), or a UUID or a prefix of one that names a
+    single GPU; the first entry that names none, or a GPU named before, ends the list (CUDA ignores it and every entry
+    after it). ValueError when fewer than `wanted` devices are visible (CUDA's "invalid device ordinal")."""
+    named = environ.get('CUDA_VISIBLE_DEVICES')
+    if named is None:
+        return list(range(wanted))
+    gpus = simulated_gpus(environ)
+    visible = []
+    for entry in (part.strip() for part in named.split(',')):
+        if entry.isdigit():
+            found = [index for index, uuid in gpus if index == int(entry)]
+        else:
+            found = [index for index, uuid in gpus if entry and uuid.startswith(entry)]
+        if len(found) != 1 or found[0] in visible:
+            break
+        visible.append(found[0])
+    if len(visible) < wanted:
+        raise ValueError('CUDA_VISIBLE_DEVICES=%r makes %d GPU(s) visible (nvidia-smi indices %s of %s), this node '
+                         'needs %d: invalid device ordinal' % (named, len(visible), visible,
+                                                               [index for index, uuid in gpus], wanted))
+    return visible[:wanted]
+
+
+class Schedulers(object):
+    """This node's children: its share of the TP schedulers (each holding one GPU: `devices`, the nvidia-smi index
+    of each local CUDA device, from cuda_devices), and on rank 0 the detokenizer (SGLang runs no tokenizer side on
+    ranks > 0)."""
+
+    def __init__(self, resolved, devices=None):
         self.resolved = resolved
+        self.devices = devices
         self.children = []
 
     def spawn(self):
@@ -341,8 +391,9 @@ class Schedulers(object):
         opens = [arg for device in CONTROL_DEVICES for arg in ('--open', device)]
         for rank, gpu in ranks.local_schedulers(self.resolved['tp_size'], self.resolved['nnodes'],
                                                 self.resolved['node_rank']):
+            index = gpu if self.devices is None else self.devices[gpu]
             self.children.append(subprocess.Popen(
-                [sys.executable, HOLDER, '--title', 'sglang::scheduler_TP%d' % rank, '--hold', '%d=%s' % (gpu, mib)]
+                [sys.executable, HOLDER, '--title', 'sglang::scheduler_TP%d' % rank, '--hold', '%d=%s' % (index, mib)]
                 + opens))
         if self.resolved['node_rank'] == 0:
             self.children.append(subprocess.Popen([sys.executable, HOLDER, '--title', 'sglang::detokenizer']))
@@ -366,7 +417,7 @@ class Schedulers(object):
 
 
 class Server(object):
-    def __init__(self, resolved, adaptive=None, group=None, stops_drafting=False):
+    def __init__(self, resolved, adaptive=None, group=None, stops_drafting=False, devices=None):
         self.resolved = resolved
         self.adaptive = adaptive
         # The other ranks (ranks.Leader) of a multi-node server; None for a single-node one.
@@ -374,7 +425,7 @@ class Server(object):
         self.started = time.monotonic()
         self.warmup = float(os.environ.get('LAB_STANDIN_WARMUP', '1.5'))
         self.generate_delay = float(os.environ.get(GENERATE_DELAY_ENV, '0.2'))
-        self.schedulers = Schedulers(resolved)
+        self.schedulers = Schedulers(resolved, devices)
         # Set by SIGTERM: health turns 503 and new generate requests are refused from that moment.
         self.draining = threading.Event()
         self.in_flight = 0
@@ -544,11 +595,12 @@ class Server(object):
 
     def info(self):
         info = dict(self.resolved)
-        info['environment'] = dict((k, v) for k, v in os.environ.items() if k.startswith('SGLANG_'))
+        info['environment'] = dict((k, v) for k, v in os.environ.items() if k.startswith('SGLANG_') or k in CUDA_ENV)
         info['dynamic_spec_patch_present'] = sglang_carries_patch()
         # Not an upstream field: whether the installed patch declared that it stops drafting (read at the start).
         info['dynamic_spec_patch_stops_drafting'] = self.stops_drafting
-        info['internal_states'] = [{'pid': os.getpid(), 'children': self.schedulers.pids()}]
+        info['internal_states'] = [{'pid': os.getpid(), 'children': self.schedulers.pids(),
+                                    'standin_gpus': self.schedulers.devices}]
         if self.group is not None:
             # Not an upstream field: which ranks joined this rank 0, and which are gone since.
             info['internal_states'][0]['standin_ranks'] = self.group.report()
@@ -702,6 +754,8 @@ def main(argv=None):
     try:
         decode.model_knobs(os.environ)
         stop_drafting_from(resolved, os.environ, stops_drafting)
+        devices = cuda_devices(os.environ, len(ranks.local_schedulers(resolved['tp_size'], resolved['nnodes'],
+                                                                      resolved['node_rank'])))
     except ValueError as error:
         sys.exit('error: %s' % error)
     try:
@@ -713,11 +767,11 @@ def main(argv=None):
     sys.stderr.flush()
     if resolved['node_rank'] > 0:
         # No HTTP, no tokenizer side: only its schedulers, in the group rank 0 leads.
-        return ranks.run_follower(resolved, Schedulers(resolved))
+        return ranks.run_follower(resolved, Schedulers(resolved, devices))
     # As SGLang: only a server started with --speculative-adaptive reads its config file.
     adaptive = resolve_adaptive(resolved) if resolved['speculative_adaptive'] else None
     group = ranks.Leader(resolved['nnodes'], resolved['dist_init_addr']) if resolved['nnodes'] > 1 else None
-    server = Server(resolved, adaptive, group, stops_drafting)
+    server = Server(resolved, adaptive, group, stops_drafting, devices)
     httpd = HTTPServer((resolved['host'], resolved['port']), make_handler(server))
     if group is not None:
         try:

@@ -23,6 +23,10 @@ Layout of the guard folder (one per server):
                in its own session elsewhere; both poll the lease and the deadline
   watcher.log  the detached watcher's output (a systemd watcher's goes to the journal)
 
+The machine's servers share the folder above (the role's sglang_guard_dir), where window.json names the one guard
+whose outage window is open (MachineWindow): one window at a time per machine, from the arm to the confirmation or
+the restore.
+
 The guard runs as root and acts on what it keeps here (it writes files back and starts the
 command the launch configuration names): every action refuses a folder that another user could
 have written, at any level from / down (_files.distrust), and everything it makes is 0700/0600.
@@ -62,6 +66,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import
     restoring_message,
     write_lease,
 )
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._polling import poll_until
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import (
     FileLock,
     LockTimeout,
@@ -80,6 +85,8 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia impo
     gpus_over,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
+    ServerMarks,
+    ServerOwnership,
     compile_patterns,
     select,
     terminate,
@@ -166,6 +173,93 @@ class Lock(FileLock):
         except LockTimeout:
             raise GuardError('another run or the guard itself holds %s (restoring?); gave up after %ss'
                              % (self.path, self.timeout))
+
+
+class MachineWindow:
+    """One outage window at a time per machine (issue 44): two servers of a machine never stop, release, patch and
+    start at the same time (they would race on the shared sglang install and on the GPUs).
+
+    Its folder (the role's sglang_guard_dir, above every server's guard folder) holds window.json, naming the guard
+    (folder and run) whose window is open, from its arm to its confirmation or restore; window.lock, flock'ed for
+    each read and write of it. A holder counts only while its guard is armed for that run (state.json there): a run
+    that died leaves its window to its watcher, whose restore (or a takeover's) ends it, and a record whose guard is
+    gone is stale. Nothing but an arm ever waits for the window: a restore or a confirmation only gives it back, so
+    it never waits on another server's window (no deadlock)."""
+
+    FILE = 'window.json'
+    LOCK = 'window.lock'
+
+    def __init__(self, folder: str, timeout: float, clock: Callable = time.monotonic, sleep: Callable = time.sleep) -> None:
+        self.folder = folder
+        self.timeout = timeout
+        self.path = os.path.join(folder, self.FILE)
+        self.clock = clock
+        self.sleep = sleep
+
+    def _lock(self) -> FileLock:
+        # Held for a read and a write only: a short bound, whatever lock_timeout the wait for the window has.
+        return FileLock(os.path.join(self.folder, self.LOCK), 30, max_interval=0.1)
+
+    def check(self) -> None:
+        """GuardError unless the folder is one only root can change, and not a folder of the system."""
+        refusal = system_folder_refusal(os.path.abspath(self.folder))
+        if refusal:
+            raise GuardError('the machine\'s window folder %s %s: give the folder the servers of a machine share '
+                             '(sglang_guard_dir, such as /var/lib/gpuops-sglang). The guard did nothing'
+                             % (self.folder, refusal))
+        problem = distrust(self.folder)
+        if problem:
+            raise GuardError(untrusted_message(self.folder, problem))
+
+    def holder(self) -> dict[str, Any] | None:
+        return _read_json(self.path)
+
+    @staticmethod
+    def still_open(holder: dict[str, Any]) -> bool:
+        """Whether the holder's guard is still armed for its run (armed, restoring, or owed a restore); a state that
+        cannot be read counts as armed: an unknown window is never taken for a closed one."""
+        try:
+            state = read_json_trusted(os.path.join(str(holder.get('guard_folder')), 'state.json'))
+        except (UntrustedPath, ValueError, RecursionError, OSError):
+            return True
+        return isinstance(state, dict) and state.get('run_id') == holder.get('run_id')
+
+    def _try_take(self, holder: dict[str, Any]) -> dict[str, Any] | None:
+        """None when the window is now holder's; else the holder whose window is open."""
+        try:
+            with self._lock():
+                current = self.holder()
+                if (isinstance(current, dict) and current.get('guard_folder') != holder['guard_folder']
+                        and self.still_open(current)):
+                    return current
+                _write_json(self.path, holder)
+                return None
+        except LockTimeout:
+            return {'guard_folder': '?', 'run_id': '?', 'service_name': 'unknown (%s stays locked)'
+                    % os.path.join(self.folder, self.LOCK)}
+
+    def take(self, holder: dict[str, Any]) -> None:
+        """Open the window for holder ({guard_folder, run_id, service_name, host, since}), waiting up to timeout while
+        another server's is open; GuardError naming it when it stays open."""
+        if not os.path.isdir(self.folder):
+            make_private_folder(self.folder)
+        blocking = poll_until(lambda: self._try_take(holder), lambda found: found is None, self.timeout,
+                              first_interval=0.05, max_interval=0.5, clock=self.clock, sleep=self.sleep)
+        if blocking is not None:
+            raise GuardError('the outage window of another server of this machine is open: %s (run %s, guard %s, host '
+                             '%s); one window at a time per machine (they would race on the GPUs and the sglang '
+                             'install), gave up after %ss. Let that run confirm or its guard restore, or restore it '
+                             '(playbooks/rollback.yml), then run again. The guard did nothing'
+                             % (blocking.get('service_name'), blocking.get('run_id'), blocking.get('guard_folder'),
+                                blocking.get('host') or '?', self.timeout))
+
+    def give_back(self, guard_folder: str, run_id: str) -> None:
+        """Close the window when guard_folder's run holds it (a stale record of another run is left to the next arm)."""
+        with self._lock():
+            current = self.holder()
+            if (isinstance(current, dict) and current.get('guard_folder') == guard_folder
+                    and current.get('run_id') == run_id):
+                os.unlink(self.path)
 
 
 # --- the guard ------------------------------------------------------------------
@@ -276,8 +370,12 @@ class Guard:
         return changed
 
     def arm(self, run_id: str, deadline_s: int, files: list[Any], server: dict[str, Any], host: str, python: str,
-            settings: dict[str, Any], systemd: bool, idle_s: int | None = None, after_s: int = 0) -> dict[str, Any]:
-        """Snapshot files, record how to restore, start the watcher. Returns the state written."""
+            settings: dict[str, Any], systemd: bool, idle_s: int | None = None, after_s: int = 0,
+            window_folder: str | None = None) -> dict[str, Any]:
+        """Snapshot files, record how to restore, start the watcher. Returns the state written.
+
+        With window_folder, the machine's window (MachineWindow) is taken first, waiting up to lock_timeout for
+        another server's to close, and given back by the confirmation or the restore."""
         problem = service_name_problem(server.get('service_name')) or arm_problem(deadline_s, idle_s, after_s)
         if problem:
             raise GuardError(problem + '; the guard did nothing')
@@ -286,41 +384,63 @@ class Guard:
         except UnknownIdentity as exc:
             raise GuardError('%s: the server cannot run as it; the guard did nothing' % exc)
         self.make_folder()
+        # What marks the previous server's processes, read from its launch file before the run changes it: the
+        # restore ends only this server's leftovers, never a neighbour's (ServerOwnership).
+        settings = dict(settings, marks=recorded_marks(server))
+        window = MachineWindow(window_folder, self.lock_timeout) if window_folder else None
+        if window is not None:
+            window.check()
         with Lock(self.folder, self.lock_timeout):
             current = self.state()
             if current is not None:
                 raise GuardError(pending_message(current))
-            backups = os.path.join(self.folder, 'files')
-            shutil.rmtree(backups, ignore_errors=True)
-            os.makedirs(backups, 0o700)
-            entries = []
-            for index, path in enumerate(sorted(set(files))):
-                entries.append(self._snapshot(path, os.path.join(backups, str(index))))
-            now = self.clock.now()
-            state = {
-                # The wall-clock times are for display; the bounds count on the boot clock, in this boot (_lease).
-                'run_id': run_id, 'host': host, 'armed_at': now.wall, 'deadline': now.wall + float(deadline_s),
-                'boot_id': now.boot_id, 'armed_at_boot': now.boot, 'deadline_boot': now.boot + float(deadline_s),
-                'idle': float(idle_s) if idle_s else None,
-                'files': entries, 'server': server, 'settings': settings, 'python': python,
-                'watcher': 'systemd' if systemd else 'detached', 'unit': self.unit_name(server['service_name']),
-                # The user the server runs as (its User=, or the detached start's drop; root without one).
-                # The restore stops leftovers of this user only.
-                'server_uid': server_uid,
-            }
-            if state['idle']:
-                # The arm is the first renewal: the lease of an earlier run must not count for this one.
-                write_lease(self.folder, lease_document(run_id, 'arm the guard', now, after_s, state['idle']))
-            # Written last: a crash before this line leaves no guard, only unused backups.
-            _write_json(self.state_path, state)
+            if window is None:
+                return self._arm(run_id, deadline_s, files, server, host, python, settings, systemd, idle_s, after_s,
+                                 server_uid)
+            window.take({'guard_folder': os.path.abspath(self.folder), 'run_id': run_id,
+                         'service_name': server.get('service_name'), 'host': host, 'since': self.clock.wall()})
             try:
-                self._start_watcher(state, deadline_s)
+                return self._arm(run_id, deadline_s, files, server, host, python, dict(settings, window=window.folder),
+                                 systemd, idle_s, after_s, server_uid)
             except BaseException:
-                # Whatever stopped it (the runner's CommandError, a bug, an interrupt): no guard stays armed
-                # without a watcher, which would leave a run believing it is covered.
-                os.unlink(self.state_path)
+                # No guard was armed: the window it opened closes with it.
+                window.give_back(os.path.abspath(self.folder), run_id)
                 raise
-            return state
+
+    def _arm(self, run_id: str, deadline_s: int, files: list[Any], server: dict[str, Any], host: str, python: str,
+             settings: dict[str, Any], systemd: bool, idle_s: int | None, after_s: int, server_uid: int) -> dict[str, Any]:
+        """The arm under the guard's lock, once no guard is armed (and the machine's window is this run's)."""
+        backups = os.path.join(self.folder, 'files')
+        shutil.rmtree(backups, ignore_errors=True)
+        os.makedirs(backups, 0o700)
+        entries = []
+        for index, path in enumerate(sorted(set(files))):
+            entries.append(self._snapshot(path, os.path.join(backups, str(index))))
+        now = self.clock.now()
+        state = {
+            # The wall-clock times are for display; the bounds count on the boot clock, in this boot (_lease).
+            'run_id': run_id, 'host': host, 'armed_at': now.wall, 'deadline': now.wall + float(deadline_s),
+            'boot_id': now.boot_id, 'armed_at_boot': now.boot, 'deadline_boot': now.boot + float(deadline_s),
+            'idle': float(idle_s) if idle_s else None,
+            'files': entries, 'server': server, 'settings': settings, 'python': python,
+            'watcher': 'systemd' if systemd else 'detached', 'unit': self.unit_name(server['service_name']),
+            # The user the server runs as (its User=, or the detached start's drop; root without one).
+            # The restore stops leftovers of this user only.
+            'server_uid': server_uid,
+        }
+        if state['idle']:
+            # The arm is the first renewal: the lease of an earlier run must not count for this one.
+            write_lease(self.folder, lease_document(run_id, 'arm the guard', now, after_s, state['idle']))
+        # Written last: a crash before this line leaves no guard, only unused backups.
+        _write_json(self.state_path, state)
+        try:
+            self._start_watcher(state, deadline_s)
+        except BaseException:
+            # Whatever stopped it (the runner's CommandError, a bug, an interrupt): no guard stays armed
+            # without a watcher, which would leave a run believing it is covered.
+            os.unlink(self.state_path)
+            raise
+        return state
 
     def _snapshot(self, path: str, backup: str) -> dict[str, Any]:
         entry = {'path': path, 'backup': backup, 'existed': False}
@@ -392,6 +512,7 @@ class Guard:
                 # We hold the lock, so its restorer is gone midway: the tree may be half restored.
                 raise GuardError(restoring_message(state, self.folder))
             self._drop(state)
+            self._close_window(state)
             # Both window flows confirm after the verified server went back into the router (router_in.yml): a
             # readmission an earlier restore owed is paid.
             try:
@@ -399,6 +520,18 @@ class Guard:
             except OSError:
                 pass  # the record stays: the next run readmits a server the router already lists, a no-op
             return True, None
+
+    def _close_window(self, state: dict[str, Any], problems: list[str] | None = None) -> None:
+        """Give the machine's window back (a guard armed with one); a failure only delays the next arm's take-over
+        of the stale record, which it sees closed once this guard is gone."""
+        folder = (state.get('settings') or {}).get('window')
+        if not folder:
+            return
+        try:
+            MachineWindow(folder, self.lock_timeout).give_back(os.path.abspath(self.folder), state.get('run_id'))
+        except Exception as exc:
+            if problems is not None:
+                problems.append('could not give back the machine\'s window in %s: %s' % (folder, _describe(exc)))
 
     def _drop(self, state: dict[str, Any]) -> None:
         os.unlink(self.state_path)
@@ -484,11 +617,13 @@ class Guard:
                 self._drop(state)
             except Exception as exc:
                 report['problems'].append('could not drop the guard: %s' % _describe(exc))
+            else:
+                self._close_window(state, report['problems'])
 
     def _restore(self, state: dict[str, Any], reason: str, acted_by: str) -> dict[str, Any]:
         started = time.time()
         steps = RestoreSteps()
-        outcome = {'files': [], 'killed': [], 'health': {'healthy': False, 'healthy_at': None},
+        outcome = {'files': [], 'killed': [], 'spared': [], 'health': {'healthy': False, 'healthy_at': None},
                    'readmitted': None, 'router_problem': None}
         try:
             self._carry_out(steps, state, outcome)
@@ -516,7 +651,7 @@ class Guard:
             'reason': reason,
             'restored_files': [entry['path'] for entry in outcome['files'] if entry['outcome'] in ('restored', 'removed')],
             'files': outcome['files'], 'failed_files': failed_files,
-            'killed': outcome['killed'],
+            'killed': outcome['killed'], 'spared': outcome['spared'],
             'steps': steps.done, 'problems': steps.problems, 'timings': steps.timings,
             'started_at': started, 'finished_at': time.time(), 'healthy_at': outcome['health'].get('healthy_at'),
             'downtime_s': round(outcome['health']['healthy_at'] - stopped_at, 2) if healthy and stopped_at else None,
@@ -544,7 +679,8 @@ class Guard:
                 steps.run('wait for the requests in flight', lambda: server.wait_idle(drain))
         steps.run('stop the server that runs now', server.stop)
         steps.run('stop what is left of SGLang',
-                  lambda: self._kill_leftovers(settings, state.get('server_uid'), outcome['killed']))
+                  lambda: self._kill_leftovers(settings, state.get('server_uid'), outcome['killed'], server,
+                                               outcome['spared']))
         self._restore_files(steps, state['files'], outcome['files'])
         failed = [entry for entry in outcome['files'] if entry['outcome'] == 'failed']
         if failed:
@@ -614,17 +750,27 @@ class Guard:
                                                    float(router_settings.get('timeout') or 30),
                                                    worker_api_key=worker_api_key)
 
-    def _kill_leftovers(self, settings: dict[str, Any], server_uid: int, killed: list[Any]) -> list[Any]:
+    def _kill_leftovers(self, settings: dict[str, Any], server_uid: int, killed: list[Any], server: Server | None = None,
+                        spared: list[Any] | None = None) -> list[Any]:
         """SGLang's leftovers: processes of the server's user whose command line matches the kill patterns
-        (the role anchors them to SGLang's own command lines). Each one signalled lands in killed."""
+        (the role anchors them to SGLang's own command lines) and that are this server's, not a neighbour's
+        (ServerOwnership: the marks recorded at the arm and the server's now). Each one signalled lands in killed,
+        each neighbour's in spared."""
         local = LocalProcesses()
         patterns = compile_patterns(settings.get('kill_patterns') or [])
         if not patterns:
             return []
         uid = os.geteuid() if server_uid is None else int(server_uid)
+        ownership = ServerOwnership(_own_marks(settings.get('marks'), server),
+                                    [ServerMarks.from_option(neighbour) for neighbour in settings.get('neighbours') or []
+                                     if isinstance(neighbour, dict)])
+        listing = local.list(with_marks=ownership.judges)
         # Another user's process is never the server's, whatever its command line says.
-        targets = [record for record in select(local.list(), patterns, protected_pids())
+        matches = [record for record in select(listing, patterns, protected_pids())
                    if process_uids(record.pid, local.proc_root) == (uid, uid)]
+        targets, others = ownership.sort(matches, listing)
+        if spared is not None:
+            spared.extend(others)
         outcome = terminate(local, targets, float(settings.get('term_timeout', 30)))
         killed.extend(dict(entry, user=user_name(uid)) for entry in outcome.killed)
         if outcome.remaining:
@@ -654,20 +800,38 @@ class Guard:
                 '%s: %s' % (entry['path'], entry['error']) for entry in outcomes if entry['outcome'] == 'failed')
         return outcomes
 
+    @staticmethod
+    def _gpu_scope(reader: GpuReader, settings: dict[str, Any]) -> list[int] | None:
+        """The indices of the server's own GPUs (settings' gpus: indices or UUIDs), None for every GPU: the restore
+        waits for these only, never for a neighbour's on the same machine."""
+        wanted = {str(entry) for entry in settings.get('gpus') or []}
+        if not wanted:
+            return None
+        try:
+            found = reader.gpus()
+        except (CommandError, NvidiaSmiError) as exc:
+            raise GuardError('nvidia-smi failed: %s' % exc) from None
+        scope = [gpu['index'] for gpu in found if gpu['index'] is not None
+                 and (str(gpu['index']) in wanted or gpu.get('uuid') in wanted)]
+        if len(scope) < len(wanted):
+            raise GuardError('GPU(s) %s of this server not listed by nvidia-smi' % ', '.join(
+                sorted(wanted - {str(index) for index in scope} - {gpu.get('uuid') for gpu in found})))
+        return scope
+
     def _wait_gpus(self, settings: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The one "memory is free" proof (_nvidia), missing GPUs included; GuardError naming what is not."""
         nvidia_smi = settings.get('nvidia_smi')
         if not nvidia_smi:
             return None
         reader = GpuReader(CommandRunner.over(self._run, 30), nvidia_smi)
-        proof = FreeMemoryProof(reader, int(settings.get('max_used_mib', 0)))
+        proof = FreeMemoryProof(reader, int(settings.get('max_used_mib', 0)), scope=self._gpu_scope(reader, settings))
         gpus = proof.wait(float(settings.get('gpu_timeout', 60)), max_interval=0.5)
         if proof.free():
             return gpus
         if proof.timed_out is not None or not gpus:
             raise GuardError('nvidia-smi failed: %s' % (proof.timed_out or proof.last_error))
         problems = []
-        busy = gpus_over(gpus, proof.max_used_mib)
+        busy = gpus_over(proof.covered(gpus), proof.max_used_mib)
         if busy:
             problems.append('GPU memory still in use: %s' % ', '.join(
                 'GPU %s unreadable (%s)' % ('?' if gpu['index'] is None else gpu['index'], gpu['error']) if gpu['error'] is not None
@@ -747,6 +911,26 @@ class RestoreSteps:
 
     # Errors whose message says it all; others are named by their type too.
     EXPECTED = (ServerError, GuardError, NvidiaSmiError, CommandError, RouterError, OSError)
+
+
+def recorded_marks(server: dict[str, Any]) -> dict[str, Any] | None:
+    """The marks of the server as the arm reads them ({service_name, ports, launch_file}); None where the server's
+    record is incomplete (the restore then reads them from the server alone)."""
+    try:
+        marks = Server.from_dict(server).marks()
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {'service_name': marks.service_name, 'ports': list(marks.ports), 'launch_file': marks.launch_file}
+
+
+def _own_marks(recorded: dict[str, Any] | None, server: Server | None) -> ServerMarks | None:
+    """The marks recorded at the arm (the previous server's port) joined with the server's now (the run's port)."""
+    now = server.marks() if server is not None else ServerMarks()
+    before = ServerMarks.from_option(recorded) if isinstance(recorded, dict) else ServerMarks()
+    if not now.known and not before.known:
+        return None
+    return ServerMarks(now.service_name or before.service_name, tuple(sorted(set(now.ports) | set(before.ports))),
+                       now.launch_file or before.launch_file)
 
 
 def process_uids(pid: int, proc_root: str = '/proc') -> tuple[int, int] | None:

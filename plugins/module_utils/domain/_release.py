@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright (c) 2026, gpuops.sglang contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""gpu_release's domain: which holders of the NVIDIA devices to stop, and what a failed release says.
+"""gpu_release's domain: which holders of the NVIDIA devices to stop, what a failed release says, and the release
+itself (GpuRelease), which gpu_release runs and sglang_server's stop runs in the same process (its `release`
+option) when nothing else must happen between the two: one module round trip less inside the outage.
 
 Domain layer, over the /proc reader (_procfs) and the nvidia-smi proof (_nvidia).
 """
@@ -22,10 +24,41 @@ except ImportError:
     # nvidia-ml-py is optional: without it the memory is read with nvidia-smi.
     pynvml = None
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import BoundedCall, CommandError
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import NvidiaSmiError, format_gpu_table, unreadable
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import ProcessRecord, is_excluded_daemon, signalled_summary
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import parse_stat, read_identity, read_proc_record
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import BoundedCall, CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import Renewer
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._nvidia import (
+    DRIVER_INFO,
+    NVIDIA_DAEMON_EXCLUDES,
+    NVIDIA_DEVICE_GLOBS,
+    DeviceError,
+    NvidiaSmiError,
+    ScopeError,
+    bus_key,
+    expand_devices,
+    format_gpu_table,
+    gpu_entry_problems,
+    read_driver_information,
+    resolve_gpus,
+    unreadable,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
+    ProcessRecord,
+    Termination,
+    await_exit,
+    compile_patterns,
+    is_excluded_daemon,
+    nothing_awaited,
+    planned_kills,
+    signalled_summary,
+)
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import (
+    described,
+    gpu_minors,
+    parse_stat,
+    protected_pids,
+    read_identity,
+    read_proc_record,
+)
 
 
 def classify_holders(holders: dict[str, Any], excludes: list[Pattern], guarded: set[int],
@@ -50,12 +83,17 @@ def classify_holders(holders: dict[str, Any], excludes: list[Pattern], guarded: 
 
 
 def not_free_message(proof: FreeMemoryProof, timeout: float, killed: list[Any], compute_apps: list[Any],
-                     still_holding: list[Any]) -> str:
+                     still_holding: list[Any], spared: list[dict[str, Any]] | tuple[()] = ()) -> str:
     """Why the memory was not proven free within timeout: per-GPU table, what was signalled, what holds on."""
-    gpus = proof.gpus
+    gpus = proof.covered()
     sick = unreadable(gpus)
     busy = proof.busy()
     problems = []
+    if proof.processes is not None and proof.free():
+        left = ', '.join('pid %s on %s' % (app['pid'], app['gpu_uuid']) for app in proof.apps_left or [])
+        problems.append('read free but could not be proven free: %s' % (
+            'the compute apps could not be listed (%s)' % proof.apps_error if proof.apps_error else
+            'compute apps stayed on it (%s)' % left))
     if busy:
         problems.append('did not drain to <= %d MiB on GPU(s) %s' % (
             proof.max_used_mib, ', '.join(str(gpu['index']) for gpu in busy)))
@@ -66,13 +104,23 @@ def not_free_message(proof: FreeMemoryProof, timeout: float, killed: list[Any], 
     if missing:
         problems.append('is not listed any more for GPU(s) %s' % ', '.join(str(index) for index in missing))
     return ('GPU memory %s within %.1fs; %s.\n%s\n%s'
-            'compute apps: %s; processes holding the devices now: %s. %sWith no process left, memory that stays '
+            'compute apps: %s; processes holding the devices now: %s. %s%sWith no process left, memory that stays '
             'used or a GPU that cannot be read is a driver-level problem: reset the GPU or reboot.'
             % (' and '.join(problems), timeout, signalled_summary(killed),
                format_gpu_table(gpus, proof.max_used_mib, proof.expected),
                'last nvidia-smi error: %s\n' % proof.last_error if proof.last_error else '',
-               compute_apps or 'none', still_holding or 'none',
+               compute_apps or 'none', still_holding or 'none', spared_words(spared),
                only_threshold_hint(proof, busy, compute_apps, still_holding) if not (sick or missing) else ''))
+
+
+def spared_words(spared: list[dict[str, Any]] | tuple[()]) -> str:
+    """The spared holders, for a failure: one of them may be what still uses these GPUs."""
+    if not spared:
+        return ''
+    listed = '; '.join('pid %s (%s, holds %s)' % (entry['pid'], entry['reason'], ', '.join(entry['devices']))
+                       for entry in spared)
+    return ('Spared, as not this release\'s to end (a neighbour\'s or a foreign job\'s; end it yourself if it is '
+            'what holds on): %s. ' % listed)
 
 
 def only_threshold_hint(proof: FreeMemoryProof, busy: list[dict[str, Any]], compute_apps: list[Any],
@@ -170,6 +218,18 @@ class TracedReader:
 
     def __getattr__(self, name: str) -> tuple[float, float] | Callable:
         return getattr(self.reader, name)
+
+    def gpu_compute_apps(self, uuids: list[str] | None = None) -> list[dict[str, Any]]:
+        """The compute apps, those on uuids only where given, noted on the timeline."""
+        started = self.timeline.clock()
+        try:
+            apps = [app for app in self.reader.gpu_compute_apps() if uuids is None or app['gpu_uuid'] in uuids]
+        except Exception as exc:
+            self.timeline.add('compute apps', 'failed: %s' % exc, at=started, took=self.timeline.clock() - started)
+            raise
+        self.timeline.add('compute apps', ', '.join('pid %s on %s' % (app['pid'], app['gpu_uuid']) for app in apps)
+                          or 'none', at=started, took=self.timeline.clock() - started)
+        return apps
 
     def gpus(self) -> list[dict[str, Any]]:
         started = self.timeline.clock()
@@ -293,6 +353,42 @@ class NvmlReader:
         """GPU records; NvidiaSmiError when NVML names no GPU; CommandError when a call hangs."""
         return self._call(self._read_all, 'memory reading')
 
+    def _read_locations(self) -> list[dict[str, Any]]:
+        nvml = self.nvml
+        try:
+            located = []
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                located.append({'index': index, 'uuid': _text(nvml.nvmlDeviceGetUUID(handle)),
+                                'bus_id': bus_key(_text(nvml.nvmlDeviceGetPciInfo(handle).busId))})
+        except nvml.NVMLError as exc:
+            raise NvidiaSmiError('NVML could not locate the GPUs: %s' % exc)
+        return located
+
+    def locations(self) -> list[dict[str, Any]]:
+        """{index, uuid, bus_id} of every GPU (as GpuReader.locations)."""
+        return self._call(self._read_locations, 'PCI bus reading')
+
+    def _read_apps(self) -> list[dict[str, Any]]:
+        nvml = self.nvml
+        apps = []
+        try:
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    used = getattr(process, 'usedGpuMemory', None)
+                    apps.append({'pid': process.pid, 'process_name': None, 'gpu_uuid': uuid,
+                                 'used_memory_mib': None if used is None else int(math.ceil(used / float(MIB)))})
+        except nvml.NVMLError as exc:
+            raise NvidiaSmiError('NVML could not list the compute processes: %s' % exc)
+        return apps
+
+    def gpu_compute_apps(self) -> list[dict[str, Any]]:
+        """Every compute process with its GPU's UUID (as GpuReader.gpu_compute_apps), from NVML's running process
+        list; NVML gives no process name (None)."""
+        return self._call(self._read_apps, 'compute process listing')
+
     def close(self) -> None:
         try:
             self._call(self.nvml.nvmlShutdown, 'nvmlShutdown')
@@ -316,6 +412,20 @@ class MemoryReader:
         if self.smi_reader is None:
             return [{'error': 'nvidia-smi was not found on PATH: no compute apps to show'}]
         return self.smi_reader.compute_apps()
+
+    def locations(self) -> list[dict[str, Any]]:
+        return self.gpus_reader.locations()
+
+    def gpu_compute_apps(self) -> list[dict[str, Any]]:
+        """NVML's running process list where NVML reads the memory, else (or where NVML cannot list) nvidia-smi's."""
+        if self.gpus_reader is self.smi_reader:
+            return self.smi_reader.gpu_compute_apps()
+        try:
+            return self.gpus_reader.gpu_compute_apps()
+        except NvidiaSmiError:
+            if self.smi_reader is None:
+                raise
+            return self.smi_reader.gpu_compute_apps()
 
     def cmd(self) -> list[Any]:
         """The nvidia-smi argv that read the memory; none when NVML did."""
@@ -345,3 +455,284 @@ def choose_reader(choice: str, smi_reader: GpuReader | None, timeout: float,
         raise NvidiaSmiError('nvidia-smi was not found on PATH%s; install the NVIDIA driver utilities or set the '
                              'nvidia_smi option' % ('' if why is None else ' and NVML cannot be used (%s)' % why))
     return MemoryReader(smi_reader, smi_reader), why
+
+
+# gpu_release's options but the two a caller sets itself (await_exit, guard): sglang_server's stop takes them as its
+# `release` option, validated against this spec there.
+RELEASE_SPEC: dict[str, dict[str, Any]] = dict(
+    devices=dict(type='list', elements='str', default=NVIDIA_DEVICE_GLOBS),
+    exclude=dict(type='list', elements='str', default=[]),
+    builtin_exclude=dict(type='list', elements='str', default=NVIDIA_DAEMON_EXCLUDES),
+    term_timeout=dict(type='float', default=10.0),
+    kill_timeout=dict(type='float', default=10.0),
+    max_used_mib=dict(type='int', default=0),
+    memory_timeout=dict(type='float', default=60.0),
+    command_timeout=dict(type='float', default=30.0),
+    nvidia_smi=dict(type='path'),
+    memory_reader=dict(type='str', default='auto', choices=['auto', 'nvml', 'nvidia-smi']),
+    gpus=dict(type='list', elements='str', default=[]),
+    driver_info=dict(type='path', default=DRIVER_INFO),
+)
+
+
+class ReleaseFailed(Exception):
+    """The release failed; the message says what was found and what was (not) signalled."""
+
+
+def empty_result() -> dict[str, Any]:
+    """gpu_release's result keys at their empty values (the same keys every run)."""
+    return dict(killed=[], targets=[], excluded=[], spared=[], scope=[], gpus_before=[], gpus=[], devices=[],
+                compute_apps=[], elapsed=0.0, cmd=[], memory_reader='', awaited=nothing_awaited(), timeline=[])
+
+
+# Why a holder is spared when the release is scoped to some GPUs (the gpus option).
+OTHER_GPUS = 'other GPUs'
+SHARED_ONLY = 'shared devices only'
+
+
+def scope_reason(devices: list[str], minors: set[int], own: bool) -> str | None:
+    """Why a holder of devices is spared by a release of the GPUs of these device minors, or None to end it.
+
+    A holder of any GPU outside them is a neighbour's or a foreign job's, even when it holds one of them too: ending
+    it would end work this release does not own. A holder of the shared files alone (nvidiactl, nvidia-uvm, caps)
+    could belong to anyone: it is ended only when it is the stopping server's own (``own``).
+    """
+    held = set(gpu_minors(devices))
+    if held - minors:
+        return OTHER_GPUS
+    if held:
+        return None
+    return None if own else SHARED_ONLY
+
+
+def scoped_targets(targets: list[ProcessRecord], holders: dict[int, list[str]], minors: set[int],
+                   own: set[int]) -> tuple[list[ProcessRecord], list[dict[str, Any]]]:
+    """(the targets a release of these GPUs ends, the spared ones as RV(spared) lists them)."""
+    kept, spared = [], []
+    for record in targets:
+        reason = scope_reason(holders[record.pid], minors, record.pid in own)
+        if reason is None:
+            kept.append(record)
+        else:
+            spared.append({'pid': record.pid, 'cmdline': record.cmdline, 'devices': holders[record.pid],
+                           'gpus': gpu_minors(holders[record.pid]), 'reason': reason})
+    return kept, spared
+
+
+def read_session(pid: int, proc_root: str = '/proc') -> int | None:
+    """The session id of pid (field 6 of /proc/PID/stat), or None when it is gone."""
+    try:
+        with open(os.path.join(proc_root, str(pid), 'stat'), 'rb') as stat_file:
+            stat = stat_file.read().decode('utf-8', 'replace')
+        return int(stat[stat.rfind(')') + 2:].split()[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def own_processes(await_pids: list[int], parents: dict[int, int], sessions: dict[int, int | None],
+                  own_session: int | None) -> set[int]:
+    """The stopping server's processes: await_pids, their descendants, and every process of their sessions.
+
+    ``parents`` maps pid to ppid and ``sessions`` pid to session id, both read before the wait (a child whose parent
+    exits is re-parented, and its lineage lost). A session this module shares (its caller started the server from
+    the same terminal) or session 0 (the kernel's) counts for nothing: it would take in unrelated processes.
+    """
+    own = set(await_pids)
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    queue = list(own)
+    while queue:
+        for child in children.get(queue.pop(), []):
+            if child not in own:
+                own.add(child)
+                queue.append(child)
+    server_sessions = {sessions.get(pid) for pid in await_pids} - {None, 0, own_session}
+    own.update(pid for pid, session in sessions.items() if session in server_sessions)
+    return own
+
+
+def release_bound(params: dict[str, Any], awaits: bool) -> float:
+    """Seconds the release may take: two readings, the wait for the stopping server, the kill, the proof."""
+    return (2 * params['command_timeout'] + (params['term_timeout'] + params['kill_timeout'] if awaits else 0)
+            + params['term_timeout'] + params['kill_timeout'] + params['memory_timeout'])
+
+
+class GpuRelease:
+    """One release: wait for the stopping server (await_exit), end the other holders, prove the memory free.
+
+    ``host`` is the AnsibleModule (its command runner, warn and debug, get_bin_path); ``params`` hold RELEASE_SPEC's
+    options. Fills ``result`` (empty_result's keys) in place and raises ReleaseFailed, so that a failure still
+    returns what was already signalled.
+    """
+
+    def __init__(self, host: Any, params: dict[str, Any], check_mode: bool, timeline: Timeline) -> None:
+        self.host, self.params, self.check_mode, self.timeline = host, params, check_mode, timeline
+
+    def excludes(self) -> list[Pattern]:
+        """The compiled exclude patterns, once every option is known to be usable (before anything is signalled)."""
+        params = self.params
+        for name in ('term_timeout', 'kill_timeout', 'memory_timeout', 'max_used_mib'):
+            if params[name] < 0:
+                raise ReleaseFailed('%s must not be negative' % name)
+        if params['command_timeout'] <= 0:
+            raise ReleaseFailed('command_timeout must be greater than 0')
+        problems = gpu_entry_problems([entry.strip() for entry in params['gpus']])
+        if problems:
+            raise ReleaseFailed('gpus: %s; list each GPU once, as `nvidia-smi --query-gpu=index,uuid --format=csv` '
+                                'prints it' % '; '.join(problems))
+        try:
+            return compile_patterns(params['builtin_exclude'] + params['exclude'], 'exclude pattern')
+        except ValueError as exc:
+            raise ReleaseFailed(str(exc)) from None
+
+    def run(self, result: dict[str, Any], await_pids: list[int], lease: Renewer) -> None:
+        excludes = self.excludes()
+        lease.renew(release_bound(self.params, bool(await_pids)))
+        try:
+            result['devices'] = expand_devices(self.params['devices'])
+        except DeviceError as exc:
+            raise ReleaseFailed('%s; nothing was signalled' % exc) from None
+        reader = TracedReader(self.memory_reader(), self.timeline)
+        result['cmd'], result['memory_reader'] = reader.cmd(), reader.source_name
+        try:
+            self.release_with(result, await_pids, excludes, lease, reader)
+        finally:
+            reader.close()
+            result['timeline'] = self.timeline.report()
+
+    def memory_reader(self) -> MemoryReader:
+        """The memory reader memory_reader asks for (NVML or nvidia-smi), nvidia-smi also for compute apps."""
+        params = self.params
+        nvidia_smi = params['nvidia_smi'] or self.host.get_bin_path('nvidia-smi', required=False)
+        smi = GpuReader(CommandRunner(self.host, params['command_timeout']), nvidia_smi) if nvidia_smi else None
+        try:
+            reader, why = choose_reader(params['memory_reader'], smi, params['command_timeout'])
+        except (NvmlUnavailable, NvidiaSmiError) as exc:
+            raise ReleaseFailed('%s; nothing was signalled' % exc) from None
+        if why is not None and params['memory_reader'] == 'auto':
+            self.host.debug('gpu_release reads the memory with nvidia-smi: %s' % why)
+        return reader
+
+    def release_with(self, result: dict[str, Any], await_pids: list[int], excludes: list[Pattern], lease: Renewer,
+                     reader: TracedReader) -> None:
+        params = self.params
+        expected = self.read_before(reader, result)
+        scope = result['scope'] = self.resolve_scope(reader, result['devices'])
+        minors = {gpu['minor'] for gpu in scope}
+        local = TracedProcesses(LocalProcesses(), self.timeline)
+        # Read before the wait: once the server's main process exits, its children's lineage is lost.
+        own = self.stopping_server(local, await_pids) if scope else set()
+        ended_early = self.await_stopping(local, await_pids, result)
+        holders = local.holders(result['devices'])
+        targets, result['excluded'] = classify_holders(holders, excludes, protected_pids())
+        if scope:
+            targets, result['spared'] = scoped_targets(targets, holders, minors, own)
+        result['targets'] = [described(record, devices=holders[record.pid]) for record in targets]
+        if self.check_mode:
+            result.update(killed=planned_kills(targets, params['term_timeout']), changed=bool(targets),
+                          gpus=result['gpus_before'])
+            return
+        started = self.end_holders(local, targets, ended_early, result)
+        if scope:
+            expected = [gpu['index'] for gpu in scope]
+        self.prove_free(reader, local, expected, started, result)
+        lease.done()
+
+    def resolve_scope(self, reader: TracedReader, devices: list[str]) -> list[dict[str, Any]]:
+        """{index, uuid, bus_id, minor} of each GPU of the gpus option ([] for every GPU), each with a device file
+        among devices; ReleaseFailed before anything is signalled when one cannot be told apart."""
+        wanted = [entry.strip() for entry in self.params['gpus']]
+        if not wanted:
+            return []
+        started = self.timeline.clock()
+        try:
+            scope = resolve_gpus(wanted, reader.locations(), read_driver_information(self.params['driver_info']))
+        except (CommandError, NvidiaSmiError, ScopeError) as exc:
+            raise ReleaseFailed('cannot tell the GPUs %s apart on this machine, nothing was signalled: %s'
+                                % (', '.join(wanted), exc)) from None
+        self.timeline.add('gpus located', ', '.join('GPU %s minor %s' % (gpu['index'], gpu['minor']) for gpu in scope),
+                          at=started, took=self.timeline.clock() - started)
+        without = [gpu for gpu in scope if gpu['minor'] not in gpu_minors(devices)]
+        if without:
+            raise ReleaseFailed('no device file among devices is %s, nothing was signalled: the holders of %s cannot '
+                                'be found. Let devices match them (its default does).' % (
+                                    ', '.join('nvidia%d' % gpu['minor'] for gpu in without),
+                                    ', '.join('GPU %s' % gpu['index'] for gpu in without)))
+        return scope
+
+    def stopping_server(self, local: TracedProcesses, await_pids: list[int]) -> set[int]:
+        """The stopping server's processes (own_processes), read now; empty when nothing is awaited."""
+        if not await_pids:
+            return set()
+        records = local.list()
+        return own_processes(await_pids, {record.pid: record.ppid for record in records},
+                             {record.pid: read_session(record.pid) for record in records}, os.getsid(0))
+
+    def read_before(self, reader: TracedReader, result: dict[str, Any]) -> list[int]:
+        """gpus_before; the indices the proof afterwards must read again."""
+        try:
+            result['gpus_before'] = reader.gpus()
+        except (CommandError, NvidiaSmiError) as exc:
+            raise ReleaseFailed('cannot read the GPUs before releasing them, nothing was signalled: %s' % exc) from None
+        for gpu in unreadable(result['gpus_before']):
+            # Informational before the kill: the proof afterwards must read every GPU anyway.
+            self.host.warn('before the release, GPU %s could not be read: %s' % (
+                gpu['index'] if gpu['index'] is not None else '?', gpu['error']))
+        return [gpu['index'] for gpu in result['gpus_before'] if gpu['index'] is not None]
+
+    def await_stopping(self, local: TracedProcesses, await_pids: list[int], result: dict[str, Any]) -> list[Any]:
+        """Wait for the stopping server's processes (await_exit); the ones that needed SIGKILL."""
+        if not await_pids or self.check_mode:
+            return []
+        # gpus_before is read first: it shows what the stopping server still held.
+        awaited = await_exit(local, await_pids, self.params['term_timeout'], self.params['kill_timeout'])
+        result['awaited'] = awaited.report
+        result['killed'] = awaited.killed
+        result['changed'] = bool(awaited.killed)
+        if awaited.failure():
+            raise ReleaseFailed('%s; nothing else was signalled' % awaited.failure())
+        return awaited.killed
+
+    def end_holders(self, local: TracedProcesses, targets: list[Any], ended_early: list[Any],
+                    result: dict[str, Any]) -> float:
+        """SIGTERM, then SIGKILL for the survivors; returns when the kill began (monotonic clock)."""
+        started = self.timeline.origin = self.timeline.clock()
+        outcome = Termination(local, self.params['term_timeout'], self.params['kill_timeout']).run(targets)
+        result['killed'] = ended_early + outcome.killed
+        result['changed'] = bool(result['killed'])
+        if outcome.remaining:
+            result['elapsed'] = round(time.monotonic() - started, 3)
+            raise ReleaseFailed('%d GPU holder(s) survived SIGKILL: %s' % (
+                len(outcome.remaining), '; '.join(record.describe() for record in outcome.remaining)))
+        return started
+
+    def prove_free(self, reader: TracedReader, local: TracedProcesses, expected: list[int], started: float,
+                   result: dict[str, Any]) -> None:
+        params = self.params
+        scope = result['scope']
+        uuids = [gpu['uuid'] for gpu in scope]
+        # Scoped, the proof covers those GPUs alone, and memory is not enough: no compute app may be left on them.
+        proof = FreeMemoryProof(reader, params['max_used_mib'], expected, scope=expected if scope else None,
+                                processes=(lambda: reader.gpu_compute_apps(uuids)) if scope else None)
+        result['gpus'] = proof.wait(params['memory_timeout'])
+        result['elapsed'] = round(time.monotonic() - started, 3)
+        self.timeline.add('memory free' if proof.proven() else 'memory not proven free')
+        if proof.timed_out is not None:
+            raise ReleaseFailed('cannot prove the GPU memory free: %s; %s. A hung nvidia-smi usually means a wedged '
+                                'driver: see dmesg (Xid errors) on this host.'
+                                % (proof.timed_out, signalled_summary(result['killed'])))
+        if proof.proven():
+            return
+        devices = result['devices']
+        if scope:
+            minors = {gpu['minor'] for gpu in scope}
+            devices = [path for path in devices if set(gpu_minors([path])) & minors]
+            try:
+                result['compute_apps'] = reader.gpu_compute_apps(uuids)
+            except (CommandError, NvidiaSmiError) as exc:
+                result['compute_apps'] = [{'error': str(exc)}]
+        else:
+            result['compute_apps'] = reader.compute_apps()
+        raise ReleaseFailed(not_free_message(proof, params['memory_timeout'], result['killed'], result['compute_apps'],
+                                             sorted(local.holders(devices)), result['spared']))

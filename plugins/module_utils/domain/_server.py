@@ -49,7 +49,16 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import U
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._http import NO_ANSWER, bearer, http_get, http_request, parse_json
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._identity import Identity, UnknownIdentity, identity
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._polling import poll_until
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import ProcessRecord, select, terminate
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
+    LAUNCH_MARK,
+    SERVICE_MARK,
+    ProcessRecord,
+    ServerMarks,
+    ServerOwnership,
+    port_of,
+    select,
+    terminate,
+)
 from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import (
     LocalProcesses,
     described,
@@ -76,11 +85,10 @@ SERVER_OPTIONS = dict(
 # (plugin_utils/_timing.py) count it too.
 COMMAND_TIMEOUT = 60
 
-# A detached server's environment names its service and launch file: a run whose pid file is elsewhere
-# (sglang_run_dir changed since the server started) still finds it, in /proc/PID/environ, fixed at its exec.
-# Both, so that two servers of one name on a host (test runs side by side) are never taken for each other.
-SERVICE_MARK = 'GPUOPS_SGLANG_SERVICE'
-LAUNCH_MARK = 'GPUOPS_SGLANG_LAUNCH_FILE'
+# A detached server's environment names its service and launch file (SERVICE_MARK, LAUNCH_MARK, defined with the
+# kill policy that also reads them): a run whose pid file is elsewhere (sglang_run_dir changed since the server
+# started) still finds it, in /proc/PID/environ, fixed at its exec. Both, so that two servers of one name on a host
+# (test runs side by side) are never taken for each other.
 
 
 class ServerError(Exception):
@@ -528,6 +536,10 @@ class Server:
         # Who the server runs as (None: the user this process runs as, root for the role's modules and the guard).
         self.user = user or None
         self.group = group or None
+        # The other servers of this machine (ServerMarks): a stray carrying their marks is theirs (issue 44).
+        self.neighbours = []
+        # The matches of the last reading of strays that are not this server's: {pid, cmdline, why}.
+        self.spared = []
         self.driver = DRIVERS[manager](self)
 
     @classmethod
@@ -679,11 +691,36 @@ class Server:
         # No patterns, nothing to read: a check-mode call without them must not cost a systemctl call.
         return self._strays(patterns, self.own_pids(pid)) if patterns else []
 
+    def marks(self) -> ServerMarks:
+        """What tells this server's processes from its neighbours' (ServerOwnership): its service name, its launch
+        file, and its ports, its URL's and the one its live launch file gives (the running server's, where a run
+        changes the port)."""
+        ports = set()
+        if self.base_url:
+            try:
+                parts = urlsplit(self.base_url)
+                ports.add(parts.port or (443 if parts.scheme == 'https' else 80))
+            except ValueError:
+                pass
+        try:
+            given = port_of(' '.join(_launch_args(_launch_spec(self.launch_file))))
+        except (OSError, ValueError, AttributeError, TypeError):
+            given = None
+        if given is not None:
+            ports.add(given)
+        return ServerMarks(self.service_name, tuple(sorted(ports)), os.path.abspath(self.launch_file))
+
     def _strays(self, patterns: tuple[()], own: list[Any]) -> list[Any]:
+        """The matches that are this server's leftovers; those of a neighbour (or of nobody that can be told, beside
+        neighbours) land in self.spared, never among them."""
+        self.spared = []
         if not patterns:
             return []
-        spared = protected_pids(self.processes.proc_root) | set(own)
-        return select(self.processes.list(), patterns, spared)
+        protected = protected_pids(self.processes.proc_root) | set(own)
+        ownership = ServerOwnership(self.marks(), self.neighbours)
+        listing = self.processes.list(with_marks=ownership.judges)
+        strays, self.spared = ownership.sort(select(listing, patterns, protected), listing)
+        return strays
 
     # --- stop and start ---------------------------------------------------
 
@@ -705,9 +742,10 @@ class Server:
         pid = self.main_pid()
         changed, stopping, strays = self.driver.stop(pid, wait, stray_patterns)
         if not changed:
-            return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': [], 'strays': strays}
+            return {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': [], 'strays': strays,
+                    'spared': self.spared}
         return {'changed': True, 'stopped_at': started, 'pid': pid, 'stop_elapsed': round(time.time() - started, 3),
-                'stopping': stopping, 'strays': strays}
+                'stopping': stopping, 'strays': strays, 'spared': self.spared}
 
     def start(self, daemon_reload: bool = False) -> tuple[dict[str, Any], Callable]:
         """Start the server; returns (result dict, a callable saying why it died or None)."""

@@ -29,8 +29,10 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
+    ProcessMarks,
     ProcessRecord,
     ProcessSourceError,
+    marks_from,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandRunner, CommandResult
 
@@ -40,8 +42,14 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import
 # With the argument "users" (a dry run's listing), also "uid PID EUID" after each process and "account UID NAME"
 # for each line of the container's /etc/passwd: its uids are the container's own, which the node's accounts do
 # not name. Only then: the listing is polled while a server drains, and each status read costs time there.
+# With the argument "marks" (a kill told whose server it ends, issue 44), also "env PID NAME=VALUE" for the
+# gpuops marks in each process's environment (no other variable: an environment may hold secrets) and
+# "cgroup PID PATH" for each line of /proc/PID/cgroup that names a systemd service.
 LIST_SCRIPT = r'''echo "self $$"
-users=$1
+users= marks=
+for option in "$@"; do
+  case $option in users) users=users ;; marks) marks=marks ;; esac
+done
 for d in /proc/[0-9]*; do
   pid=${d#/proc/}
   IFS= read -r stat < "$d/stat" || continue
@@ -53,6 +61,14 @@ for d in /proc/[0-9]*; do
     while read -r key real effective rest; do
       if [ "$key" = Uid: ]; then echo "uid $pid $effective"; break; fi
     done < "$d/status"
+  fi
+  if [ "$marks" = marks ]; then
+    tr '\000\n' '\n ' < "$d/environ" | while IFS= read -r entry; do
+      case $entry in GPUOPS_SGLANG_SERVICE=*|GPUOPS_SGLANG_LAUNCH_FILE=*) echo "env $pid $entry" ;; esac
+    done
+    while IFS= read -r line; do
+      case $line in *.service|*.service/*) echo "cgroup $pid $line" ;; esac
+    done < "$d/cgroup"
   fi
 done 2>/dev/null
 if [ "$users" = users ]; then
@@ -95,8 +111,9 @@ class PctCommand:
     def exec_(self, argv: list[str]) -> list[str]:
         return [self.pct_path, 'exec', str(self.vmid), '--'] + list(argv)
 
-    def list_processes(self, users: bool = False) -> list[str]:
-        return self.exec_(['/bin/sh', '-c', LIST_SCRIPT, LIST_NAME] + (['users'] if users else []))
+    def list_processes(self, users: bool = False, marks: bool = False) -> list[str]:
+        return self.exec_(['/bin/sh', '-c', LIST_SCRIPT, LIST_NAME] + (['users'] if users else [])
+                          + (['marks'] if marks else []))
 
     def signal(self, signame: str, records: list[ProcessRecord]) -> list[str]:
         return self.exec_(['/bin/sh', '-c', SIGNAL_SCRIPT, SIGNAL_NAME, signame] +
@@ -154,6 +171,17 @@ def parse_users(stdout: str) -> dict[str, Any]:
     return {pid: accounts.get(uid, uid) for pid, uid in uids.items()}
 
 
+def parse_marks(stdout: str) -> dict[int, ProcessMarks]:
+    """{pid: ProcessMarks} from the "env" and "cgroup" lines of LIST_SCRIPT's output with "marks"."""
+    environment, cgroups = {}, {}
+    for line in stdout.split('\n'):
+        word, dummy, rest = line.partition(' ')
+        pid, dummy, value = rest.partition(' ')
+        if word in ('env', 'cgroup') and pid.isdigit() and value:
+            (environment if word == 'env' else cgroups).setdefault(int(pid), []).append(value)
+    return {pid: marks_from(environment.get(pid, []), cgroups.get(pid, [])) for pid in set(environment) | set(cgroups)}
+
+
 def own_processes(self_pid: int, records: list[ProcessRecord]) -> set[int]:
     """The listing shell and every process below it (its command substitutions)."""
     children = {}
@@ -196,12 +224,15 @@ class ContainerProcesses:
     # while a draining server is awaited, so its exit is seen soon after and the node is not flooded.
     poll_max_interval = 0.1
 
-    def __init__(self, runner: CommandRunner, pct_command: PctCommand, with_users: bool = False) -> None:
+    def __init__(self, runner: CommandRunner, pct_command: PctCommand, with_users: bool = False,
+                 with_marks: bool = False) -> None:
         self.runner = runner
         self.pct = pct_command
         # A dry run's listing also names each process's user (users, by PID, from the last listing).
         self.with_users = with_users
         self.users = {}
+        # A kill told whose server it ends reads what each process carries of its server (ServerOwnership).
+        self.with_marks = with_marks
 
     @property
     def vmid(self) -> int:
@@ -215,7 +246,7 @@ class ContainerProcesses:
         raise ProcessSourceError('%s in container %d failed: %s%s' % (doing, self.vmid, why, hint))
 
     def list(self) -> list[ProcessRecord]:
-        result = self.runner.run(self.pct.list_processes(self.with_users))
+        result = self.runner.run(self.pct.list_processes(self.with_users, self.with_marks))
         if result.timed_out or result.rc != 0:
             self._fail('listing processes', result,
                        '' if result.timed_out else '. The listing runs /bin/sh and tr inside the container and '
@@ -227,6 +258,10 @@ class ContainerProcesses:
                                      % (self.vmid, exc, result.output[-400:]))
         own = own_processes(self_pid, records)
         self.users = parse_users(result.stdout) if self.with_users else {}
+        if self.with_marks:
+            marks = parse_marks(result.stdout)
+            for record in records:
+                record.marks = marks.get(record.pid, ProcessMarks())
         return [record for record in records if record.pid not in own]
 
     def signal(self, records: list[ProcessRecord], signame: str) -> list[ProcessRecord]:

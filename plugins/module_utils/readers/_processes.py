@@ -19,7 +19,8 @@ import os
 import re
 import signal as _signal
 import time
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Protocol
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._polling import poll_until
 
@@ -55,16 +56,19 @@ class ProcessRecord:
     /proc/PID/stat (clock ticks after boot), None where a source cannot read it.
     """
 
-    __slots__ = ('pid', 'ppid', 'state', 'cmdline', 'name', 'start_time')
+    __slots__ = ('pid', 'ppid', 'state', 'cmdline', 'name', 'start_time', 'marks')
 
     def __init__(self, pid: int | str, ppid: int | str, state: str, cmdline: str, name: str | None = None,
-                 start_time: int | str | None = None) -> None:
+                 start_time: int | str | None = None, marks: ProcessMarks | None = None) -> None:
         self.pid = int(pid)
         self.ppid = int(ppid)
         self.state = state
         self.cmdline = cmdline
         self.name = name if name is not None else _name_from_cmdline(cmdline)
         self.start_time = int(start_time) if start_time is not None else None
+        # What its environment and control group say of the server it belongs to; None where the source did not
+        # read them (ServerOwnership then goes by its command line and its parents').
+        self.marks = marks
 
     @property
     def is_zombie(self) -> bool:
@@ -149,6 +153,188 @@ def select(records: list[ProcessRecord], patterns: list[re.Pattern],
         if any(pattern.search(record.cmdline) for pattern in patterns):
             chosen[record.pid] = record
     return [chosen[pid] for pid in sorted(chosen)]
+
+
+# --- whose process: this server's, a neighbour's, or nobody can tell (issue 44) ---------------------------------
+
+# The marks a detached start puts in a server's environment (domain/_server.py, the guard's restore): its children
+# inherit them, an orphaned scheduler included, whatever its command line became.
+SERVICE_MARK = 'GPUOPS_SGLANG_SERVICE'
+LAUNCH_MARK = 'GPUOPS_SGLANG_LAUNCH_FILE'
+MARK_NAMES = (SERVICE_MARK, LAUNCH_MARK)
+# SGLang's --port as one whole argument (--port 30000 or --port=30000); its children's titles name no port.
+PORT_ARGUMENT = re.compile(r'(?:^| )--port(?:=| +)([0-9]+)(?= |$)')
+# The innermost systemd service of a control group path (/system.slice/sglang.service, or a user manager's
+# .../user@1000.service/app.slice/job.service): a unit's processes stay in it when their parent dies.
+SERVICE_UNIT = re.compile(r'(?:^|/)([^/]+)\.service(?=/|$)')
+
+
+@dataclass(frozen=True)
+class ProcessMarks:
+    """What a process carries of its server, beside its command line: the marks in its environment and the systemd
+    service its control group belongs to. None for what it does not carry."""
+    service: str | None = None
+    launch_file: str | None = None
+    unit: str | None = None
+
+
+def marks_from(environment: Iterable[str], cgroup_lines: Iterable[str]) -> ProcessMarks:
+    """ProcessMarks from NAME=VALUE entries of an environment (only the marks are looked at) and the lines of
+    /proc/PID/cgroup (``0::/system.slice/sglang.service``; cgroup v1's ``1:name=systemd:...`` too)."""
+    found = {}
+    for entry in environment:
+        name, sep, value = entry.partition('=')
+        if sep and name in MARK_NAMES and name not in found:
+            found[name] = value
+    unit = None
+    for line in cgroup_lines:
+        path = line.strip().split(':', 2)[-1]
+        units = SERVICE_UNIT.findall(path)
+        # The unified hierarchy (0::) or systemd's own (name=systemd) name the unit; other v1 controllers may not.
+        if units and (line.startswith('0::') or 'name=systemd' in line or unit is None):
+            unit = units[-1]
+    return ProcessMarks(found.get(SERVICE_MARK) or None, found.get(LAUNCH_MARK) or None, unit)
+
+
+def port_of(cmdline: str) -> int | None:
+    """The --port a command line gives (the last one, as argparse takes it), or None."""
+    ports = PORT_ARGUMENT.findall(cmdline)
+    return int(ports[-1]) if ports else None
+
+
+# A server by what marks its processes, as the modules take it (their `marks` and `neighbours` options; the doc
+# fragment gpuops.sglang.neighbours documents it).
+MARKS_SPEC = dict(service_name=dict(type='str'), port=dict(type='int'), launch_file=dict(type='path'),
+                  name=dict(type='str', default=''))
+NEIGHBOURS_OPTION = dict(type='list', elements='dict', default=[], options=MARKS_SPEC)
+
+
+@dataclass(frozen=True)
+class ServerMarks:
+    """What tells one server's processes from a neighbour's on the same machine, under the same user too: its service
+    name (its unit's control group, or the service mark of a detached start), its ports (``--port`` in its command
+    line) and its launch file (the launch mark). ``name`` is how messages call it (its inventory host)."""
+    service_name: str | None = None
+    ports: tuple[int, ...] = ()
+    launch_file: str | None = None
+    name: str = ''
+
+    @classmethod
+    def from_option(cls, option: dict[str, Any]) -> ServerMarks:
+        """From a module option {service_name, port (or ports), launch_file, name}; any may be missing."""
+        ports = list(option.get('ports') or []) + ([option['port']] if option.get('port') is not None else [])
+        launch_file = option.get('launch_file') or None
+        return cls(option.get('service_name') or None, tuple(sorted({int(port) for port in ports})),
+                   os.path.abspath(launch_file) if launch_file else None, option.get('name') or '')
+
+    @property
+    def known(self) -> bool:
+        return bool(self.service_name or self.ports or self.launch_file)
+
+    def describe(self) -> str:
+        said = ['service %s' % self.service_name] if self.service_name else []
+        said += ['port %s' % '/'.join(str(port) for port in self.ports)] if self.ports else []
+        said += ['launch file %s' % self.launch_file] if self.launch_file else []
+        return '%s(%s)' % ('%s ' % self.name if self.name else '', ', '.join(said) or 'no marks')
+
+
+def _matches(record: ProcessRecord, server: ServerMarks) -> tuple[list[str], list[str]]:
+    """(what of record names server, what of record names another server than it); a mark server does not know
+    neither matches nor conflicts. A unit is a match only: a process of another unit (cron, a user manager, the
+    guard's own watcher) may still be this server's."""
+    marks = record.marks or ProcessMarks()
+    matches, conflicts = [], []
+    launch = os.path.abspath(marks.launch_file) if marks.launch_file else None
+    if launch and server.launch_file:
+        (matches if launch == server.launch_file else conflicts).append('its environment names the launch file %s'
+                                                                        % launch)
+    if marks.service and server.service_name:
+        (matches if marks.service == server.service_name else conflicts).append(
+            'its environment names the service %s' % marks.service)
+    if marks.unit and marks.unit == server.service_name:
+        matches.append('it runs in the unit %s.service' % marks.unit)
+    port = port_of(record.cmdline)
+    if port is not None and server.ports:
+        (matches if port in server.ports else conflicts).append('its command line serves --port %d' % port)
+    return matches, conflicts
+
+
+class ServerOwnership:
+    """Whose a process matching the kill patterns is: the stopping server's (``own``), a neighbour's on the same
+    machine (``neighbours``, declared by the role from the inventory), or nobody's that can be told.
+
+    A process is judged by its own marks, else by its nearest parent that carries any (a scheduler whose parent
+    is alive carries nothing of its own). It is spared, never signalled, when it carries a neighbour's marks, or
+    a mark that is not this server's (another --port, another launch file or service); when nothing it or its
+    parents carry names any server, it is spared only while neighbours are declared (it may be theirs), and
+    ended otherwise, as on a machine the server owns. Without own marks and neighbours, every match is ended:
+    today's behaviour of a server that owns its machine.
+    """
+
+    # Parents looked at: SGLang's tree is two deep (launcher, schedulers); a shell between adds one.
+    MAX_DEPTH = 8
+
+    def __init__(self, own: ServerMarks | None = None, neighbours: Iterable[ServerMarks] = ()) -> None:
+        self.own = own or ServerMarks()
+        self.neighbours = [neighbour for neighbour in neighbours if neighbour.known]
+
+    @property
+    def judges(self) -> bool:
+        """Whether anything is spared at all (else every match is this server's, as before issue 44)."""
+        return self.own.known or bool(self.neighbours)
+
+    def _verdict(self, record: ProcessRecord, whose: str) -> str | None:
+        """Why record (the process, or its parent carrying marks: whose says which) is spared; '' when it is this
+        server's; None when it carries nothing that names any server."""
+        for neighbour in self.neighbours:
+            matches, conflicts = _matches(record, neighbour)
+            if matches and not conflicts:
+                return '%s the marks of the neighbour server %s: %s' % (whose, neighbour.describe(), '; '.join(matches))
+        matches, conflicts = _matches(record, self.own)
+        if conflicts:
+            return '%s the marks of another server than this one %s: %s' % (
+                whose, self.own.describe(), '; '.join(conflicts))
+        return '' if matches else None
+
+    def why_spared(self, record: ProcessRecord, by_pid: dict[int, ProcessRecord]) -> str | None:
+        """None when record is to be ended as this server's; else why it is spared."""
+        if not self.judges:
+            return None
+        current, whose, seen = record, 'it carries', set()
+        for dummy in range(self.MAX_DEPTH):
+            verdict = self._verdict(current, whose)
+            if verdict is not None:
+                return verdict or None
+            seen.add(current.pid)
+            parent = by_pid.get(current.ppid)
+            if parent is None or parent.pid in seen or parent.pid <= 1:
+                break
+            current, whose = parent, 'its parent %d carries' % parent.pid
+        if self.neighbours:
+            return ('nothing it or its parents carry says whose it is (no --port, no marks in its environment, no '
+                    'unit of a server), and the neighbour server(s) %s run on this machine: it may be theirs'
+                    % ', '.join(neighbour.describe() for neighbour in self.neighbours))
+        return None
+
+    def sort(self, matches: list[ProcessRecord],
+             listing: list[ProcessRecord]) -> tuple[list[ProcessRecord], list[dict[str, Any]]]:
+        """(the matches to end, the spared ones as {pid, cmdline, why}); listing gives their parents."""
+        by_pid = {record.pid: record for record in listing}
+        targets, spared = [], []
+        for record in matches:
+            why = self.why_spared(record, by_pid)
+            if why is None:
+                targets.append(record)
+            else:
+                spared.append({'pid': record.pid, 'cmdline': record.cmdline, 'why': why})
+        return targets, spared
+
+
+def merge_spared(spared: list[dict[str, Any]], more: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """spared with the entries of more whose PID it does not list yet (a rescan sees the same neighbour again)."""
+    listed = {entry['pid'] for entry in spared}
+    spared.extend(entry for entry in more if entry['pid'] not in listed)
+    return spared
 
 
 def killed_entry(record: ProcessRecord, signame: str) -> dict[str, Any]:

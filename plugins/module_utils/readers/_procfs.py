@@ -16,7 +16,13 @@ import pwd
 import re
 from typing import Any, Iterator
 
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import SIGNALS, ProcessRecord
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import (
+    MARK_NAMES,
+    SIGNALS,
+    ProcessMarks,
+    ProcessRecord,
+    marks_from,
+)
 
 DELETED = ' (deleted)'
 
@@ -46,6 +52,26 @@ def read_proc_record(pid: int, proc_root: str = '/proc') -> ProcessRecord | None
     if not cmdline:
         cmdline = '[%s]' % comm
     return ProcessRecord(pid, ppid, state, cmdline, name=comm, start_time=start_time)
+
+
+def read_marks(pid: int, proc_root: str = '/proc') -> ProcessMarks:
+    """What PID carries of its server (ServerOwnership): the marks in its environment and its unit, from
+    /proc/PID/environ and /proc/PID/cgroup. Another user's environment takes root to read (the modules run as
+    root); what cannot be read carries nothing. Only the marks are kept of the environment: it may hold secrets."""
+    base = os.path.join(proc_root, str(pid))
+    environment = []
+    try:
+        with open(os.path.join(base, 'environ'), 'rb') as handle:
+            environment = [entry.decode('utf-8', 'replace') for entry in handle.read().split(b'\0')
+                           if entry.split(b'=', 1)[0].decode('utf-8', 'replace') in MARK_NAMES]
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(base, 'cgroup'), 'rb') as handle:
+            cgroup = handle.read().decode('utf-8', 'replace').splitlines()
+    except OSError:
+        cgroup = []
+    return marks_from(environment, cgroup)
 
 
 def read_identity(pid: int, proc_root: str = '/proc') -> tuple[str | None | None, tuple[int, int, int, int] | None]:
@@ -140,11 +166,14 @@ class LocalProcesses:
     def pids(self) -> list[int]:
         return sorted(int(entry) for entry in os.listdir(self.proc_root) if entry.isdigit())
 
-    def list(self) -> list[ProcessRecord]:
+    def list(self, with_marks: bool = False) -> list[ProcessRecord]:
+        """Every process; with_marks, each with what it carries of its server (read_marks)."""
         records = []
         for pid in self.pids():
             record = read_proc_record(pid, self.proc_root)
             if record is not None:
+                if with_marks:
+                    record.marks = read_marks(pid, self.proc_root)
                 records.append(record)
         return records
 

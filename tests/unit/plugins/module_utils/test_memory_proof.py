@@ -58,9 +58,10 @@ def test_a_failed_reading_is_read_again_and_its_error_kept():
     assert proof.last_error is None and proof.free()
 
 
-def guard_waiting_for(tmp_path, smi, timeout=0.1):
+def guard_waiting_for(tmp_path, smi, timeout=0.1, gpus=()):
     guard = Guard(str(tmp_path), runner=smi)
-    return lambda: guard._wait_gpus({'nvidia_smi': '/usr/bin/nvidia-smi', 'max_used_mib': 0, 'gpu_timeout': timeout})
+    return lambda: guard._wait_gpus({'nvidia_smi': '/usr/bin/nvidia-smi', 'max_used_mib': 0, 'gpu_timeout': timeout,
+                                     'gpus': list(gpus)})
 
 
 def test_the_guard_refuses_to_start_the_previous_server_while_a_gpu_is_missing(tmp_path):
@@ -84,3 +85,23 @@ def test_the_guard_goes_on_once_every_gpu_reads_free(tmp_path):
 def test_the_guard_says_when_nvidia_smi_never_answered(tmp_path):
     with pytest.raises(GuardError, match='^nvidia-smi failed: .*rc 9'):
         guard_waiting_for(tmp_path, Smi((9, 'No devices were found', '')))()
+
+
+GPU1_BUSY = '0, GPU-a, 0, 143771\n1, GPU-b, 20610, 143771\n'
+
+
+@pytest.mark.parametrize('gpus', [['0'], ['GPU-a']])
+def test_the_guard_of_a_server_owning_some_gpus_waits_for_those_only(tmp_path, gpus):
+    # A neighbour's server holds GPU 1 (issue 44): this server's restore goes on once its own GPU reads free.
+    smi = Smi(GPU1_BUSY)
+    assert [gpu['index'] for gpu in guard_waiting_for(tmp_path, smi, timeout=5, gpus=gpus)()] == [0, 1]
+
+
+def test_the_guard_of_a_server_owning_some_gpus_names_only_those_still_in_use(tmp_path):
+    with pytest.raises(GuardError, match='^GPU memory still in use: GPU 1 20610 MiB$'):
+        guard_waiting_for(tmp_path, Smi(TWO_BUSY), gpus=['1'])()
+
+
+def test_the_guard_refuses_a_gpu_of_its_server_that_the_machine_no_longer_lists(tmp_path):
+    with pytest.raises(GuardError, match='GPU\\(s\\) GPU-z of this server not listed by nvidia-smi'):
+        guard_waiting_for(tmp_path, Smi(TWO_FREE), gpus=['0', 'GPU-z'])()

@@ -98,3 +98,12 @@ def test_hung_pct_is_reported_with_the_command_and_the_deadline():
     with pytest.raises(ProcessSourceError, match=r'`pct exec 101 -- /bin/sh -c <script> gpuops-sglang-list` '
                                                  r'timed out after 30s'):
         source.list()
+
+
+def test_the_marks_listing_names_each_process_server_marks_and_unit_only():
+    stdout = ('self 90\nproc 90 0 S 5 /bin/sh\nproc 7 1 S 6 sglang::scheduler_TP0\n'
+              'env 7 GPUOPS_SGLANG_SERVICE=sglang-b\nenv 7 GPUOPS_SGLANG_LAUNCH_FILE=/etc/b/launch.json\n'
+              'cgroup 8 0::/system.slice/sglang.service\nend\n')
+    assert pct.parse_marks(stdout) == {
+        7: pct.ProcessMarks('sglang-b', '/etc/b/launch.json', None), 8: pct.ProcessMarks(None, None, 'sglang')}
+    assert pct.PctCommand('/usr/sbin/pct', 101).list_processes(marks=True)[-2:] == [pct.LIST_NAME, 'marks']

@@ -263,3 +263,77 @@ def test_the_roles_kill_patterns_start_with_the_modules_defaults():
     with open(defaults) as handle:
         role_patterns = yaml.safe_load(handle)['sglang_kill_patterns']
     assert role_patterns[:3] == processes.DEFAULT_SGLANG_PATTERNS
+
+
+# --- whose process (issue 44) ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize('cgroup, unit', [
+    (['0::/system.slice/sglang.service'], 'sglang'),
+    (['0::/user.slice/user-1000.slice/user@1000.service/app.slice/job.service'], 'job'),
+    (['12:pids:/', '1:name=systemd:/system.slice/sglang-b.service'], 'sglang-b'),
+    (['0::/user.slice/user-0.slice/session-3.scope'], None),
+    ([], None),
+])
+def test_the_unit_is_the_innermost_service_of_the_control_group(cgroup, unit):
+    assert processes.marks_from([], cgroup).unit == unit
+
+
+def test_only_the_gpuops_marks_are_read_from_an_environment():
+    marks = processes.marks_from(['SECRET=x', 'GPUOPS_SGLANG_SERVICE=sglang', 'GPUOPS_SGLANG_LAUNCH_FILE=/etc/s/launch.json',
+                                  'GPUOPS_SGLANG_SERVICE=later'], [])
+    assert marks == processes.ProcessMarks('sglang', '/etc/s/launch.json', None)
+
+
+@pytest.mark.parametrize('cmdline, port', [
+    ('python3 -m sglang.launch_server --port 30000 --host 0.0.0.0', 30000),
+    ('python3 -m sglang.launch_server --port=30001', 30001),
+    ('python3 -m sglang.launch_server --port 1 --port 2', 2),
+    ('python3 -m sglang.launch_server --portal 3', None),
+    ('sglang::scheduler_TP0', None),
+])
+def test_the_port_of_a_command_line(cmdline, port):
+    assert processes.port_of(cmdline) == port
+
+
+OWN = processes.ServerMarks('sglang', (30000,), '/etc/sglang/launch.json', 'gpu1')
+NEIGHBOUR = processes.ServerMarks('sglang-b', (30001,), '/etc/sglang-b/launch.json', 'gpu1b')
+
+
+@pytest.mark.parametrize('record, neighbours, spared_because', [
+    (processes.ProcessRecord(5, 1, 'S', 'python3 -m sglang.launch_server --port 30000'), [NEIGHBOUR], None),
+    (processes.ProcessRecord(5, 1, 'S', 'python3 -m sglang.launch_server --port 30001'), [], 'another server'),
+    (processes.ProcessRecord(5, 1, 'S', 'python3 -m sglang.launch_server --port 30001'), [NEIGHBOUR], 'neighbour'),
+    (processes.ProcessRecord(5, 1, 'S', 'sglang::scheduler_TP0', marks=processes.ProcessMarks(unit='sglang')),
+     [NEIGHBOUR], None),
+    (processes.ProcessRecord(5, 1, 'S', 'sglang::scheduler_TP0', marks=processes.ProcessMarks(unit='sglang-b')),
+     [NEIGHBOUR], 'neighbour'),
+    # Its own service name but another launch file: two servers of one name side by side.
+    (processes.ProcessRecord(5, 1, 'S', 'sglang::scheduler_TP0', marks=processes.ProcessMarks(
+        'sglang', '/srv/other/launch.json')), [], 'another server'),
+    # Nothing tells whose: today's behaviour alone, spared beside a neighbour.
+    (processes.ProcessRecord(5, 1, 'S', 'sglang::scheduler_TP0'), [], None),
+    (processes.ProcessRecord(5, 1, 'S', 'sglang::scheduler_TP0'), [NEIGHBOUR], 'may be theirs'),
+    # A unit that is no server's (cron) tells nothing either way.
+    (processes.ProcessRecord(5, 1, 'S', 'sglang::scheduler_TP0', marks=processes.ProcessMarks(unit='cron')), [], None),
+])
+def test_whose_process_it_is(record, neighbours, spared_because):
+    why = processes.ServerOwnership(OWN, neighbours).why_spared(record, {})
+    assert (why is None) if spared_because is None else (spared_because in why), why
+
+
+def test_a_child_is_judged_by_its_nearest_parent_that_carries_marks():
+    records = [processes.ProcessRecord(10, 1, 'S', 'python3 -m sglang.launch_server --port 30001'),
+               processes.ProcessRecord(11, 10, 'S', '/bin/sh -c run'),
+               processes.ProcessRecord(12, 11, 'S', 'sglang::scheduler_TP0'),
+               processes.ProcessRecord(20, 1, 'S', 'python3 -m sglang.launch_server --port 30000'),
+               processes.ProcessRecord(21, 20, 'S', 'sglang::scheduler_TP0')]
+    targets, spared = processes.ServerOwnership(OWN).sort(records, records)
+    assert [record.pid for record in targets] == [20, 21]
+    assert [entry['pid'] for entry in spared] == [10, 11, 12]
+    assert spared[2]['why'].startswith('its parent 10 carries the marks of another server')
+
+
+def test_without_marks_nor_neighbours_every_match_is_ended_as_before():
+    records = [processes.ProcessRecord(10, 1, 'S', 'python3 -m sglang.launch_server --port 30001')]
+    ownership = processes.ServerOwnership()
+    assert not ownership.judges and ownership.sort(records, records) == (records, [])

@@ -71,7 +71,7 @@ def test_a_control_group_that_is_not_the_units_own_is_never_read(tmp_path):
 def test_no_running_unit_is_not_stopped(tmp_path):
     systemctl = Systemctl(0)
     stopped = unit(tmp_path, systemctl).stop(wait=False)
-    assert stopped == {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': [], 'strays': []}
+    assert stopped == {'changed': False, 'stopped_at': None, 'pid': None, 'stopping': [], 'strays': [], 'spared': []}
     assert not [call for call in systemctl.calls if call[1] == 'stop']
 
 

@@ -158,21 +158,29 @@ def test_bad_pattern_is_rejected_before_any_command(run_module):
     assert result['failed'] and "invalid pattern '('" in result['msg'] and calls == []
 
 
-def test_the_one_server_example_matches_that_server_alone_among_several():
+def test_the_two_server_example_ends_its_servers_tree_alone_and_spares_the_neighbours():
     task = next(task for task in yaml.safe_load(pct_exec_kill.EXAMPLES) if 'port 30000' in task['name'])
-    patterns = processes.compile_patterns(task['gpuops.sglang.pct_exec_kill']['kill_patterns'])
+    owners = pct_exec_kill.ownership(task['gpuops.sglang.pct_exec_kill'])
+    patterns = processes.compile_patterns(processes.DEFAULT_SGLANG_PATTERNS)
     venv = '/opt/sglang/venv/bin/python3'
-    # Two servers in one container, each with its scheduler and detokenizer children, and look-alikes.
-    command_lines = {
-        10: venv + ' -m sglang.launch_server --model-path /models/a --port 30000 --host 0.0.0.0',
-        11: 'sglang::scheduler_TP0',
-        12: 'sglang::detokenizer',
-        20: venv + ' -m sglang.launch_server --model-path /models/b --port 30001 --host 0.0.0.0',
-        21: 'sglang::scheduler_TP0',
-        22: 'sglang::detokenizer',
-        30: 'python3 -m sglang.launch_server --port=30000 --model-path /models/c',
-        40: venv + ' -m sglang.launch_server --model-path /models/d --port 300001',
-        50: 'tail -f /var/log/sglang.launch_server --port 30000',
-    }
-    records = [processes.ProcessRecord(pid, 1, 'S', line) for pid, line in command_lines.items()]
-    assert [record.pid for record in processes.select(records, patterns)] == [10, 30]
+    record, marks = processes.ProcessRecord, processes.ProcessMarks
+    # Two servers in one container under one user, each with its children (their titles name no port), and orphans
+    # whose parent died: one inherited the neighbour's launch mark, one sits in the server's unit, one carries nothing.
+    records = [
+        record(10, 1, 'S', venv + ' -m sglang.launch_server --model-path /models/a --port 30000 --host 0.0.0.0'),
+        record(11, 10, 'S', 'sglang::scheduler_TP0'),
+        record(12, 10, 'S', 'sglang::detokenizer'),
+        record(20, 1, 'S', venv + ' -m sglang.launch_server --model-path /models/b --port=30001 --host 0.0.0.0'),
+        record(21, 20, 'S', 'sglang::scheduler_TP0'),
+        record(31, 1, 'S', 'sglang::scheduler_TP1', marks=marks(launch_file='/etc/sglang-b/launch.json')),
+        record(32, 1, 'S', 'sglang::detokenizer', marks=marks(unit='sglang')),
+        record(33, 1, 'S', 'sglang::scheduler_TP2'),
+        record(40, 1, 'S', venv + ' -m sglang.launch_server --model-path /models/d --port 300001'),
+    ]
+    targets, spared = owners.sort(processes.select(records, patterns), records)
+    assert [process.pid for process in targets] == [10, 11, 12, 32]
+    why = {entry['pid']: entry['why'] for entry in spared}
+    assert sorted(why) == [20, 21, 31, 33, 40]
+    assert 'neighbour server gpu1b' in why[20] and why[21].startswith('its parent 20 carries the marks of the neighbour')
+    assert 'launch file /etc/sglang-b/launch.json' in why[31] and 'may be theirs' in why[33]
+    assert 'another server than this one' in why[40] and '--port 300001' in why[40]

@@ -145,3 +145,17 @@ def test_the_group_outcome_fills_in_the_nodes_report_and_leaves_a_single_servers
 def test_the_report_says_who_reads_the_dynamic_speculation_variable(read_by, shown):
     run, settings = as_the_action_reads(next(case for case in CASES if case['id'] == 'no-op'))
     assert _report.report(run, dict(settings, dynamic_spec_env_read_by=read_by))['dynamic_spec_env_read_by'] == shown
+
+
+@pytest.mark.parametrize('patch_step, failure, outcome', [
+    # A neighbour of the run that shares this sglang applied it in its own window first (issue 44).
+    ({'changed': False, 'applied': True}, None, 'already applied'),
+    ({'changed': True, 'applied': True}, None, 'applied now'),
+    ({'changed': False, 'applied': False}, None, 'not applied'),
+    ({'skipped': True, 'changed': False}, None, 'not applied'),
+    ({'changed': False, 'applied': True}, 'the start failed', 'not applied'),
+])
+def test_a_patch_due_at_the_decision_that_the_window_found_applied_is_reported_already_applied(patch_step, failure,
+                                                                                                outcome):
+    run = {'patch_state': {'applied': False, 'changed': True}, 'patch': patch_step, 'failure': failure}
+    assert _report.patch_outcome(run, 'files/p.diff') == outcome
