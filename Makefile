@@ -18,11 +18,12 @@ CACHE := $(CURDIR)/.cache
 COLLECTION_LINK := $(CACHE)/collections/ansible_collections/gpuops/sglang
 # The Galaxy importer's own venv (requirements/galaxy-importer.txt says why it is not .venv).
 IMPORTER_VENV := $(CACHE)/galaxy-importer
-# What `make demo` needs; `make setup` (make test) adds the browser of the dashboard's test.
+# What `make demo` needs; `make setup` (make test) adds the browser of the dashboard's test and the Java (17 or later)
+# runtime ansible-rulebook's rules engine needs (tests/integration/test_eda_undo_rulebook.py).
 DEMO_APT_PACKAGES := podman runc debootstrap uidmap catatonit openssh-client patch psmisc procps util-linux python3-venv
 DEMO_TOOLS := podman runc debootstrap catatonit ssh ssh-keygen patch nsenter unshare
-APT_PACKAGES := $(DEMO_APT_PACKAGES) chromium
-TOOLS := $(DEMO_TOOLS) chromium
+APT_PACKAGES := $(DEMO_APT_PACKAGES) chromium default-jre-headless
+TOOLS := $(DEMO_TOOLS) chromium java
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(BIN):$(PATH)
 # ansible-lint and molecule (ansible-compat) keep their caches, and a copy of this collection,

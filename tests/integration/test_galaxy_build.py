@@ -13,7 +13,7 @@ BIN = os.path.dirname(sys.executable)
 MODULES = ['gpu_release', 'pct_exec_kill', 'sglang_guard', 'sglang_patch', 'sglang_server']
 # What a user installs, and nothing else at the top of the tarball.
 SHIPPED_TOP = {'COPYING', 'README.md', 'MANIFEST.json', 'FILES.json', 'bindep.txt', 'changelogs', 'docs', 'files',
-               'inventory', 'meta', 'playbooks', 'plugins', 'roles', 'tests'}
+               'inventory', 'meta', 'playbooks', 'plugins', 'roles', 'tests', 'extensions'}
 MUST_SHIP = ['COPYING', 'README.md', 'meta/runtime.yml', 'changelogs/changelog.yaml', 'changelogs/config.yaml',
              'playbooks/redeploy.yml', 'roles/sglang/tasks/main.yml', 'roles/sglang/meta/argument_specs.yml',
              'plugins/doc_fragments/attributes.py', 'plugins/filter/sglang_flags.py',
@@ -21,7 +21,10 @@ MUST_SHIP = ['COPYING', 'README.md', 'meta/runtime.yml', 'changelogs/changelog.y
              'tests/integration/targets/sglang_patch/tasks/main.yml',
              'tests/integration/targets/sglang_patch/aliases',
              # What ansible-builder reads from the installed collection (test_execution_environment.py).
-             'meta/execution-environment.yml', 'meta/ee-requirements.txt', 'bindep.txt'] + ['plugins/modules/%s.py' % name for name in MODULES]
+             'meta/execution-environment.yml', 'meta/ee-requirements.txt', 'bindep.txt',
+             # What ansible-rulebook finds as gpuops.sglang.undo_on_alert and gpuops.sglang.alertmanager.
+             'extensions/eda/rulebooks/undo_on_alert.yml',
+             'extensions/eda/plugins/event_source/alertmanager.py'] + ['plugins/modules/%s.py' % name for name in MODULES]
 # Development of this checkout only: the lab and its inventory, molecule, bench, the pytest suites.
 NEVER_SHIP = ['lab', 'molecule', 'bench', 'gpuops_dashboard', 'Makefile', 'ansible.cfg', 'pytest.ini', 'requirements',
               '.ci', '.cache', '.venv', '.gitignore', '.ansible-lint', 'inventory/lab', 'inventory/lab-multinode',
