@@ -236,6 +236,40 @@ options:
       machine's window (another server's window may be open).
     type: float
     default: 60
+  revisions:
+    description:
+      - With O(state=confirmed), record what the run changed as a revision of the server in O(folder)C(/revisions)
+        (docs/undo.md), under the guard's lock, from the pre-run bytes the guard kept and the live files, before they
+        are dropped. The first recording also records the state it found as revision 1.
+      - A recording that fails (or would not fit the disk) never fails the confirmation nor undoes it; it warns, and
+        RV(revision.problem) says why. Unset, no revision is recorded.
+    type: dict
+    suboptions:
+      kept:
+        description: How many revisions are kept (the last ones); older ones are pruned. V(0) records none.
+        type: int
+        default: 5
+      margin_mib:
+        description: MiB of free space the revision must leave on its file system, or it is not recorded.
+        type: int
+        default: 256
+      meta:
+        description: What the revision index says of the run besides its run id and time.
+        type: dict
+        default: {}
+        suboptions:
+          sglang_version:
+            description: The sglang version the run left installed.
+            type: str
+          found_sglang_version:
+            description: The sglang version read before the window (revision 1's, when this run records it).
+            type: str
+          patch_sha256:
+            description: The SHA-256 of the patch the run applied (or found applied).
+            type: str
+          report:
+            description: The run's summary (the role gives its reasons, the configuration files changed, whether it patched).
+            type: dict
 seealso:
   - module: gpuops.sglang.sglang_server
 '''
@@ -490,6 +524,46 @@ last_fired:
     RV(fired).
   returned: always
   type: dict
+revision:
+  description: >-
+    What O(state=confirmed) recorded with O(revisions) (null when not asked, in check mode, or for another state).
+  returned: always
+  type: dict
+  contains:
+    recorded:
+      description: Whether a revision was written (false when nothing changed, and when the recording failed).
+      type: bool
+    number:
+      description: The revision of this run (null when none was written).
+      type: int
+    numbers:
+      description: The revisions written, V([1, 2]) on a first recording (revision 1 is the state found).
+      type: list
+      elements: int
+    pruned:
+      description: The revisions removed to keep O(revisions.kept).
+      type: list
+      elements: int
+    size_bytes:
+      description: Bytes the revision of this run takes on disk.
+      type: int
+    files:
+      description: The files the run changed, each with its change (V(created), V(removed), V(modified), V(mode changed)...).
+      type: list
+      elements: dict
+      contains:
+        path:
+          description: The file.
+          type: str
+        change:
+          description: What the run did to it.
+          type: str
+    kept:
+      description: How many revisions are kept.
+      type: int
+    problem:
+      description: Why no revision was recorded although the run changed files ("" otherwise); also a warning.
+      type: str
 cmd:
   description: The commands run, as argv lists.
   returned: always
@@ -510,6 +584,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import
     Guard, GuardError, PACKAGE, pending_message, service_name_problem,
 )
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import arm_problem
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._revisions import record_confirmed
 from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import NEIGHBOURS_OPTION
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import SERVER_OPTIONS
@@ -551,6 +626,16 @@ ARGUMENT_SPEC = dict(
     )),
     reason=dict(type='str', default='restore requested'),
     lock_timeout=dict(type='float', default=60),
+    revisions=dict(type='dict', options=dict(
+        kept=dict(type='int', default=5),
+        margin_mib=dict(type='int', default=256),
+        meta=dict(type='dict', default={}, options=dict(
+            sglang_version=dict(type='str'),
+            found_sglang_version=dict(type='str'),
+            patch_sha256=dict(type='str'),
+            report=dict(type='dict'),
+        )),
+    )),
 )
 
 
@@ -584,10 +669,25 @@ def arm(module: AnsibleModule, guard: Guard, current: dict[str, Any] | None, res
 
 
 def confirm(module: AnsibleModule, guard: Guard, current: dict[str, Any] | None, result: dict[str, Any]) -> None:
+    options = module.params['revisions']
+    if options is not None and (options['kept'] < 0 or options['margin_mib'] < 0):
+        fail('revisions.kept (%s) and revisions.margin_mib (%s) must not be negative (kept 0 records none); nothing '
+             'was confirmed' % (options['kept'], options['margin_mib']))
     if module.check_mode:
         result['changed'] = current is not None and current.get('run_id') == module.params['run_id']
         return
-    confirmed, fired = guard.confirm(module.params['run_id'])
+    recording = {}
+
+    def record(state: dict[str, Any]) -> None:
+        # Under the guard's lock, while its pre-run bytes are still kept; record_confirmed never raises.
+        meta = {key: value for key, value in (options['meta'] or {}).items() if value is not None}
+        recording.update(record_confirmed(module.params['folder'], state, options['kept'],
+                                          options['margin_mib'] * 1024 * 1024, meta))
+    confirmed, fired = guard.confirm(module.params['run_id'], record if options is not None else None)
+    if recording:
+        result['revision'] = recording
+        if recording['problem']:
+            module.warn(recording['problem'])
     if not confirmed:
         result['fired'] = fired
         fail('the guard acted before the run confirmed the new server (%s): %s; the host now %s'
@@ -634,7 +734,8 @@ def main() -> None:
     params = module.params
     # One deadline per command: a wedged systemd or a hung tool must not hang the task.
     guard = Guard(params['folder'], runner=CommandRunner(module, 60).as_runner(), lock_timeout=params['lock_timeout'])
-    result = new_result(armed=False, armed_by=None, deadline_at=None, lease=None, fired=None, last_fired=None, cmd=[])
+    result = new_result(armed=False, armed_by=None, deadline_at=None, lease=None, fired=None, last_fired=None, revision=None,
+                        cmd=[])
     actions = dict(armed=arm, confirmed=confirm, restored=restore, query=lambda *args: None)
 
     def body() -> None:

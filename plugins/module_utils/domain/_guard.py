@@ -22,6 +22,8 @@ Layout of the guard folder (one per server):
                watcher: a transient systemd service where systemd runs, a detached process
                in its own session elsewhere; both poll the lease and the deadline
   watcher.log  the detached watcher's output (a systemd watcher's goes to the journal)
+  revisions/   the server's revision history (_revisions, docs/undo.md), recorded at a confirmation from files/
+               before they are dropped; nothing else of the guard touches it
 
 The machine's servers share the folder above (the role's sglang_guard_dir), where window.json names the one guard
 whose outage window is open (MachineWindow): one window at a time per machine, from the arm to the confirmation or
@@ -497,8 +499,12 @@ class Guard:
 
     # --- confirm ---------------------------------------------------------------
 
-    def confirm(self, run_id: str) -> tuple[bool, None]:
-        """The new server is verified: drop the guard. Returns (confirmed, fired_report_or_None)."""
+    def confirm(self, run_id: str, before_drop: Callable | None = None) -> tuple[bool, None]:
+        """The new server is verified: drop the guard. Returns (confirmed, fired_report_or_None).
+
+        before_drop(state), when given, runs under the lock once the confirmation is certain, while the pre-run bytes
+        are still kept (the revision history records them there, _revisions); it must not raise: the run is confirmed
+        whatever it does."""
         self.check_folder()
         with Lock(self.folder, self.lock_timeout):
             state = self.state()
@@ -511,6 +517,8 @@ class Guard:
             if state.get('restoring'):
                 # We hold the lock, so its restorer is gone midway: the tree may be half restored.
                 raise GuardError(restoring_message(state, self.folder))
+            if before_drop is not None:
+                before_drop(state)
             self._drop(state)
             self._close_window(state)
             # Both window flows confirm after the verified server went back into the router (router_in.yml): a

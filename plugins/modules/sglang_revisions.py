@@ -1,0 +1,209 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026, gpuops.sglang contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+---
+module: sglang_revisions
+short_description: List an SGLang server's revisions on its host, or check that the next one fits the disk
+version_added: 0.4.0
+description:
+  - Every confirmed redeploy that changed something records a revision of the server (M(gpuops.sglang.sglang_guard)
+    O(gpuops.sglang.sglang_guard#module:revisions) at the confirmation) in O(folder)C(/revisions/N/), every file the
+    run changed as it was before and after, with mode, owner and SHA-256 (docs/undo.md, "Revisions").
+  - O(state=listed) lists them (number, time, run id, sglang version, patch, what changed, size), oldest first.
+  - O(state=checked) refuses, before anything stops, a run whose revision would not leave O(margin_mib) MiB free on
+    the file system of the revisions folder (C(statvfs)); the estimate counts each of O(files) twice (before and
+    after), four times when the server has no revision yet (revision 1, the state found, is recorded too).
+  - Both read only. Both refuse a folder another user could write (the guard's trust rule, docs/guard.md).
+author:
+  - gpuops.sglang maintainers (@gpuops)
+extends_documentation_fragment:
+  - gpuops.sglang.attributes
+attributes:
+  check_mode:
+    support: full
+    details: Both states only read; check mode runs them as they are.
+  diff_mode:
+    support: none
+    details: Nothing is changed, so there is no diff.
+  platform:
+    platforms: posix
+options:
+  state:
+    description: List the revisions, or check that the next one fits.
+    type: str
+    choices: [listed, checked]
+    default: listed
+  folder:
+    description:
+      - The server's guard folder (the role's C(sglang_guard_dir/SERVICE)); the revisions are in its C(revisions) folder.
+      - It and every folder above it must belong to root (or the user the module runs as) and be writable by no one
+        else; a system folder (C(/), C(/var/lib), ...) is refused.
+    type: path
+    required: true
+  files:
+    description: The files the run may change (the guard's files), for O(state=checked).
+    type: list
+    elements: path
+    default: []
+  kept:
+    description: How many revisions are kept (the role's C(sglang_revisions_kept)); V(0) records none, so nothing is checked.
+    type: int
+    default: 5
+  margin_mib:
+    description: MiB of free space a revision must leave on its file system (O(state=checked)).
+    type: int
+    default: 256
+seealso:
+  - module: gpuops.sglang.sglang_guard
+'''
+
+EXAMPLES = r'''
+- name: List the server's revisions
+  gpuops.sglang.sglang_revisions:
+    folder: /var/lib/gpuops-sglang/sglang
+  register: listed
+
+- name: Refuse a run whose revision would not fit the disk
+  gpuops.sglang.sglang_revisions:
+    state: checked
+    folder: /var/lib/gpuops-sglang/sglang
+    files:
+      - /etc/sglang/launch.json
+      - /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py
+    kept: 5
+'''
+
+RETURN = r'''
+revisions:
+  description: Each revision kept, oldest first ([] where there is none, and for O(state=checked)).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    number:
+      description: Its number (1 is the state the first recorded run found).
+      type: int
+    origin:
+      description: V(found) (revision 1, the state found) or V(redeploy).
+      type: str
+    time:
+      description: When it was recorded (seconds since the epoch, host clock); revision 1's is the first run's arm.
+      type: float
+    time_utc:
+      description: The same, as C(YYYY-MM-DDTHH:MM:SSZ).
+      type: str
+    run_id:
+      description: The run that recorded it.
+      type: str
+    host:
+      description: The inventory name of the host that recorded it.
+      type: str
+    sglang_version:
+      description: The sglang version the run left (null when not known).
+      type: str
+    patch_sha256:
+      description: The SHA-256 of the run's patch (null when none).
+      type: str
+    changed:
+      description: The files the revision holds, each with what the run did to it.
+      type: list
+      elements: dict
+      contains:
+        path:
+          description: The file.
+          type: str
+        change:
+          description: V(created), V(removed), V(modified), V(mode changed), V(owner changed), or V(found) (revision 1).
+          type: str
+    size_bytes:
+      description: Bytes the revision takes (its index and every copy).
+      type: int
+count:
+  description: How many revisions are kept.
+  returned: always
+  type: int
+latest:
+  description: The newest revision's number (null when there is none).
+  returned: always
+  type: int
+total_bytes:
+  description: Bytes all revisions take.
+  returned: always
+  type: int
+problems:
+  description: A revision that could not be read, each with why (the others are listed).
+  returned: always
+  type: list
+  elements: str
+space:
+  description: The numbers of O(state=checked) (null for O(state=listed)).
+  returned: always
+  type: dict
+  contains:
+    needed_bytes:
+      description: The estimate of the next revision's size.
+      type: int
+    free_bytes:
+      description: Bytes available on the file system (C(f_bavail) x C(f_frsize)); null when O(kept=0).
+      type: int
+    margin_bytes:
+      description: O(margin_mib) in bytes.
+      type: int
+    where:
+      description: The folder asked (the revisions folder, or its nearest folder that exists).
+      type: str
+    problem:
+      description: Why the revision would not fit ("" when it fits).
+      type: str
+'''
+
+from typing import Any
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._revisions import Revisions, RevisionError
+from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, require_not_negative, run_module
+
+ARGUMENT_SPEC = dict(
+    state=dict(type='str', default='listed', choices=['listed', 'checked']),
+    folder=dict(type='path', required=True),
+    files=dict(type='list', elements='path', default=[]),
+    kept=dict(type='int', default=5),
+    margin_mib=dict(type='int', default=256),
+)
+
+
+def listed(revisions: Revisions, params: dict[str, Any], result: dict[str, Any]) -> None:
+    found, problems = revisions.listed()
+    result.update(revisions=found, count=len(found), latest=found[-1]['number'] if found else None,
+                  total_bytes=sum(entry['size_bytes'] for entry in found), problems=problems)
+
+
+def checked(revisions: Revisions, params: dict[str, Any], result: dict[str, Any]) -> None:
+    space = revisions.check(params['files'], params['kept'], params['margin_mib'] * 1024 * 1024)
+    result['space'] = space
+    if space['problem']:
+        fail(space['problem'] + '; nothing was stopped or changed')
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = module.params
+    result = new_result(revisions=[], count=0, latest=None, total_bytes=0, problems=[], space=None)
+
+    def body() -> None:
+        require_not_negative(params, ('kept', 'margin_mib'))
+        action = listed if params['state'] == 'listed' else checked
+        action(Revisions(params['folder']), params, result)
+    run_module(module, result, body, errors=(RevisionError, OSError, ValueError),
+               describe=lambda exc: 'sglang_revisions %s failed: %s' % (params['state'], to_native(exc)))
+
+
+if __name__ == '__main__':
+    main()
