@@ -48,6 +48,8 @@ def print_report(r: dict) -> None:
     print('   why             : %s' % r['reason'])
     print('   killed (in LXC) : %s' % (', '.join(r['killed_in_container']) or '-'))
     print('   GPU holders     : %s' % (', '.join(r['killed_gpu_holders']) or '-'))
+    if r.get('spared_gpu_holders'):
+        print('   spared holders  : %s' % ', '.join(r['spared_gpu_holders']))
     print('   GPU MiB before  : %s   after release: %s' % (r['gpu_memory_before_mib'], r['gpu_memory_released_mib'] or '-'))
     print('   patch           : %s (sglang %s, sha256 %s)' % (r['patch'], r['sglang_version'], r['patch_sha256'][:12]))
     group = r.get('group')

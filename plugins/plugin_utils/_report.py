@@ -63,6 +63,11 @@ def kill_lines(killed: list[dict[str, Any]] | None) -> list[str]:
     return ['%s <- SIG%s' % (entry.get('cmdline', '?'), entry.get('signal', '?')) for entry in killed or []]
 
 
+def spared_lines(spared: list[dict[str, Any]] | None) -> list[str]:
+    """One line per GPU holder a scoped release left alone (another server's, a foreign job): why it was spared."""
+    return ['%s (%s)' % (entry.get('cmdline', '?'), entry.get('reason', '?')) for entry in spared or []]
+
+
 def _get(run: dict[str, Any], name: str) -> dict[str, Any]:
     return run.get(name) or {}
 
@@ -176,6 +181,7 @@ def base(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
         'service_manager': run.get('manager'), 'phases_s': phases(run), 'downtime_s': None,
         'killed_in_container': kill_lines(_get(run, 'kill').get('killed')),
         'killed_gpu_holders': kill_lines(released.get('killed')),
+        'spared_gpu_holders': spared_lines(released.get('spared')),
         'gpu_memory_before_mib': [gpu['memory_used_mib'] for gpu in gpus_before or []],
         'gpu_memory_released_mib': [gpu['memory_used_mib'] for gpu in released.get('gpus') or []],
         'patch': patch_outcome(run, settings['patch_file']),
