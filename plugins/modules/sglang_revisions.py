@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 ---
 module: sglang_revisions
-short_description: List an SGLang server's revisions on its host, or check that the next one fits the disk
+short_description: List an SGLang server's revisions, check that the next one fits, or put one back
 version_added: 0.4.0
 description:
   - Every confirmed redeploy that changed something records a revision of the server (M(gpuops.sglang.sglang_guard)
@@ -18,15 +18,24 @@ description:
   - O(state=checked) refuses, before anything stops, a run whose revision would not leave O(margin_mib) MiB free on
     the file system of the revisions folder (C(statvfs)); the estimate counts each of O(files) twice (before and
     after), four times when the server has no revision yet (revision 1, the state found, is recorded too).
-  - Both read only. Both refuse a folder another user could write (the guard's trust rule, docs/guard.md).
+  - O(state=planned) says what putting the server back to revision O(to) writes (every file the revisions after it
+    changed, each as the first of them found it) and refuses, with the reason, a revision not kept and files whose live
+    state is not what the latest revision left (changed by hand, named). Read only.
+  - O(state=restored) plans the same way, then writes every file back byte for byte, with its mode and owner, all or
+    nothing (each staged beside its target, then renamed into place); in the outage window, under the guard's lease
+    (O(guard)), the guard armed over every file it writes (RV(undo.guard_files)). The run's confirmation then records
+    the undo as a new revision (docs/undo.md, "Putting a revision back").
+  - O(state=listed), O(state=checked) and O(state=planned) only read. Every state refuses a folder another user could
+    write (the guard's trust rule, docs/guard.md).
 author:
   - gpuops.sglang maintainers (@gpuops)
 extends_documentation_fragment:
   - gpuops.sglang.attributes
+  - gpuops.sglang.guard_lease
 attributes:
   check_mode:
     support: full
-    details: Both states only read; check mode runs them as they are.
+    details: O(state=restored) in check mode plans, checks and returns what it would write, and writes nothing.
   diff_mode:
     support: none
     details: Nothing is changed, so there is no diff.
@@ -34,9 +43,9 @@ attributes:
     platforms: posix
 options:
   state:
-    description: List the revisions, or check that the next one fits.
+    description: List the revisions, check that the next one fits, plan an undo, or put a revision back.
     type: str
-    choices: [listed, checked]
+    choices: [listed, checked, planned, restored]
     default: listed
   folder:
     description:
@@ -58,6 +67,10 @@ options:
     description: MiB of free space a revision must leave on its file system (O(state=checked)).
     type: int
     default: 256
+  to:
+    description:
+      - The revision to put back (O(state=planned), O(state=restored)); by default the one before the latest.
+    type: int
 seealso:
   - module: gpuops.sglang.sglang_guard
 '''
@@ -76,6 +89,15 @@ EXAMPLES = r'''
       - /etc/sglang/launch.json
       - /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker.py
     kept: 5
+
+- name: Put the server back to revision 1, under the window's guard
+  gpuops.sglang.sglang_revisions:
+    state: restored
+    folder: /var/lib/gpuops-sglang/sglang
+    to: 1
+    guard:
+      folder: /var/lib/gpuops-sglang/sglang
+      run_id: gpu2-20261205T214002
 '''
 
 RETURN = r'''
@@ -160,6 +182,45 @@ space:
     problem:
       description: Why the revision would not fit ("" when it fits).
       type: str
+undo:
+  description: What O(state=planned) or O(state=restored) puts back (null for the other states).
+  returned: always
+  type: dict
+  contains:
+    target:
+      description: The revision put back.
+      type: int
+    latest:
+      description: The current revision (the latest kept) before the undo.
+      type: int
+    kept:
+      description: The revisions kept.
+      type: list
+      elements: int
+    guard_files:
+      description: Every file the undo writes or removes; the guard must keep them all before anything stops.
+      type: list
+      elements: str
+    files:
+      description: Each file put back.
+      type: list
+      elements: dict
+      contains:
+        path:
+          description: The file.
+          type: str
+        action:
+          description: V(write) (its bytes), V(link) (a symlink), or V(remove) (it did not exist at the revision).
+          type: str
+        source:
+          description: The revision whose before-image holds the file as it was at O(to).
+          type: int
+        sha256:
+          description: The SHA-256 of the bytes put back (null for a link or a removal).
+          type: str
+    written:
+      description: Whether the files were written (false in check mode and for O(state=planned)).
+      type: bool
 '''
 
 from typing import Any
@@ -167,15 +228,18 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._revisions import Revisions, RevisionError
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, require_not_negative, run_module
 
 ARGUMENT_SPEC = dict(
-    state=dict(type='str', default='listed', choices=['listed', 'checked']),
+    state=dict(type='str', default='listed', choices=['listed', 'checked', 'planned', 'restored']),
     folder=dict(type='path', required=True),
     files=dict(type='list', elements='path', default=[]),
     kept=dict(type='int', default=5),
     margin_mib=dict(type='int', default=256),
+    to=dict(type='int'),
+    guard=GUARD_OPTION,
 )
 
 
@@ -192,16 +256,38 @@ def checked(revisions: Revisions, params: dict[str, Any], result: dict[str, Any]
         fail(space['problem'] + '; nothing was stopped or changed')
 
 
+def undo(module: AnsibleModule, revisions: Revisions, params: dict[str, Any], result: dict[str, Any]) -> None:
+    plan = revisions.plan_undo(params['to'])
+    files = [{'path': entry['path'], 'action': entry['action'], 'source': entry['source'],
+              'sha256': (entry['want'] or {}).get('sha256')} for entry in plan['files']]
+    result['undo'] = {'target': plan['target'], 'latest': plan['latest'], 'kept': plan['kept'],
+                      'guard_files': [entry['path'] for entry in files], 'files': files, 'written': False}
+    if params['state'] == 'planned' or module.check_mode:
+        return
+    # A handful of reads and renames per file: the lease is renewed per file, and held for the step's own bound.
+    lease = Renewer.from_option(params['guard'], 'sglang_revisions restored')
+    lease.renew(60)
+    result['undo']['files'] = revisions.restore(plan, lambda: lease.tick(60))
+    result['undo']['written'] = True
+    result['changed'] = bool(files)
+    lease.done()
+
+
 def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = module.params
-    result = new_result(revisions=[], count=0, latest=None, total_bytes=0, problems=[], space=None)
+    result = new_result(revisions=[], count=0, latest=None, total_bytes=0, problems=[], space=None, undo=None)
 
     def body() -> None:
         require_not_negative(params, ('kept', 'margin_mib'))
+        if params['to'] is not None and params['to'] < 1:
+            fail('to must be a revision number (1 or more), got %d' % params['to'])
+        if params['state'] in ('planned', 'restored'):
+            undo(module, Revisions(params['folder']), params, result)
+            return
         action = listed if params['state'] == 'listed' else checked
         action(Revisions(params['folder']), params, result)
-    run_module(module, result, body, errors=(RevisionError, OSError, ValueError),
+    run_module(module, result, body, errors=(RevisionError, LeaseError, OSError, ValueError),
                describe=lambda exc: 'sglang_revisions %s failed: %s' % (params['state'], to_native(exc)))
 
 

@@ -40,11 +40,14 @@ from urllib.parse import quote
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import (
     UntrustedPath,
     distrust,
+    fsync_dir,
     make_private_folder,
     read_bytes,
     read_json_trusted,
     system_folder_refusal,
+    unlink_quietly,
     write_atomic,
+    write_beside,
 )
 
 FORMAT = 1
@@ -150,6 +153,65 @@ def summary(index: dict[str, Any], size: int) -> dict[str, Any]:
         'changed': [{'path': entry.get('path'), 'change': entry.get('change')} for entry in index.get('files') or []],
         'size_bytes': size,
     }
+
+
+# --- pure: the undo ------------------------------------------------------------------
+
+def _same_image(found: dict[str, Any] | None, wanted: dict[str, Any] | None) -> bool:
+    """Whether a live file is the state an index recorded: bytes (or link target), kind, mode and owner."""
+    if found is None or wanted is None:
+        return found is None and wanted is None
+    if (found['kind'], found['sha256'], found['target']) != (wanted['kind'], wanted['sha256'], wanted['target']):
+        return False
+    # A mode or owner the index does not know (an arm of an older release) is not held against the file.
+    return all(wanted.get(key) is None or found.get(key) == wanted[key] for key in ('mode', 'uid', 'gid'))
+
+
+def undo_files(indexes: dict[int, dict[str, Any]], target: int) -> list[dict[str, Any]]:
+    """What putting a server back to revision `target` writes, from the indexes of the revisions after it.
+
+    A file's state at revision N is the before-image of the first revision after N that changed it (revision 1 holds
+    the state found, so every file any revision changed has one); it is live now as the after-image of the last
+    revision that changed it. Each entry: path, want (the image to put back, None to remove the file), source (the
+    revision whose before/ holds its bytes), stored_as, current (the after-image expected live)."""
+    found: dict[str, dict[str, Any]] = {}
+    for number in sorted(number for number in indexes if number > target):
+        for entry in indexes[number].get('files') or []:
+            path = entry['path']
+            if path not in found:
+                found[path] = {'path': path, 'want': entry.get('before'), 'source': number,
+                               'stored_as': entry.get('stored_as')}
+            found[path]['current'] = entry.get('after')
+    return [found[path] for path in sorted(found)]
+
+
+def undo_target_problem(numbers: list[int], target: int | None) -> tuple[int | None, str]:
+    """(the revision to put back, why it cannot be: "" when it can) for a server with revisions `numbers` kept; target
+    None is the revision before the latest."""
+    if not numbers:
+        return None, ('this server has no revision: nothing was recorded yet (a confirmed redeploy with '
+                      'sglang_revisions_kept above 0 records one), so there is nothing to undo to')
+    latest = numbers[-1]
+    wanted = latest - 1 if target is None else target
+    kept = ', '.join(str(number) for number in numbers)
+    if wanted == latest:
+        return wanted, ('revision %d is the current one (the latest): nothing to undo; name an earlier one of those kept '
+                        '(%s) with sglang_undo_to' % (wanted, kept))
+    if wanted not in numbers:
+        why = 'beyond the latest' if wanted > latest else 'pruned (sglang_revisions_kept keeps the last ones)'
+        return wanted, ('revision %d is not kept (%s): the revisions kept are %s; name one of them with sglang_undo_to'
+                        % (wanted, why, kept))
+    missing = [number for number in range(wanted + 1, latest + 1) if number not in numbers]
+    if missing:
+        return wanted, ('revisions %s between %d and the latest %d are missing (removed by hand?): the files they changed '
+                        'cannot be put back; undo to a revision after them' % (missing, wanted, latest))
+    return wanted, ''
+
+
+def changed_by_hand(files: list[dict[str, Any]], live: dict[str, dict[str, Any] | None]) -> list[str]:
+    """The files whose live state is not the current revision's after-image (changed since its run, by hand or by
+    something else): an undo would overwrite what it never recorded."""
+    return [entry['path'] for entry in files if not _same_image(live.get(entry['path']), entry['current'])]
 
 
 # --- the files -----------------------------------------------------------------------
@@ -332,6 +394,64 @@ class Revisions:
                       files=[{'path': item[0], 'change': item[1]} for item in changed])
         return result
 
+    def plan_undo(self, target: int | None) -> dict[str, Any]:
+        """What putting the server back to revision `target` (None: the one before the latest) writes, checked: the
+        revision is kept, every later one too, and every file is live as the latest revision left it. RevisionError
+        (nothing read beyond the indexes and the live files, nothing written) otherwise.
+
+        Returns {target, latest, kept, files}: files as undo_files, each with `action` (write, link or remove)."""
+        self.check_folder()
+        numbers = self.numbers()
+        wanted, problem = undo_target_problem(numbers, target)
+        if problem:
+            raise RevisionError(problem)
+        indexes = {number: self.index(number) for number in numbers if number > wanted}
+        files = undo_files(indexes, wanted)
+        live = {entry['path']: live_image(entry['path'])[0] for entry in files}
+        by_hand = changed_by_hand(files, live)
+        if by_hand:
+            raise RevisionError('changed since revision %d recorded them (by hand?): %s. Their live bytes, mode or owner '
+                                'are not what the latest revision left, and the undo would overwrite what no revision '
+                                'kept; put them back as they were, or record them with a redeploy, before undoing'
+                                % (numbers[-1], ', '.join(by_hand)))
+        for entry in files:
+            want = entry['want']
+            entry['action'] = 'remove' if want is None else ('link' if want['kind'] == 'symlink' else 'write')
+        return {'target': wanted, 'latest': numbers[-1], 'kept': numbers, 'files': files}
+
+    def kept_bytes(self, entry: dict[str, Any]) -> bytes:
+        """The bytes of an undo entry's `want`, from its source revision's before/, checked against its SHA-256."""
+        name = entry.get('stored_as') or ''
+        if not name or '/' in name or name in ('.', '..'):
+            raise RevisionError('revision %d names %r as the copy of %s: not a file name of its folder'
+                                % (entry['source'], name, entry['path']))
+        path = os.path.join(self.folder, str(entry['source']), 'before', name)
+        data = read_bytes(path)
+        if hashlib.sha256(data).hexdigest() != entry['want']['sha256']:
+            raise RevisionError('%s (the copy of %s) is damaged: its SHA-256 differs from revision %d\'s index; nothing '
+                                'was written' % (path, entry['path'], entry['source']))
+        return data
+
+    def restore(self, plan: dict[str, Any], renew: Callable[[], Any] = lambda: None) -> list[dict[str, Any]]:
+        """Put plan_undo's files back, all or nothing: every copy read and checked, every new file staged beside its
+        target, then each renamed into place, the file it replaces kept under a hidden name until the last rename;
+        a failure renames those back. A crash in between is the guard's to undo (its kept pre-run bytes)."""
+        data = {entry['path']: self.kept_bytes(entry) for entry in plan['files'] if entry['action'] == 'write'}
+        staged: list[tuple[dict[str, Any], str | None]] = []
+        try:
+            for entry in plan['files']:
+                renew()
+                staged.append((entry, _stage(entry, data.get(entry['path']))))
+            _swap(staged)
+        finally:
+            for _entry, temp in staged:
+                if temp is not None:
+                    unlink_quietly(temp)
+        for folder in sorted({os.path.dirname(entry['path']) for entry in plan['files']}):
+            fsync_dir(folder)
+        return [{'path': entry['path'], 'action': entry['action'], 'source': entry['source'],
+                 'sha256': (entry['want'] or {}).get('sha256')} for entry in plan['files']]
+
     def _clear_leftovers(self) -> None:
         """A recording cut short leaves a hidden folder, never a number: it is removed (under the guard's lock)."""
         for name in os.listdir(self.folder):
@@ -352,6 +472,64 @@ class Revisions:
         index = dict(header, format=FORMAT, number=number, files=listed)
         write_atomic(os.path.join(staging, INDEX), json.dumps(index, indent=1, sort_keys=True).encode('utf-8'), 0o600)
         os.rename(staging, os.path.join(self.folder, str(number)))
+
+
+def _mode_of(want: dict[str, Any]) -> int:
+    return int(want['mode'], 8) if want.get('mode') else 0o644
+
+
+def _stage(entry: dict[str, Any], data: bytes | None) -> str | None:
+    """The new file (or link) beside its target, with its recorded mode and owner; None for a removal."""
+    want, path = entry['want'], entry['path']
+    owner = (want['uid'], want['gid']) if want and want.get('uid') is not None and want.get('gid') is not None else None
+    if entry['action'] == 'write':
+        return write_beside(path, data or b'', '.gpuops-undo', _mode_of(want), owner)
+    if entry['action'] == 'link':
+        folder, name = os.path.split(path)
+        temp = os.path.join(folder, '.%s.%d.gpuops-undo' % (name, os.getpid()))
+        unlink_quietly(temp)
+        os.symlink(want['target'], temp)
+        if owner is not None:
+            try:
+                os.lchown(temp, owner[0], owner[1])
+            except OSError:
+                pass  # not root: the link stays the writer's, as write_beside does for files
+        return temp
+    return None
+
+
+def _swap(staged: list[tuple[dict[str, Any], str | None]]) -> None:
+    """Rename each staged file over its target (or remove the target), the replaced file kept by a hard link until
+    every rename is done; on any failure the files already replaced go back."""
+    done: list[tuple[str, str | None]] = []
+    keep = None
+    try:
+        for entry, temp in staged:
+            path = entry['path']
+            keep = None
+            if os.path.lexists(path):
+                keep = os.path.join(os.path.dirname(path), '.%s.%d.gpuops-undo-old' % (os.path.basename(path), os.getpid()))
+                unlink_quietly(keep)
+                os.link(path, keep, follow_symlinks=False)
+            if temp is None:
+                if keep is not None:
+                    os.unlink(path)
+            else:
+                os.rename(temp, path)
+            done.append((path, keep))
+            keep = None
+    except BaseException:
+        if keep is not None:
+            unlink_quietly(keep)  # the failed step left its target as it was
+        for path, kept in reversed(done):
+            if kept is not None:
+                os.rename(kept, path)
+            else:
+                unlink_quietly(path)
+        raise
+    for _path, kept in done:
+        if kept is not None:
+            unlink_quietly(kept)
 
 
 def record_confirmed(guard_folder: str, state: dict[str, Any], kept: int, margin: int, meta: dict[str, Any],
