@@ -81,7 +81,7 @@ def stages():
         Stage('unit-integration', PYTEST + ['-n', '3', 'tests/unit', 'tests/integration'], weight=2,
               resources=['ansible-home']),
         Stage('lab-redeploy', PYTEST + lab_files('test_redeploy_scenarios.py', 'test_performance_gate.py',
-                                                 'test_doc_commands.py'), lab=3),
+                                                 'test_doc_commands.py', 'test_undo.py'), lab=3),
         # test_colocated.py brings up a lab of its own (the colocated shape) on an instance no other stage uses, after
         # the window's tests, on the lab stage that ended first of those started with it (docs/benchmarks.md).
         Stage('lab-window', PYTEST + lab_files('test_outage_window.py', 'test_colocated.py'), lab=2,

@@ -33,6 +33,8 @@ ARGUMENT_SPEC = dict(
     # host registered its state read: their machines are read through hostvars.
     colocated=dict(type='dict', default={}),
     state_from=dict(type='str', default=''),
+    # An undo run's plan (sglang_revisions state=planned's `undo`; playbooks/undo.yml): null for a redeploy.
+    undo=dict(type='dict'),
 )
 
 
@@ -60,7 +62,7 @@ class ActionModule(ActionBase):
         reasons = _decision.reasons(state, patch_check, args['force_restart'], owed)
         pairs = _configs.pairs(args['files'], state['service_manager'])
         changed = list(state.get('configs_changed', []))
-        result.update(
+        decided = dict(
             changed=False, manager=state['service_manager'], reasons=reasons, redeploy_needed=bool(reasons),
             changed_configs=changed, patch_state=patch, patch_due=patch_due, colocated=colocated,
             # What the window writes and moves into place: only the changed files.
@@ -70,6 +72,7 @@ class ActionModule(ActionBase):
             guard_files=_decision.guard_files(pairs, patch),
             readmission_owed=owed,
         )
+        result.update(_decision.undo(decided, args['undo'], pairs))
         return result
 
     @staticmethod

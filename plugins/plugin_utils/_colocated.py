@@ -241,19 +241,15 @@ def shared_patch_problem(me: str, shared: dict[str, Any]) -> str:
 def decide(me: str, colocated: dict[str, Any], state: dict[str, Any], machines: dict[str, dict[str, Any]],
            play_hosts: list[str], patch_due: bool) -> dict[str, Any]:
     """What the decision says of the machine this server shares, after the state read: the neighbours the machines
-    confirm, those they deny, the environment shared with them, and a problem ('' when none): a play host on this
-    machine that the inventory puts elsewhere, or a patch that would change a neighbour outside the run."""
+    confirm, those they deny, the environment shared with them, the play hosts elsewhere in the inventory that report
+    this machine's machine-id, and a problem ('' when none): a patch that would change a neighbour outside the run."""
     near = colocated.get('neighbours') or []
     my_machine = (state.get('machine') or {})
     kept, denied = confirmed(me, my_machine, near, machines)
     shared = shared_environment(me, colocated.get('site_packages'), near, kept, play_hosts)
-    problem = ''
-    unnamed = unnamed_neighbours(me, my_machine, near, machines)
-    if unnamed:
-        problem = ('%s and %s run on one machine (machine-id %s) but the inventory puts them apart: give servers of one'
-                   ' machine the same ansible_host (and pve_node and pve_vmid), so that the plan checks their GPUs,'
-                   ' ports and paths against each other.' % (me, ', '.join(unnamed), my_machine.get('machine_id')))
-    elif patch_due:
-        problem = shared_patch_problem(me, shared)
+    # Another address with this machine's machine-id is reported, not refused: hosts cloned from one image share a
+    # machine-id (the lab's containers do, and golden images often), so it proves no shared machine by itself.
+    problem = shared_patch_problem(me, shared) if patch_due else ''
     return {'neighbours': kept, 'neighbours_denied': denied, 'shared_environment': shared,
+            'same_machine_id': unnamed_neighbours(me, my_machine, near, machines),
             'code_changed_while_running': bool(state.get('code_changed_since_start')), 'problem': problem}

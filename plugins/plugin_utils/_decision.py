@@ -104,3 +104,21 @@ def guard_files(pairs: list[dict[str, str]], patch: dict[str, Any]) -> list[str]
     """What the guard saves before the stop: every live configuration file and every file the patch touches."""
     site_packages = patch.get('site_packages') or ''
     return [pair['live'] for pair in pairs] + ['%s/%s' % (site_packages, name) for name in patch.get('files') or []]
+
+
+def undo(decided: dict[str, Any], plan: dict[str, Any] | None, pairs: list[dict[str, str]]) -> dict[str, Any]:
+    """An undo run's decision (playbooks/undo.yml), over the redeploy's: the server is redeployed to put revision
+    plan['target'] back (sglang_revisions state=planned's `undo`), whatever the inventory says; the patch is not due
+    and no candidate is written or moved into place (the restored files are the truth, not the inventory's); the
+    guard keeps the usual files and every file the undo writes. `daemon_reload` where the undo puts the systemd unit
+    back. Without a plan (a redeploy), the decision as it was, with undo null."""
+    if plan is None:
+        return dict(decided, undo=None)
+    restored = [entry['path'] for entry in plan.get('files') or []]
+    units = [pair['live'] for pair in pairs if pair['label'] == 'systemd unit']
+    guard = list(decided['guard_files'])
+    guard += [path for path in plan.get('guard_files') or [] if path not in guard]
+    return dict(decided, reasons=['undo to revision %s' % plan['target']], redeploy_needed=True, patch_due=False,
+                changed_configs=[], writes=[], guard_files=guard,
+                undo={'target': plan['target'], 'latest': plan.get('latest'), 'files': restored,
+                      'daemon_reload': any(path in restored for path in units)})

@@ -194,6 +194,8 @@ def base(run: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
         'prefetch': prefetch_block(run),
         'group': group_block(run.get('group')),
         'verified_settings': None,
+        # An undo run's (playbooks/undo.yml): the revision put back, the latest before it, the files written.
+        'undo': undo_block(run),
         # Who reads the dynamic speculation variable in env mode (patch, installed); null when env mode is off.
         'dynamic_spec_env_read_by': settings.get('dynamic_spec_env_read_by') or None,
     }
@@ -219,6 +221,16 @@ def prefetch_block(run: dict) -> dict | None:
     block.update(files=len(prefetch['files']), skipped=prefetch.get('skipped_paths') or [],
                  cache_folders_made=[entry['path'] for entry in prefetch.get('cache_folders') or [] if entry['made']])
     return block
+
+
+def undo_block(run: dict[str, Any]) -> dict[str, Any] | None:
+    """{target, latest, files}: what the undo step (sglang_revisions state=restored) put back, the paths of the
+    files written or removed; null where no revision was put back (a redeploy, an undo that stopped before it)."""
+    undo = _get(run, 'restore').get('undo')
+    if not undo:
+        return None
+    return {'target': undo.get('target'), 'latest': undo.get('latest'),
+            'files': [entry['path'] for entry in undo.get('files') or []]}
 
 
 def dry_run_block(run: dict[str, Any]) -> dict[str, Any]:
@@ -282,7 +294,12 @@ def _finished(run: dict[str, Any]) -> dict[str, Any]:
     downtime = 0
     if stop.get('stopped_at') is not None and started.get('healthy_at') is not None:
         downtime = _span(started['healthy_at'], stop['stopped_at'])
-    return {'status': 'unchanged' if not needed or run.get('check_mode') else 'redeployed',
+    undone = undo_block(run)
+    if undone and needed and not run.get('check_mode'):
+        reason = 'undone to revision %s: %d file(s) put back%s' % (
+            undone['target'], len(undone['files']), _drain_note(run))
+    status = 'unchanged' if not needed or run.get('check_mode') else 'undone' if undone else 'redeployed'
+    return {'status': status,
             'healthy': started.get('healthy', False) if run.get('window_opened') else _get(run, 'state').get('healthy'),
             'reason': reason, 'downtime_s': downtime}
 

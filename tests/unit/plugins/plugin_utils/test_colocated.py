@@ -190,10 +190,8 @@ MINE = {'machine': {'machine_id': 'm1'}}
     # The inventory says one machine, the machines say two: nothing of gpu2b's changes with gpu2's patch.
     (colocated({'name': 'gpu2b'}), {'gpu2b': {'machine_id': 'm2'}}, ['gpu2', 'gpu2b'], True, ''),
     (colocated({'name': 'gpu2b', 'same_machine': False}), {}, ['gpu2'], True, ''),
-    (colocated(), {'gpu9': {'machine_id': 'm1'}}, ['gpu2', 'gpu9'], False,
-     'gpu2 and gpu9 run on one machine (machine-id m1) but the inventory puts them apart: give servers of one machine'
-     ' the same ansible_host (and pve_node and pve_vmid), so that the plan checks their GPUs, ports and paths against'
-     ' each other.'),
+    # Hosts cloned from one image share a machine-id: reported (same_machine_id), never a refusal on its own.
+    (colocated(), {'gpu9': {'machine_id': 'm1'}}, ['gpu2', 'gpu9'], False, ''),
 ], ids=['no-patch-due', 'patch-would-change-a-neighbour-outside-the-run', 'all-in-the-run', 'own-environment',
         'machine-denies-the-inventory', 'another-container', 'same-machine-another-address'])
 def test_the_decision_refuses_a_patch_of_a_shared_environment_unless_all_its_servers_are_in_the_run(
@@ -207,7 +205,13 @@ def test_the_decision_names_the_neighbours_it_confirms_denies_and_shares_the_env
                                 ['gpu2', 'gpu2c'], False)
     assert decided == {'neighbours': ['gpu2b'], 'neighbours_denied': ['gpu2c'],
                        'shared_environment': {'site_packages': SITE, 'with': ['gpu2b'], 'outside_run': ['gpu2b']},
-                       'code_changed_while_running': True, 'problem': ''}
+                       'same_machine_id': [], 'code_changed_while_running': True, 'problem': ''}
+
+
+def test_another_address_with_this_machines_machine_id_is_reported():
+    decided = _colocated.decide('gpu2', colocated(), MINE, {'gpu9': {'machine_id': 'm1'}, 'gpu8': {'machine_id': 'm3'}},
+                                ['gpu2', 'gpu8', 'gpu9'], True)
+    assert (decided['same_machine_id'], decided['problem']) == (['gpu9'], '')
 
 
 def test_a_server_whose_sglang_changed_on_disk_after_it_started_is_redeployed():

@@ -105,3 +105,31 @@ def test_guard_saves_every_live_file_and_every_patched_file():
     assert _decision.guard_files(pairs, DRY_RUN) == ['/etc/sglang/launch.json', '/etc/systemd/system/sglang.service',
                                                      '/sp2/sglang/srt/b.py']
     assert _decision.guard_files(pairs[:1], {}) == ['/etc/sglang/launch.json']
+
+
+PAIRS = [{'label': 'launch configuration', 'mode': '0640', 'candidate': '/etc/sglang/.launch.json.new',
+          'live': '/etc/sglang/launch.json'},
+         {'label': 'systemd unit', 'mode': '0644', 'candidate': '/etc/systemd/system/.sglang.service.new',
+          'live': '/etc/systemd/system/sglang.service'}]
+DECIDED = {'reasons': ['launch configuration changed'], 'redeploy_needed': True, 'patch_due': True,
+           'changed_configs': ['launch configuration'], 'writes': PAIRS[:1],
+           'guard_files': ['/etc/sglang/launch.json', '/etc/systemd/system/sglang.service', '/sp/sglang/worker.py']}
+
+
+def test_a_redeploy_is_decided_as_it_was_with_no_undo():
+    assert _decision.undo(DECIDED, None, PAIRS) == dict(DECIDED, undo=None)
+
+
+@pytest.mark.parametrize('restored, daemon_reload', [
+    (['/etc/sglang/launch.json', '/sp/sglang/worker.py'], False),
+    (['/etc/systemd/system/sglang.service'], True),
+])
+def test_an_undo_redeploys_to_put_the_revision_back_and_writes_nothing_of_the_inventorys(restored, daemon_reload):
+    plan = {'target': 1, 'latest': 3, 'kept': [1, 2, 3], 'guard_files': restored + ['/opt/sglang/extra.py'],
+            'files': [{'path': path, 'action': 'write', 'source': 2, 'sha256': 'ab'} for path in restored]}
+    decided = _decision.undo(DECIDED, plan, PAIRS)
+    assert decided['reasons'] == ['undo to revision 1'] and decided['redeploy_needed'] is True
+    assert decided['patch_due'] is False and decided['writes'] == [] and decided['changed_configs'] == []
+    # The usual files first, then the undo's others, each once.
+    assert decided['guard_files'] == DECIDED['guard_files'] + ['/opt/sglang/extra.py']
+    assert decided['undo'] == {'target': 1, 'latest': 3, 'files': restored, 'daemon_reload': daemon_reload}

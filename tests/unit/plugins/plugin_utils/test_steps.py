@@ -90,7 +90,7 @@ def test_the_include_of_a_step_run_only_when_needed_registers_its_result_and_no_
         if step.phase + '.yml' in registered:
             assert registered[step.phase + '.yml'] == (step.results[0][1] if step.when_needed else None), step.phase
     assert {name for name, variable in registered.items() if variable} == {
-        'prefetch.yml', 'perf_before.yml', 'kill.yml', 'patch.yml', 'perf_after.yml', 'bake.yml'}
+        'prefetch.yml', 'perf_before.yml', 'kill.yml', 'patch.yml', 'restore.yml', 'perf_after.yml', 'bake.yml'}
 
 
 def test_a_step_with_one_result_names_it_after_itself():

@@ -59,7 +59,8 @@ def test_every_default_of_the_role_is_a_documented_variable(defaults, options):
 
 
 # Documented variables the role tests with `is defined`: a host in a Proxmox container names them, bare metal does not.
-UNSET_BY_DESIGN = ('pve_node', 'pve_vmid')
+# sglang_undo_to too: playbooks/undo.yml sets it (null for the revision before the latest), an undo run's mark.
+UNSET_BY_DESIGN = ('pve_node', 'pve_vmid', 'sglang_undo_to')
 
 
 def test_every_documented_variable_has_a_default_unless_unset_is_its_meaning(defaults, options):
