@@ -67,6 +67,9 @@ PINNED = {
     'sglang_rollout_policy': 'playbooks/redeploy.yml decides it from redeploy_serial, redeploy_canary,'
                              ' redeploy_max_unavailable and redeploy_max_fail_percentage: set those',
     'sglang_kill_patterns': 'what the run kills on the GPU hosts',
+    'sglang_gpus': 'the GPUs a server owns beside its neighbours, and so what its release ends (the machine\'s layout)',
+    'sglang_gpu_driver_info': 'where the release reads which device files are the server\'s GPUs (what it ends)',
+    'sglang_undo_to': 'playbooks/undo.yml sets it, with its own --limit and checks: an undo is not a redeploy\'s option',
     'sglang_config_dir': _ROOT_WRITES,
     'sglang_run_dir': _ROOT_WRITES,
     'sglang_log_file': _ROOT_WRITES,
