@@ -8,7 +8,7 @@ Two torch holders (tests/gpu/torch_holder.py), one on each of GPU 0 and GPU 1 (C
 GPU's UUID, CUDA_DEVICE_ORDER=PCI_BUS_ID), then the module's own release code (domain/_release.GpuRelease, what
 gpu_release and sglang_server's `release` run) with gpus [0], once per memory reader (NVML where nvidia-ml-py is
 installed, and nvidia-smi), GPU 0's holder started afresh each round. Each round checks: GPU 0's holder was the one
-process signalled and is gone, GPU 1's holder is alive, spared with reason `other GPUs`, and GPU 1 still reads the
+process signalled and is gone, GPU 1's holder is alive, spared as `other GPUs` (its `why`), and GPU 1 still reads the
 memory it held; the scope's device minor is the driver's (/proc/driver/nvidia/gpus/*/information). What device
 files each holder had open is recorded first: the scoping rests on a CUDA process opening only its own GPU's
 /dev/nvidiaN. Writes $OUT/gpu_release_scoped.json and exits 1 when a check fails.
@@ -186,7 +186,7 @@ def release(options, reader):
 
 def round_checks(result, first, second, held_before, held_after):
     """What must hold after a release of GPU 0 alone, as (name, passed)."""
-    spared = {entry['pid']: entry['reason'] for entry in result['spared']}
+    spared = {entry['pid']: entry['why'] for entry in result['spared']}
     return [
         ('release succeeded', not result['failed']),
         ('only GPU 0 holder signalled', [entry['pid'] for entry in result['killed']] == [first]),

@@ -37,10 +37,10 @@ _value:
 '''
 
 
-def sglang_kill_lines(killed: list[dict[str, Any]] | None) -> list[Any]:
-    return ['%s <- SIG%s' % (entry.get('cmdline', '?'), entry.get('signal', '?')) for entry in killed or []]
+# The report's own lines (plugin_utils/_report.py): the filter and the report never word a kill differently.
+from ansible_collections.gpuops.sglang.plugins.plugin_utils._report import kill_lines
 
 
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return {'sglang_kill_lines': sglang_kill_lines}
+        return {'sglang_kill_lines': kill_lines}

@@ -251,7 +251,7 @@ targets:
       elements: int
   sample: [{"pid": 436, "user": "alice", "cmdline": "python3 hold.py", "gpus": [0, 1]}]
 excluded:
-  description: Holders left alone, with the reason (V(exclude) pattern or V(self/ancestor)) and the devices they hold.
+  description: Holders left alone, with why (V(exclude) pattern or V(self/ancestor)) and the devices they hold.
   returned: always
   type: list
   elements: dict
@@ -269,11 +269,11 @@ excluded:
       description: The device files it holds open or mapped.
       type: list
       elements: str
-    reason:
+    why:
       description: V(exclude) (matched O(builtin_exclude) or O(exclude)) or V(self/ancestor) (this module or a parent of it).
       type: str
   sample: [{"pid": 88, "cmdline": "/usr/bin/nvidia-persistenced", "executable": "/usr/bin/nvidia-persistenced",
-            "devices": ["/dev/nvidiactl"], "reason": "exclude"}]
+            "devices": ["/dev/nvidiactl"], "why": "exclude"}]
 spared:
   description:
     - With O(gpus) set, the holders left alone as not this release's to end, with why; empty otherwise.
@@ -295,14 +295,14 @@ spared:
       description: The device minors of the GPUs it holds (C(/dev/nvidiaN)).
       type: list
       elements: int
-    reason:
+    why:
       description:
         - V(other GPUs) - it holds a GPU outside O(gpus) (a neighbour's or a foreign job's, maybe on these GPUs too).
         - V(shared devices only) - it holds no GPU's device file, only the shared ones, and is not the stopping
           server's (O(await_exit)).
       type: str
   sample: [{"pid": 5120, "cmdline": "python3 other_model.py", "devices": ["/dev/nvidia1", "/dev/nvidiactl"],
-            "gpus": [1], "reason": "other GPUs"}]
+            "gpus": [1], "why": "other GPUs"}]
 scope:
   description: With O(gpus) set, the GPUs released, as resolved on the host; empty when every GPU is.
   returned: always

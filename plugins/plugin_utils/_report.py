@@ -65,7 +65,7 @@ def kill_lines(killed: list[dict[str, Any]] | None) -> list[str]:
 
 def spared_lines(spared: list[dict[str, Any]] | None) -> list[str]:
     """One line per GPU holder a scoped release left alone (another server's, a foreign job): why it was spared."""
-    return ['%s (%s)' % (entry.get('cmdline', '?'), entry.get('reason', '?')) for entry in spared or []]
+    return ['%s (%s)' % (entry.get('cmdline', '?'), entry.get('why', '?')) for entry in spared or []]
 
 
 def _get(run: dict[str, Any], name: str) -> dict[str, Any]:

@@ -73,7 +73,7 @@ def test_release_term_then_kill_spares_daemons_and_bystanders_and_is_idempotent(
     for name in ('scheduler0', 'scheduler1', 'caps_only'):
         procs[name].wait(timeout=5)
     assert is_running(procs['daemon']) and is_running(procs['bystander'])
-    assert [(entry['pid'], entry['reason']) for entry in result['excluded']] == [(procs['daemon'].inner_pid, 'exclude')]
+    assert [(entry['pid'], entry['why']) for entry in result['excluded']] == [(procs['daemon'].inner_pid, 'exclude')]
     assert [gpu['memory_used_mib'] for gpu in result['gpus_before']] == [20610, 20610]
     assert [gpu['memory_used_mib'] for gpu in result['gpus']] == [0, 0]
     assert gpu_host.gpus() == [0, 0]
@@ -212,7 +212,7 @@ def test_a_process_named_like_a_daemon_is_released_not_excluded(tmp_path, gpu_ho
     assert sorted(entry['pid'] for entry in result['killed']) == sorted([linked.inner_pid, titled.inner_pid])
     linked.wait(timeout=5)
     titled.wait(timeout=5)
-    assert [(entry['pid'], entry['executable'], entry['reason']) for entry in result['excluded']] == [
+    assert [(entry['pid'], entry['executable'], entry['why']) for entry in result['excluded']] == [
         (daemon.inner_pid, str(gpu_host.root / 'programs' / 'nv-hostengine'), 'exclude')]
     assert is_running(daemon)
     assert gpu_host.gpus() == [0, 0]
@@ -287,7 +287,7 @@ def test_gpus_ends_the_holders_of_its_gpus_and_spares_every_other_holder(tmp_pat
     assert [(entry['pid'], entry['signal']) for entry in result['killed']] == [(leak.inner_pid, 'TERM')]
     leak.wait(timeout=5)
     assert is_running(neighbour) and is_running(monitor)
-    spared = {entry['pid']: (entry['reason'], entry['gpus']) for entry in result['spared']}
+    spared = {entry['pid']: (entry['why'], entry['gpus']) for entry in result['spared']}
     assert spared == {neighbour.inner_pid: ('other GPUs', [0]), monitor.inner_pid: ('shared devices only', [])}
     # The proof covers GPU 0 alone: GPU 1 keeps its 20 GiB, and the release holds.
     assert [gpu['memory_used_mib'] for gpu in result['gpus']] == [0, 20610]
@@ -309,7 +309,7 @@ def test_a_holder_of_only_the_shared_files_is_ended_when_it_is_the_stopping_serv
         assert result['awaited']['still_running'] == [server.pid]
         assert [(entry['pid'], entry['signal']) for entry in result['killed']] == [
             (server.pid, 'KILL'), (server.inner_pid, 'TERM')]
-        assert [(entry['pid'], entry['reason']) for entry in result['spared']] == [
+        assert [(entry['pid'], entry['why']) for entry in result['spared']] == [
             (foreign.inner_pid, 'shared devices only')]
         assert is_running(foreign)
         wait_gone(server.inner_pid)

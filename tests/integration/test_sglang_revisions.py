@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from helpers.ansible_run import run_playbook, run_task, run_tasks
-from helpers.simulated import free_port, wait_for
+from helpers.guarded_files import GuardedFiles
+from helpers.simulated import wait_for
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture)
 
 
@@ -20,26 +21,8 @@ def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
-class Server:
+class Server(GuardedFiles):
     """The files a redeploy changes (a launch configuration, an sglang file) and the guard's arguments over them."""
-
-    def __init__(self, tmp_path, guard_dir):
-        self.root = tmp_path
-        self.guard_dir = guard_dir
-        self.launch = tmp_path / 'launch.json'
-        self.launch.write_text(json.dumps({'python': sys.executable, 'module': 'tiny_server',
-                                           'args': ['--port', free_port()]}))
-        self.worker = tmp_path / 'worker.py'
-        self.worker.write_bytes(b'# as found\n')
-        os.chmod(str(self.worker), 0o644)
-
-    def guard(self, **extra):
-        args = dict(folder=str(self.guard_dir), host='tiny-host', files=[str(self.launch), str(self.worker)],
-                    server={'manager': 'detached', 'service_name': 'tiny', 'launch_file': str(self.launch),
-                            'pidfile': str(self.root / 'tiny.pid'), 'log_file': str(self.root / 'tiny.log'),
-                            'url': 'http://127.0.0.1:1', 'term_timeout': 5})
-        args.update(extra)
-        return args
 
     def redeploy(self, run_id, worker, mode=0o644, revisions=None):
         """The tasks of one window: arm, change the sglang file, confirm with a revision."""

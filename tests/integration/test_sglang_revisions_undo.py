@@ -5,41 +5,22 @@ mode writes nothing; a revision not kept and a file changed by hand are refused,
 
 No server runs: the guard arms (its watcher exits at the confirmation) over real files, as the window does."""
 import hashlib
-import json
 import os
-import sys
 
 import pytest
 
 from helpers.ansible_run import run_task, run_tasks
-from helpers.simulated import free_port
+from helpers.guarded_files import GuardedFiles
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture)
 
 MODULE = 'gpuops.sglang.sglang_revisions'
 
 
-class Server:
+class Server(GuardedFiles):
     """A launch configuration and an sglang file, and the guard's tasks of a window over them."""
 
     def __init__(self, tmp_path, guard_dir):
-        self.root = tmp_path
-        self.guard_dir = guard_dir
-        self.launch = tmp_path / 'launch.json'
-        self.found_launch = json.dumps({'python': sys.executable, 'module': 'tiny_server',
-                                        'args': ['--port', free_port()]}).encode()
-        self.launch.write_bytes(self.found_launch)
-        os.chmod(str(self.launch), 0o640)
-        self.worker = tmp_path / 'worker.py'
-        self.worker.write_bytes(b'# as found\n')
-        os.chmod(str(self.worker), 0o644)
-
-    def guard(self, **extra):
-        args = dict(folder=str(self.guard_dir), host='tiny-host', files=[str(self.launch), str(self.worker)],
-                    server={'manager': 'detached', 'service_name': 'tiny', 'launch_file': str(self.launch),
-                            'pidfile': str(self.root / 'tiny.pid'), 'log_file': str(self.root / 'tiny.log'),
-                            'url': 'http://127.0.0.1:1', 'term_timeout': 5})
-        args.update(extra)
-        return args
+        super().__init__(tmp_path, guard_dir, launch_mode=0o640)
 
     def window(self, run_id, change):
         """Arm, the window's change (a task), confirm with a revision."""

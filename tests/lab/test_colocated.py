@@ -17,15 +17,14 @@ import datetime
 import json
 import os
 import subprocess
-import threading
 import time
-import urllib.error
 import urllib.request
 
 import pytest
 
 from helpers import lab_instance
 from helpers.ansible_run import run_playbook
+from helpers.load import SteadyLoad
 from helpers.lab_strays import PODMAN_ENV
 from helpers.simulated import wait_for
 
@@ -184,62 +183,6 @@ def as_seen(described, server):
             'gpu_memory_used_mib': used[gpu]}
 
 
-def post_generate(address):
-    """One real request; None when it was answered with a text, else why not."""
-    body = json.dumps({'text': 'The capital of France is',
-                       'sampling_params': {'max_new_tokens': 8, 'temperature': 0}}).encode()
-    request = urllib.request.Request(address + '/generate', data=body, method='POST',
-                                     headers={'Content-Type': 'application/json'})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            answer = json.load(response)
-    except urllib.error.HTTPError as exc:
-        return 'HTTP %d' % exc.code
-    except (OSError, ValueError) as exc:
-        return repr(exc)
-    return None if isinstance(answer, dict) and 'text' in answer else 'no text: %r' % (answer,)
-
-
-class SteadyLoad:
-    """Two clients per URL, each sending one request after the other until stopped: the neighbours' own traffic,
-    straight to their ports (loopback), not through the router."""
-
-    def __init__(self, urls, clients=2):
-        self.urls = urls
-        self.answered = collections.Counter()
-        self.failed = collections.Counter()
-        # The first few, to say why (a server that is down fails thousands).
-        self.failures = []
-        self.lock = threading.Lock()
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self.client, args=(address,), daemon=True)
-                        for address in urls for dummy in range(clients)]
-
-    def client(self, address):
-        while not self.stopping.is_set():
-            why = post_generate(address)
-            with self.lock:
-                if why is None:
-                    self.answered[address] += 1
-                    continue
-                self.failed[address] += 1
-                if len(self.failures) < 10:
-                    self.failures.append((address, why))
-            # A refused request returns at once: no busy loop against a server that is down.
-            self.stopping.wait(0.1)
-
-    def __enter__(self):
-        for thread in self.threads:
-            thread.start()
-        wait_for(lambda: all(self.answered[address] for address in self.urls), 30, 'the neighbours answering the load')
-        return self
-
-    def __exit__(self, *exc):
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(60)
-
-
 def holder_in(described, machine, tmp_name, *holder_args):
     """A simulated CUDA process started in the machine's container outside any server (as lab/lab's add_strays
     starts its strays); its PID once it holds what it was given."""
@@ -306,7 +249,7 @@ def test_a_forced_redeploy_of_gpu1_leaves_its_neighbours_serving_untouched_and_e
         assert leaked in [entry['pid'] for result in released for entry in result['killed']], released
         assert alive(colocated, 'gpu1', foreign)
         spared = [entry for result in released for entry in result['spared'] if entry['pid'] == foreign]
-        assert spared and spared[0]['reason'] == 'other GPUs' and 'train_other_model' in spared[0]['cmdline'], released
+        assert spared and spared[0]['why'] == 'other GPUs' and 'train_other_model' in spared[0]['cmdline'], released
         assert router_workers(colocated) == sorted((url(colocated, server), True) for server, *dummy in SERVERS)
     finally:
         for pid in (leaked, foreign):

@@ -22,13 +22,13 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
-import pwd
 import stat
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import distrust, system_folder_refusal
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._identity import Identity
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import user_named
 
 CACHE_MODE = 0o700
 # What a missing folder above a cache folder is made with: root's, and passable by the server's user.
@@ -51,15 +51,8 @@ class CacheRun:
         return sum(entry['files'] for entry in self.folders)
 
 
-def _owner_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return 'uid %d' % uid
-
-
 def _described(path: str, info: os.stat_result) -> str:
-    return '%s (owner %s, mode %04o)' % (path, _owner_name(info.st_uid), stat.S_IMODE(info.st_mode))
+    return '%s (owner %s, mode %04o)' % (path, user_named(info.st_uid), stat.S_IMODE(info.st_mode))
 
 
 def _unpassable(path: str, owner: Identity) -> str | None:

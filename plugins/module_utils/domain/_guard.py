@@ -43,7 +43,6 @@ import hashlib
 import json
 import os
 import shutil
-import pwd
 import re
 import socket
 import stat
@@ -93,7 +92,7 @@ from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes i
     select,
     terminate,
 )
-from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import LocalProcesses, protected_pids
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import LocalProcesses, protected_pids, user_named
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._router import Router, RouterError
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._identity import UnknownIdentity, identity
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import Server, ServerError
@@ -780,7 +779,7 @@ class Guard:
         if spared is not None:
             spared.extend(others)
         outcome = terminate(local, targets, float(settings.get('term_timeout', 30)))
-        killed.extend(dict(entry, user=user_name(uid)) for entry in outcome.killed)
+        killed.extend(dict(entry, user=user_named(uid)) for entry in outcome.killed)
         if outcome.remaining:
             raise GuardError('survived SIGKILL: %s' % ', '.join(str(r.pid) for r in outcome.remaining))
         return killed
@@ -952,13 +951,6 @@ def process_uids(pid: int, proc_root: str = '/proc') -> tuple[int, int] | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 def _holds(path: str, data: bytes) -> bool:

@@ -78,7 +78,7 @@ def classify_holders(holders: dict[str, Any], excludes: list[Pattern], guarded: 
             targets.append(record)
             continue
         left_alone.append({'pid': pid, 'cmdline': record.cmdline, 'executable': executable, 'devices': holders[pid],
-                           'reason': reason})
+                           'why': reason})
     return targets, left_alone
 
 
@@ -117,7 +117,7 @@ def spared_words(spared: list[dict[str, Any]] | tuple[()]) -> str:
     """The spared holders, for a failure: one of them may be what still uses these GPUs."""
     if not spared:
         return ''
-    listed = '; '.join('pid %s (%s, holds %s)' % (entry['pid'], entry['reason'], ', '.join(entry['devices']))
+    listed = '; '.join('pid %s (%s, holds %s)' % (entry['pid'], entry['why'], ', '.join(entry['devices']))
                        for entry in spared)
     return ('Spared, as not this release\'s to end (a neighbour\'s or a foreign job\'s; end it yourself if it is '
             'what holds on): %s. ' % listed)
@@ -515,7 +515,7 @@ def scoped_targets(targets: list[ProcessRecord], holders: dict[int, list[str]], 
             kept.append(record)
         else:
             spared.append({'pid': record.pid, 'cmdline': record.cmdline, 'devices': holders[record.pid],
-                           'gpus': gpu_minors(holders[record.pid]), 'reason': reason})
+                           'gpus': gpu_minors(holders[record.pid]), 'why': reason})
     return kept, spared
 
 

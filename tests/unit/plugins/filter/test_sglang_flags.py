@@ -2,7 +2,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.sglang.plugins.filter.sglang_flags import sglang_flags
-from ansible_collections.gpuops.sglang.plugins.filter.sglang_kill_lines import sglang_kill_lines
+from ansible_collections.gpuops.sglang.plugins.filter.sglang_kill_lines import FilterModule as KillLines
 
 EAGLE3 = {'model_path': '/models/llama', 'host': '127.0.0.1', 'port': 30000, 'tp_size': 1,
           'max_running_requests': 64, 'speculative_algorithm': 'EAGLE3', 'draft_model_path': '/models/eagle3',
@@ -74,6 +74,7 @@ def test_bad_settings_are_refused_clearly(settings, message):
 
 
 def test_kill_lines_name_each_process_and_its_last_signal():
+    sglang_kill_lines = KillLines().filters()['sglang_kill_lines']
     assert sglang_kill_lines([{'pid': 5, 'cmdline': 'sglang::scheduler_TP0', 'signal': 'TERM'}]) == \
         ['sglang::scheduler_TP0 <- SIGTERM']
     assert sglang_kill_lines(None) == []

@@ -6,7 +6,8 @@ import threading
 import pytest
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._guard import (
-    BoundedStep, Guard, GuardError, RestoreSteps, process_uids, user_name)
+    BoundedStep, Guard, GuardError, RestoreSteps, process_uids)
+from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import user_named
 
 
 def entry(tmp_path, name, data, existed=True):
@@ -76,7 +77,7 @@ def test_a_process_owner_is_read_from_proc():
     import os
     assert process_uids(os.getpid()) == (os.getuid(), os.geteuid())
     assert process_uids(2 ** 22 + 1) is None
-    assert user_name(0) == 'root' and user_name(2 ** 31 - 7) == str(2 ** 31 - 7)
+    assert user_named(0) == 'root' and user_named(2 ** 31 - 7) == str(2 ** 31 - 7)
 
 
 # --- the restore holds the guard: no step of the run acts during it, a restore cut short is taken over -------

@@ -75,4 +75,4 @@ def test_a_holder_named_like_a_daemon_is_stopped_and_the_real_daemon_left_alone(
     assert [record.pid for record in targets] == [4242, 4243]
     assert left_alone == [{'pid': 88, 'cmdline': '/usr/bin/nvidia-persistenced --verbose',
                            'executable': '/usr/bin/nvidia-persistenced', 'devices': ['/dev/nvidiactl'],
-                           'reason': 'exclude'}]
+                           'why': 'exclude'}]

@@ -10,6 +10,7 @@ import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _revisions
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._revisions import (
     RevisionError, Revisions, change_of, estimate_bytes, numbers_to_write, record_confirmed, space_problem, stored_name)
+from helpers.guard_files import GuardFiles
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture)
 
 MIB = 1024 * 1024
@@ -85,47 +86,9 @@ def test_a_revision_fits_only_with_the_margin_left(needed, free, margin, fits):
 # --- on real files ---------------------------------------------------------------------------
 
 
-class Run:
-    """A guard folder, the files a run changes, and the guard's state entries as its arm keeps them."""
-
-    def __init__(self, root):
-        self.root = root
-        self.guard = root / 'guard'
-        self.guard.mkdir(mode=0o700)
-        (self.guard / 'files').mkdir(mode=0o700)
-        self.live = root / 'live'
-        self.live.mkdir()
-        self.count = 0
-
-    def path(self, name):
-        return str(self.live / name)
-
-    def arm(self, names):
-        """The guard's state entries for these files, their bytes kept now."""
-        entries = []
-        for name in names:
-            path = self.path(name)
-            self.count += 1
-            backup = str(self.guard / 'files' / str(self.count))
-            if not os.path.exists(path):
-                entries.append({'path': path, 'backup': backup, 'existed': False})
-                continue
-            data = open(path, 'rb').read()
-            open(backup, 'wb').write(data)
-            info = os.lstat(path)
-            entries.append({'path': path, 'backup': backup, 'existed': True, 'kind': 'file', 'mode': info.st_mode & 0o7777,
-                            'uid': info.st_uid, 'gid': info.st_gid, 'sha256': hashlib.sha256(data).hexdigest()})
-        return entries
-
-    def write(self, name, data, mode=0o644):
-        with open(self.path(name), 'wb') as handle:
-            handle.write(data)
-        os.chmod(self.path(name), mode)
-
-
 @pytest.fixture
 def run(trusted_dir):  # noqa: F811
-    return Run(trusted_dir)
+    return GuardFiles(trusted_dir)
 
 
 def plenty(path):

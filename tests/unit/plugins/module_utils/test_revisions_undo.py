@@ -1,7 +1,6 @@
 """The undo over a server's revisions (domain/_revisions.py, issue 46 item 2): which files an undo to revision N writes
 and from which revision's bytes, the refusals (a revision not kept, files changed by hand), and the all-or-nothing
 restore on real files in a folder the guard's trust rule accepts."""
-import hashlib
 import os
 from types import SimpleNamespace
 
@@ -10,6 +9,7 @@ import pytest
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _revisions
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._revisions import (
     RevisionError, Revisions, changed_by_hand, undo_files, undo_target_problem)
+from helpers.guard_files import GuardFiles
 from helpers.trusted_folder import trusted_dir  # noqa: F401  (the fixture)
 
 
@@ -72,42 +72,11 @@ def test_files_whose_live_state_is_not_the_latest_after_image_are_named():
 
 # --- on real files ---------------------------------------------------------------------------
 
-class Server:
+class Server(GuardFiles):
     """A guard folder and live files, and revisions recorded as the guard's confirmation does."""
 
-    def __init__(self, root):
-        self.guard = root / 'guard'
-        (self.guard / 'files').mkdir(parents=True, mode=0o700)
-        os.chmod(str(self.guard), 0o700)
-        self.live = root / 'live'
-        self.live.mkdir()
-        self.count = 0
-
-    def path(self, name):
-        return str(self.live / name)
-
-    def write(self, name, data, mode=0o644):
-        with open(self.path(name), 'wb') as handle:
-            handle.write(data)
-        os.chmod(self.path(name), mode)
-
-    def read(self, name):
-        return open(self.path(name), 'rb').read(), os.stat(self.path(name)).st_mode & 0o7777
-
     def redeploy(self, names, change, run_id):
-        entries = []
-        for name in names:
-            path = self.path(name)
-            self.count += 1
-            backup = str(self.guard / 'files' / str(self.count))
-            if not os.path.exists(path):
-                entries.append({'path': path, 'backup': backup, 'existed': False})
-                continue
-            data = open(path, 'rb').read()
-            open(backup, 'wb').write(data)
-            info = os.lstat(path)
-            entries.append({'path': path, 'backup': backup, 'existed': True, 'kind': 'file', 'sha256': hashlib.sha256(data).hexdigest(),
-                            'mode': info.st_mode & 0o7777, 'uid': info.st_uid, 'gid': info.st_gid})
+        entries = self.arm(names)
         change()
         plenty = lambda path: SimpleNamespace(f_bavail=10 ** 6, f_frsize=4096)  # noqa: E731
         return Revisions(str(self.guard), plenty).record(entries, {'run_id': run_id}, 5, 0)

@@ -164,8 +164,8 @@ def test_a_patch_due_at_the_decision_that_the_window_found_applied_is_reported_a
 @pytest.mark.parametrize('spared, lines', [
     (None, []),
     ([], []),
-    ([{'pid': 5120, 'cmdline': 'python3 other_model.py', 'reason': 'other GPUs'},
-      {'pid': 5121, 'cmdline': 'nvidia-cuda-mps-server', 'reason': 'shared devices only'}],
+    ([{'pid': 5120, 'cmdline': 'python3 other_model.py', 'why': 'other GPUs'},
+      {'pid': 5121, 'cmdline': 'nvidia-cuda-mps-server', 'why': 'shared devices only'}],
      ['python3 other_model.py (other GPUs)', 'nvidia-cuda-mps-server (shared devices only)']),
 ])
 def test_spared_lines_name_each_holder_a_scoped_release_left_alone_and_why(spared, lines):
