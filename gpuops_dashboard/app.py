@@ -5,6 +5,8 @@
                                          make (a server group folded into one, rank 0's: servers.py)
     GET  /api/redeploys                  recent runs (newest first)
     POST /api/redeploys                  {limit, extra_vars, check}; Bearer token; 202 {"id": ...}
+    POST /api/undos                      {limit, revision, extra_vars, check}; Bearer token; 202 {"id": ...}: an undo
+                                         (playbooks/undo.yml) of one server, followed as a redeploy is (kind undo)
     GET  /api/redeploys/{id}             status, progress, and once finished the per-host summary
     POST /api/redeploys/{id}/cancel      Bearer token; what to expect on each host
     GET  /api/redeploys/{id}/events      server-sent events: one `progress` per record, then `end`
@@ -16,7 +18,10 @@ server's API key (gpuops_dashboard.inventory; GET /api/hosts answers within its 
 whatever the servers do); whatever runs
 anything (a redeploy, a cancel, re-reading the inventory) needs the token, and a redeploy's extra variables are
 what a redeploy varies, never what runs as root or which controller file is shipped (gpuops_dashboard.extra_vars:
-a patch file comes from the --patch-dir folders). Requests whose Host header is not
+a patch file comes from the --patch-dir folders). An undo takes the same token, extra variables and limit checks,
+and more: its limit names exactly one server (a host of the inventory, or every node of one server group), and its
+revision is a whole number (null: the one before the latest) handed to undo.yml as sglang_undo_to, which no
+request's extra variables may set. Requests whose Host header is not
 an allowed name are refused (400): a page on another site cannot reach the app by DNS rebinding. Every answer
 carries a Content-Security-Policy without inline scripts, so markup that slipped into a picture cannot run.
 docs/security.md has the threat model.
@@ -33,12 +38,12 @@ from typing import Optional
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from gpuops_dashboard import extra_vars as _extra_vars
 from gpuops_dashboard import redeploy as _redeploy
 from gpuops_dashboard.inventory import HostDirectory, last_speculation
-from gpuops_dashboard.phases import current_phase
+from gpuops_dashboard.phases import current_phase, failure_reason
 from gpuops_dashboard.store import Store
 from gpuops_dashboard import performance, speculation
 from gpuops_dashboard.servers import fold_host_cards, fold_machines, fold_reports
@@ -62,15 +67,15 @@ SECURITY_HEADERS = {
 ALLOWED_EXTRA_VARS = _extra_vars.allowed_variables()
 
 
-class RedeployRequest(BaseModel):
+class _RunRequest(BaseModel):
+    """What a redeploy and an undo both take, and the checks of their limit and extra variables."""
     model_config = ConfigDict(extra='forbid')
 
-    limit: Optional[str] = Field(None, description='Ansible --limit pattern, e.g. "gpu2"; null for every gpu host')
     extra_vars: dict = Field(default_factory=dict, description='documented variables of the role or the playbook, '
                                                                'e.g. {"sglang_force_restart": true}')
-    check: bool = Field(False, description='run in check mode (changes nothing, reports why it would redeploy)')
+    check: bool = Field(False, description='run in check mode (changes nothing, says what it would do and why)')
 
-    @field_validator('limit')
+    @field_validator('limit', check_fields=False)
     @classmethod
     def _limit(cls, value):
         return _redeploy.check_limit(value)
@@ -79,6 +84,18 @@ class RedeployRequest(BaseModel):
     @classmethod
     def _extra_vars(cls, value):
         return _extra_vars.validate(value, ALLOWED_EXTRA_VARS)
+
+
+class RedeployRequest(_RunRequest):
+    limit: Optional[str] = Field(None, description='Ansible --limit pattern, e.g. "gpu2"; null for every gpu host')
+
+
+class UndoRequest(_RunRequest):
+    """An undo (playbooks/undo.yml) of one server; sglang_undo_to is `revision`, never one of the extra variables."""
+    limit: str = Field(description='the server: one inventory host, e.g. "gpu2", or every node of one server group '
+                                   '("gpu3a,gpu3b"); never a pattern')
+    revision: Optional[StrictInt] = Field(None, ge=1, lt=2 ** 31, description='the revision to put back; null for '
+                                                                               'the one before the latest')
 
 
 def _host_and_port(value):
@@ -157,20 +174,32 @@ class Dashboard(object):
         return await asyncio.shield(self._host_read)
 
     def start(self, request):
+        """Start a RedeployRequest, or an UndoRequest (one server, its revision), as a run of its own kind."""
+        undo = isinstance(request, UndoRequest)
         try:
             # The request model knows no app: the patch folders are this app's, checked here before anything.
             extra_vars = _extra_vars.validate(request.extra_vars, ALLOWED_EXTRA_VARS, patch_dirs=self.patch_dirs)
         except _extra_vars.InvalidExtraVars as error:
             raise HTTPException(422, [{'loc': ['body', 'extra_vars'], 'msg': str(error)}])
+        limit = request.limit
+        if undo:
+            try:
+                # The inventory's hosts, as this app resolved them: an undo names one server of them.
+                limit = _redeploy.undo_limit(limit, self.directory.hosts())
+            except ValueError as error:
+                raise HTTPException(422, [{'loc': ['body', 'limit'], 'msg': str(error)}])
+        kind = 'undo' if undo else 'redeploy'
         with self._lock:
             running = [run for run in self.active.values() if run.status == 'running']
             if running:
-                raise HTTPException(409, 'redeploy %s is still running: cancel it or wait' % running[0].id)
+                raise HTTPException(409, '%s %s is still running: cancel it or wait' % (running[0].kind, running[0].id))
             run_id = _redeploy.new_run_id()
-            self.store.add_run(run_id, self.inventory, request.limit, extra_vars, time.time())
-            run = _redeploy.start(self.inventory, limit=request.limit, extra_vars=extra_vars,
+            stored = dict(extra_vars, sglang_undo_to=request.revision) if undo else extra_vars
+            self.store.add_run(run_id, self.inventory, limit, stored, time.time(), kind=kind)
+            run = _redeploy.start(self.inventory, limit=limit, extra_vars=extra_vars,
                                   runs_dir=self.runs_dir, run_id=run_id, check=request.check,
-                                  patch_dirs=self.patch_dirs,
+                                  patch_dirs=self.patch_dirs, undo=undo,
+                                  revision=request.revision if undo else None,
                                   on_record=lambda run, record: self.store.add_record(run.id, record))
             self.active[run_id] = run
         threading.Thread(target=self._finish, args=(run,), daemon=True).start()
@@ -186,6 +215,8 @@ class Dashboard(object):
             for report in hosts.values():
                 report['source'] = 'report file (the run ended without artifacts)'
         self.store.finish_run(run.id, status, run.finished_at, hosts, run.error)
+        # The run may have recorded a revision (or put one back): the cards read them again.
+        self.directory.revisions.forget()
 
     def cancel(self, run_id):
         run = self.active.get(run_id)
@@ -200,13 +231,16 @@ class Dashboard(object):
         if stored is None:
             raise HTTPException(404, 'no redeploy %s' % run_id)
         records = self.store.records(run_id)
-        described = {'id': run_id, 'status': stored['status'], 'created_at': stored['created_at'],
+        described = {'id': run_id, 'kind': stored['kind'], 'status': stored['status'],
+                     'created_at': stored['created_at'],
                      'finished_at': stored['finished_at'], 'limit': stored['limit'],
                      'extra_vars': stored['extra_vars'], 'progress': current_phase(records),
                      'events': len(records), 'cancel': stored['cancel_notice'], 'error': stored['error']}
         if stored['status'] in FINAL:
             described['hosts'] = stored['hosts'] or {}
             described['servers'] = fold_reports(described['hosts'])
+            # Why it failed, in one text: a host's report, else the failed task's message (undo.yml's refusals).
+            described['failure'] = failure_reason(stored['status'], described['hosts'], records, stored['error'])
         return described
 
 
@@ -277,11 +311,16 @@ def create_app(inventory, db_path, runs_dir, token, allowed_hosts=None, patch_di
     @app.get('/api/redeploys')
     def redeploys(limit: Optional[str] = None):
         count = bounded_int(limit, 'limit', 1, HISTORY_MAX, 20)
-        return {'redeploys': [dict((key, run[key]) for key in ('id', 'status', 'created_at', 'finished_at', 'limit'))
+        return {'redeploys': [{key: run[key] for key in ('id', 'kind', 'status', 'created_at', 'finished_at', 'limit')}
                               for run in dashboard.store.runs(count)]}
 
     @app.post('/api/redeploys', status_code=202, dependencies=[Depends(require_token)])
     def start(request: RedeployRequest):
+        return {'id': dashboard.start(request)}
+
+    @app.post('/api/undos', status_code=202, dependencies=[Depends(require_token)])
+    def undo(request: UndoRequest):
+        # Followed as a redeploy is: /api/redeploys/{id}, its events, its cancel.
         return {'id': dashboard.start(request)}
 
     @app.get('/api/redeploys/{run_id}')
@@ -296,13 +335,13 @@ def create_app(inventory, db_path, runs_dir, token, allowed_hosts=None, patch_di
     def timeline(run_id: str):
         described = dashboard.describe(run_id)
         svg = render(dashboard.store.records(run_id), described.get('hosts') or {},
-                     title='redeploy %s: %s' % (run_id, described['status']))
+                     title='%s %s: %s' % (described['kind'], run_id, described['status']))
         return Response(svg, media_type='image/svg+xml')
 
     @app.get('/api/redeploys/{run_id}/performance.svg')
     def performance_chart(run_id: str):
         described = dashboard.describe(run_id)
-        svg = performance.render(described.get('hosts') or {}, title='redeploy %s' % run_id)
+        svg = performance.render(described.get('hosts') or {}, title='%s %s' % (described['kind'], run_id))
         return Response(svg, media_type='image/svg+xml') if svg else Response(status_code=204)
 
     @app.get('/api/redeploys/{run_id}/events')

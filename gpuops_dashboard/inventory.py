@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import ansible_runner
 import yaml
 
+from gpuops_dashboard import revisions as _revisions
 from gpuops_dashboard import speculation
 from gpuops_dashboard.redeploy import REPO, ansible_environment, _inventory_path
 from ansible_collections.gpuops.sglang.plugins.plugin_utils._host_files import host_file
@@ -112,6 +113,15 @@ def resolve_template(has_api_key, defaults):
     entries = ['"address": ' + _ADDRESS % variable('sglang_host'), _MACHINE_ADDRESS]
     entries.extend('"%s": %s' % (key, variable(name)) for key, name in HOST_VARIABLES.items())
     return '{{ {' + ', '.join(entries) + (_HAS_API_KEY if has_api_key else '') + '} }}'
+
+
+def revisions_arguments(defaults):
+    """sglang_revisions' arguments (JSON) for the listing of each host's revisions, templated per host by Ansible: the
+    folder the role keeps them in (sglang_guard_dir/sglang_service_name, `defaults` (the role's) where unset)."""
+    folder = '{{ sglang_guard_dir | default(%s) }}/{{ sglang_service_name | default(%s) }}' % (
+        _literal('sglang_guard_dir', defaults.get('sglang_guard_dir')),
+        _literal('sglang_service_name', defaults.get('sglang_service_name')))
+    return json.dumps({'state': 'listed', 'folder': folder})
 
 
 def resolve_hosts(inventory, pattern='gpu'):
@@ -258,6 +268,9 @@ class HostDirectory(object):
         self.pattern = pattern
         self._hosts = None
         self._lock = threading.Lock()
+        # Each server's revisions, read on the hosts through Ansible on a thread of their own (revisions.py).
+        self.revisions = _revisions.RevisionReader(lambda names, stop, on_answer: _revisions.read(
+            inventory, names, revisions_arguments(role_defaults()), stop, on_answer))
 
     def hosts(self, refresh=False):
         with self._lock:
@@ -266,9 +279,14 @@ class HostDirectory(object):
             return self._hosts
 
     def state(self, refresh=False):
-        """One card per host; the servers' reads all end within READ_BOUND_S of the start of this one."""
+        """One card per host; the servers' reads all end within READ_BOUND_S of the start of this one, and so does
+        the wait for their revisions (the last listing, or why there is none, when the read takes longer)."""
         hosts = self.hosts(refresh)
         deadline = time.monotonic() + READ_BOUND_S
+        # Started first, waited for last: the ssh connections overlap the HTTP reads.
+        listings = ThreadPoolExecutor(max_workers=1, thread_name_prefix='revisions-wait')
+        revisions = listings.submit(self.revisions.listings, list(hosts), deadline)
+        listings.shutdown(wait=False)
 
         def one(item):
             name, variables = item
@@ -289,7 +307,11 @@ class HostDirectory(object):
                     'speculation': speculation.summary(last_speculation(variables.get('report_dir'), name))}
         # A host waiting for a worker gets what is left of the one deadline: many hosts read in parallel.
         with ThreadPoolExecutor(max_workers=max(1, min(32, len(hosts)))) as pool:
-            return list(pool.map(one, hosts.items()))
+            cards = list(pool.map(one, hosts.items()))
+        listed = revisions.result()
+        for card in cards:
+            card['revisions'] = listed[card['name']]
+        return cards
 
     def reports_since(self, names, since):
         """Report files written at or after `since` (epoch seconds): what a cancelled run left per host."""

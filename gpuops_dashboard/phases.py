@@ -237,3 +237,25 @@ def current_phase(records):
     return dict((host, {'phase': phases[-1]['phase'], 'label': phases[-1]['label'], 'state': phases[-1]['state'],
                         'attempts': phases[-1]['attempts']})
                 for host, phases in host_phases(records).items() if phases)
+
+
+# Report statuses of a host whose run did not leave it as asked (plugin_utils/_report.py).
+FAILED_STATUSES = ('failed', 'rolled_back')
+
+
+def failure_reason(status, hosts, records, error=None):
+    """Why a finished run failed, in one text for the page (None for a successful or cancelled run): each failed
+    host's report reason (`hosts`: the run's per-host summary), else each failed task's message as the records
+    kept it (a refusal before any report: undo.yml's own checks, an unreachable host), else the runner's error."""
+    if status != 'failed':
+        return None
+    reasons = ['%s: %s' % (host, report.get('reason') or report.get('status'))
+               for host, report in sorted((hosts or {}).items())
+               if isinstance(report, dict) and report.get('status') in FAILED_STATUSES]
+    if not reasons:
+        for record in records:
+            if record.get('kind') == 'task' and record.get('state') in ('failed', 'unreachable'):
+                reason = '%s: %s' % (record.get('host'), record.get('msg') or record.get('task'))
+                if reason not in reasons:
+                    reasons.append(reason)
+    return '; '.join(reasons) or error or 'the run failed without a failed task or report (see its artifacts)'

@@ -43,6 +43,9 @@ from gpuops_dashboard import phases as _phases
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLAYBOOK = os.path.join(REPO, 'playbooks', 'redeploy.yml')
+# An undo (docs/undo.md) runs the same way: its playbook, one server's --limit, and sglang_undo_to.
+UNDO_PLAYBOOK = os.path.join(REPO, 'playbooks', 'undo.yml')
+PLAYBOOKS = {'redeploy': PLAYBOOK, 'undo': UNDO_PLAYBOOK}
 DEFAULT_RUNS_DIR = os.path.join(REPO, '.cache', 'dashboard', 'runs')
 # ansible-runner checks its cancel callback once per pexpect_timeout (5 s by default; 0.2 s measured 0.27 s).
 CANCEL_POLL_S = 0.2
@@ -87,6 +90,45 @@ def check_limit(limit):
     return limit.strip()
 
 
+def check_revision(revision):
+    """An undo's revision: None (the one before the latest) or a whole number from 1 (never a bool, a string or a
+    template: it reaches the play as data)."""
+    if revision is None:
+        return None
+    if type(revision) is not int or not 1 <= revision < 2 ** 31:
+        raise ValueError('revision must be a whole number from 1 (a revision the server keeps), or null for the one '
+                         'before the latest; not %r' % (revision,))
+    return revision
+
+
+def undo_limit(limit, hosts):
+    """The --limit of an undo: exactly one server, named as the inventory names it. `hosts` is {name: variables}
+    of the inventory's gpu hosts (inventory.HostDirectory.hosts(): `server_group` of each). One host name, or every
+    node of one server group (comma-separated, as undo.yml requires a group undone as a whole); no pattern, group
+    or exclusion: an undo puts files back as root, and a pattern could widen to servers nobody named. ValueError
+    naming the rule otherwise."""
+    limit = check_limit(limit)
+    if limit is None:
+        raise ValueError('an undo is for one server: limit must name it (a host of the inventory, or every node of '
+                         'one server group)')
+    names = [name.strip() for name in limit.split(',')]
+    unknown = [name for name in names if name not in hosts]
+    if unknown:
+        raise ValueError('an undo is for one server: limit must name hosts of the inventory\'s gpu group by their '
+                         'names (no pattern, group or exclusion), and %s is not one; the hosts are %s'
+                         % (', '.join(repr(name) for name in unknown), ', '.join(sorted(hosts))))
+    groups = sorted(set(hosts[name].get('server_group') or '' for name in names))
+    if len(names) != len(set(names)) or len(groups) > 1 or (groups == [''] and len(names) > 1):
+        raise ValueError('an undo is for one server: limit %r names several (one host, or the nodes of one server '
+                         'group); undo them one at a time' % limit)
+    if groups != ['']:
+        nodes = sorted(name for name, variables in hosts.items() if variables.get('server_group') == groups[0])
+        if sorted(names) != nodes:
+            raise ValueError('server group %s is undone as a whole: limit must name all its nodes (%s), not %r'
+                             % (groups[0], ','.join(nodes), limit))
+    return ','.join(names)
+
+
 def new_run_id():
     return time.strftime('%Y%m%dT%H%M%S', time.gmtime()) + '-' + secrets.token_hex(3)
 
@@ -121,10 +163,14 @@ def expectations_after_cancel(records, rollback_deadline_s=None, rollback_idle_s
 
 
 class Redeploy(object):
-    """One run of playbooks/redeploy.yml in a thread. Thread-safe to read from other threads."""
+    """One run of playbooks/redeploy.yml (or, `kind` undo, playbooks/undo.yml) in a thread. Thread-safe to read from
+    other threads."""
 
-    def __init__(self, run_id, private_data_dir, inventory, limit, extra_vars, on_record=None, check=False):
+    def __init__(self, run_id, private_data_dir, inventory, limit, extra_vars, on_record=None, check=False,
+                 kind='redeploy'):
         self.id = run_id
+        self.kind = kind
+        self.playbook = PLAYBOOKS[kind]
         self.private_data_dir = private_data_dir
         self.inventory = inventory
         self.limit = limit
@@ -192,7 +238,7 @@ class Redeploy(object):
         try:
             runner = ansible_runner.run(
                 private_data_dir=self.private_data_dir,
-                playbook=PLAYBOOK,
+                playbook=self.playbook,
                 inventory=self.inventory,
                 limit=self.limit,
                 # No extravars: start() wrote them to env/extravars as !unsafe strings, which ansible-runner
@@ -222,19 +268,27 @@ class Redeploy(object):
 
 
 def start(inventory, limit=None, extra_vars=None, runs_dir=None, run_id=None, on_record=None, check=False,
-          patch_dirs=None):
-    """Start a redeploy and return its Redeploy at once.
+          patch_dirs=None, undo=False, revision=None):
+    """Start a redeploy (with ``undo``, an undo: playbooks/undo.yml) and return its Redeploy at once.
 
     ``inventory`` is required (never ansible.cfg's default): a path, relative to this checkout or absolute.
     ``runs_dir`` holds one private data dir per run (created; default .cache/dashboard/runs).
     ``on_record(run, record)`` is called from the run's thread for every progress record.
     ``extra_vars`` must be documented variables of the role or the playbook (extra_vars.InvalidExtraVars
     otherwise, a ValueError), sglang_patch_file "" or a file inside ``patch_dirs`` (default the collection's
-    files/); ``limit`` None or a host pattern (ValueError for an empty one).
+    files/); ``limit`` None or a host pattern (ValueError for an empty one). An undo needs a ``limit`` (the
+    caller holds it to one server: undo_limit) and takes ``revision`` (check_revision; None: the one before the
+    latest) as sglang_undo_to, which no request's extra variables may set.
     """
     limit = check_limit(limit)
     folders = _extra_vars.patch_folders(_extra_vars.DEFAULT_PATCH_DIRS if patch_dirs is None else patch_dirs)
     extra_vars = _extra_vars.validate(extra_vars or {}, patch_dirs=folders)
+    if undo:
+        if limit is None:
+            raise ValueError('an undo is for one server: limit must name it')
+        revision = check_revision(revision)
+        if revision is not None:
+            extra_vars['sglang_undo_to'] = revision
     inventory_path = _inventory_path(inventory)
     run_id = run_id or new_run_id()
     runs = runs_dir or DEFAULT_RUNS_DIR
@@ -245,9 +299,10 @@ def start(inventory, limit=None, extra_vars=None, runs_dir=None, run_id=None, on
     descriptor = os.open(os.path.join(private, 'request.json'), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, 'w') as handle:
         json.dump({'inventory': inventory, 'limit': limit, 'extra_vars': _extra_vars.redact(extra_vars),
-                   'check': check}, handle)
+                   'check': check, 'kind': 'undo' if undo else 'redeploy'}, handle)
     if extra_vars:
         _extra_vars.write_unsafe(os.path.join(private, 'env', 'extravars'), extra_vars)
-    run = Redeploy(run_id, private, inventory_path, limit, extra_vars, on_record=on_record, check=check)
+    run = Redeploy(run_id, private, inventory_path, limit, extra_vars, on_record=on_record, check=check,
+                   kind='undo' if undo else 'redeploy')
     run._thread.start()
     return run

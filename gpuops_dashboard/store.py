@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS runs (
     extra_vars TEXT NOT NULL,
     hosts TEXT,
     cancel_notice TEXT,
-    error TEXT
+    error TEXT,
+    kind TEXT NOT NULL DEFAULT 'redeploy'
 );
 CREATE TABLE IF NOT EXISTS events (
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -45,6 +46,9 @@ class Store(object):
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute('PRAGMA journal_mode=WAL')
         self._db.executescript(_SCHEMA)
+        # An older dashboard's history has no kind: every run it stored was a redeploy.
+        if 'kind' not in [row[1] for row in self._db.execute('PRAGMA table_info(runs)')]:
+            self._db.execute("ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'redeploy'")
         # A run the previous process left 'running' can no longer be followed: say so.
         self._db.execute("UPDATE runs SET status = 'failed', error = 'the dashboard stopped while the run was "
                          "going; see the hosts and their reports', finished_at = ? WHERE status = 'running'",
@@ -54,11 +58,12 @@ class Store(object):
         with self._lock:
             self._db.close()
 
-    def add_run(self, run_id, inventory, limit, extra_vars, created_at):
+    def add_run(self, run_id, inventory, limit, extra_vars, created_at, kind='redeploy'):
+        """A run that starts now: `kind` 'redeploy' or 'undo'."""
         with self._lock:
-            self._db.execute('INSERT INTO runs (id, created_at, status, inventory, run_limit, extra_vars) '
-                             "VALUES (?, ?, 'running', ?, ?, ?)",
-                             (run_id, created_at, inventory, limit, json.dumps(redact(extra_vars or {}))))
+            self._db.execute('INSERT INTO runs (id, created_at, status, inventory, run_limit, extra_vars, kind) '
+                             "VALUES (?, ?, 'running', ?, ?, ?, ?)",
+                             (run_id, created_at, inventory, limit, json.dumps(redact(extra_vars or {})), kind))
 
     def add_record(self, run_id, record):
         with self._lock:
@@ -76,7 +81,7 @@ class Store(object):
 
     def _row(self, row):
         keys = ('id', 'created_at', 'finished_at', 'status', 'inventory', 'limit', 'extra_vars', 'hosts',
-                'cancel_notice', 'error')
+                'cancel_notice', 'error', 'kind')
         run = dict(zip(keys, row))
         for key in ('extra_vars', 'hosts', 'cancel_notice'):
             run[key] = json.loads(run[key]) if run[key] else None
@@ -87,13 +92,13 @@ class Store(object):
     def run(self, run_id):
         with self._lock:
             row = self._db.execute('SELECT id, created_at, finished_at, status, inventory, run_limit, extra_vars, '
-                                   'hosts, cancel_notice, error FROM runs WHERE id = ?', (run_id,)).fetchone()
+                                   'hosts, cancel_notice, error, kind FROM runs WHERE id = ?', (run_id,)).fetchone()
         return self._row(row) if row else None
 
     def runs(self, limit=20):
         with self._lock:
             rows = self._db.execute('SELECT id, created_at, finished_at, status, inventory, run_limit, extra_vars, '
-                                    'hosts, cancel_notice, error FROM runs ORDER BY created_at DESC LIMIT ?',
+                                    'hosts, cancel_notice, error, kind FROM runs ORDER BY created_at DESC LIMIT ?',
                                     (limit,)).fetchall()
         return [self._row(row) for row in rows]
 

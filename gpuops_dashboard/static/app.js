@@ -79,6 +79,7 @@ async function loadHosts() {
       chart.src = '/api/hosts/' + encodeURIComponent(host.name) + '/speculation.svg';
       card.appendChild(chart);
     }
+    card.appendChild(revisionsBlock(host));
     cards.set(host.name, card);
     // A group is redeployed whole: its option limits the run to every node.
     if (!known.has(host.limit)) select.appendChild(new Option(host.name, host.limit));
@@ -94,6 +95,54 @@ async function loadHosts() {
   }
 }
 
+// The server's revisions on its host (docs/undo.md), newest first, and its undo: to the one before the latest, or to
+// the revision of a line. A group is undone whole (its limit names every node); the revisions shown are rank 0's.
+let revisionsRetries = 0;
+function revisionsBlock(host) {
+  const box = document.createElement('div');
+  box.className = 'revisions small';
+  const listed = host.revisions || {};
+  if (!listed.revisions) {
+    box.appendChild(text('div', 'revisions: ' + (listed.error || 'not read') +
+      (listed.read_at ? ' (read ' + listed.read_at + ')' : ''), 'revisions-unknown'));
+    // Still being read: ask again shortly (the hosts view waits only within its own bound).
+    if (listed.reading && revisionsRetries < 10) { revisionsRetries += 1; setTimeout(loadHosts, 3000); }
+    return box;
+  }
+  box.appendChild(text('div', 'revisions: ' + (listed.count ? listed.count + ' kept, ' + listed.total_bytes +
+    ' bytes, read ' + listed.read_at : 'none kept yet') +
+    (listed.problems.length ? '; unreadable: ' + listed.problems.join('; ') : ''), 'revisions-head'));
+  for (const revision of listed.revisions) {
+    const line = text('div', revision.number + '  ' + (revision.time_utc || '-') + '  run ' + (revision.run_id || '-') +
+      '  ' + revision.size_bytes + ' B  ' + revision.changed.map((file) => file.change + ' ' + file.path).join(', '),
+      'revision');
+    line.dataset.revision = revision.number;
+    if (revision.number !== listed.latest) {
+      const back = text('button', 'undo to ' + revision.number, 'undo-to');
+      back.type = 'button';
+      back.addEventListener('click', () => undo(host, revision.number));
+      line.appendChild(back);
+    }
+    box.appendChild(line);
+  }
+  if (listed.count > 1) {
+    const last = text('button', 'Undo the last redeploy', 'undo');
+    last.type = 'button';
+    last.addEventListener('click', () => undo(host, null));
+    box.appendChild(last);
+  }
+  return box;
+}
+
+async function undo(host, revision) {
+  if (current) { $('status').textContent = 'a run is going: wait for it or cancel it'; return; }
+  sessionStorage.setItem('gpuops-token', $('token').value);
+  try {
+    const answer = await authorised('/api/undos', { limit: host.limit, revision: revision });
+    follow(answer.id, 'undo');
+  } catch (error) { $('status').textContent = 'undo refused: ' + error.message; $('status').className = 'failed'; }
+}
+
 function renderLive(progress) {
   const box = $('live');
   box.replaceChildren();
@@ -105,14 +154,15 @@ function renderLive(progress) {
   }
 }
 
-function follow(id) {
+function follow(id, kind) {
+  kind = kind || 'redeploy';
   current = id;
   const progress = {};
   $('progress').replaceChildren();
   $('notice').textContent = '';
   $('cancel').disabled = false;
   $('start').disabled = true;
-  $('status').textContent = 'redeploy ' + id + ': running';
+  $('status').textContent = kind + ' ' + id + ': running';
   source = new EventSource('/api/redeploys/' + id + '/events');
   source.addEventListener('progress', (message) => {
     const record = JSON.parse(message.data);
@@ -128,12 +178,13 @@ function follow(id) {
   source.addEventListener('end', async (message) => {
     source.close();
     const status = JSON.parse(message.data).status;
-    $('status').textContent = 'redeploy ' + id + ': ' + status;
+    $('status').textContent = kind + ' ' + id + ': ' + status;
     $('status').className = status;
     $('cancel').disabled = true;
     $('start').disabled = false;
     current = null;
     await addTimeline(id, true);
+    revisionsRetries = 0;
     await loadHosts();
   });
 }
@@ -164,10 +215,16 @@ async function addTimeline(id, first) {
   box.className = 'run';
   box.dataset.run = id;
   box.dataset.status = details.status;
-  const head = text('div', new Date(details.created_at * 1000).toLocaleString() + '  ' + id + '  ',
+  box.dataset.kind = details.kind;
+  // An undo says so, with its server and the revision it put back (null: the one before the latest).
+  const what = details.kind === 'undo' ? 'undo of ' + details.limit + ' to revision ' +
+    (details.extra_vars.sglang_undo_to === null ? 'before the latest' : details.extra_vars.sglang_undo_to)
+    : 'redeploy';
+  const head = text('div', new Date(details.created_at * 1000).toLocaleString() + '  ' + what + '  ' + id + '  ',
     'small');
   head.appendChild(text('b', details.status, details.status));
   box.appendChild(head);
+  if (details.failure) box.appendChild(text('div', 'why: ' + details.failure, 'small failure failed'));
   // The run's outcome per server: a group once, with its outcome and its nodes' statuses.
   for (const server of details.servers || []) {
     const line = text('div', server.group ? 'group ' + server.name + ': ' + (server.group.outcome || '-') + ' (' +
@@ -224,7 +281,7 @@ $('cancel').addEventListener('click', async () => {
 async function loadHistory() {
   const body = await (await fetch('/api/redeploys?limit=10')).json();
   for (const run of body.redeploys) {
-    if (run.status === 'running') { if (!current) follow(run.id); continue; }
+    if (run.status === 'running') { if (!current) follow(run.id, run.kind); continue; }
     await addTimeline(run.id, false);
   }
 }
