@@ -3,23 +3,19 @@
 Alertmanager-shaped notifications are POSTed on loopback to this collection's alertmanager event source; the
 rulebook's playbook is a stand-in that records, for every host it runs on, its limit and extra vars, and marks
 a run in progress, so these tests prove the rulebook's rules (which alert undoes which host, when, one at a
-time) and not the undo itself. ansible-rulebook and its Java runtime start once per worker (about 5 s).
+time), not the undo itself (tests/lab/test_undo.py runs the rulebook with the real undo on the lab).
+ansible-rulebook and its Java runtime start once per worker (about 5 s).
 """
 import json
-import os
-import subprocess
 import sys
-import urllib.request
 
 import pytest
 
-from helpers.ansible_run import ANSIBLE_ENV, REPO
-from helpers.simulated import free_port, wait_for
+from helpers.eda import Rulebook, alert
+from helpers.simulated import wait_for
 
 pytestmark = pytest.mark.slow
 
-RULEBOOK = os.path.join(REPO, 'extensions', 'eda', 'rulebooks', 'undo_on_alert.yml')
-BIN = os.path.dirname(sys.executable)
 # The inventory's hosts, all of which the rulebook may undo; gpu9 is in neither.
 HOSTS = ['gpu1', 'gpu2', 'gpu3', 'gpu4', 'gpu5']
 # Each run appends a `start` line (with `overlap` when another run's mark was still there) and an `end` line.
@@ -54,12 +50,11 @@ STANDIN = '''
 '''
 
 
-class Rulebook:
+class RecordingRulebook(Rulebook):
+    """The rulebook with the stand-in for its playbook, on an inventory of HOSTS (local connection)."""
+
     def __init__(self, root):
-        self.root = root
-        self.port = free_port()
         self.record = root / 'record.jsonl'
-        self.log = root / 'ansible-rulebook.log'
         (root / 'recorder.py').write_text(RECORDER)
         playbooks = root / 'standin'
         playbooks.mkdir()
@@ -68,35 +63,9 @@ class Rulebook:
             record=json.dumps(str(self.record)), marker=json.dumps(str(root / 'undo-running'))))
         (root / 'hosts.yml').write_text(json.dumps({'all': {'hosts': {
             host: {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable} for host in HOSTS}}}))
-        (root / 'vars.yml').write_text(json.dumps({
-            'gpuops_undo_hosts': HOSTS, 'gpuops_undo_playbook': str(playbooks / 'undo.yml'),
-            'gpuops_eda_port': self.port}))
-        env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get('PATH', ''), **ANSIBLE_ENV)
-        with open(self.log, 'w') as log:
-            self.process = subprocess.Popen(
-                [os.path.join(BIN, 'ansible-rulebook'), '--rulebook', RULEBOOK, '--inventory', str(root / 'hosts.yml'),
-                 '--vars', str(root / 'vars.yml')],
-                cwd=str(root), env=env, stdout=log, stderr=subprocess.STDOUT)
-        wait_for(self.listening, timeout=90, what='ansible-rulebook listening (log: %s)' % self.log)
-
-    def listening(self):
-        assert self.process.poll() is None, self.log.read_text()
-        try:
-            with urllib.request.urlopen('http://127.0.0.1:%d/' % self.port, timeout=2) as response:
-                return response.status == 200
-        except OSError:
-            return False
-
-    def notify(self, *alerts):
-        """POST one Alertmanager webhook notification (version 4) holding `alerts`."""
-        body = {'version': '4', 'groupKey': '{}:{alertname="SGLangRegressed"}', 'truncatedAlerts': 0,
-                'status': 'firing' if any(alert['status'] == 'firing' for alert in alerts) else 'resolved',
-                'receiver': 'gpuops-undo', 'groupLabels': {}, 'commonLabels': {}, 'commonAnnotations': {},
-                'externalURL': 'http://alertmanager.invalid', 'alerts': list(alerts)}
-        request = urllib.request.Request('http://127.0.0.1:%d/alerts' % self.port, data=json.dumps(body).encode(),
-                                         headers={'Content-Type': 'application/json'}, method='POST')
-        with urllib.request.urlopen(request, timeout=10) as response:
-            assert response.status == 202
+        super().__init__(root, root / 'hosts.yml',
+                         {'gpuops_undo_hosts': HOSTS, 'gpuops_undo_playbook': str(playbooks / 'undo.yml')})
+        self.wait_listening()
 
     def records(self):
         if not self.record.exists():
@@ -110,30 +79,10 @@ class Rulebook:
         wait_for(ended, timeout=60, what='the undo of %s to end (log: %s)' % (host, self.log))
         return self.records()[runs_before:]
 
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def alert(host=None, status='firing', action='undo', name='SGLangThroughputRegressed', fingerprint='3f2a1c0d9e8b7a65'):
-    labels = {'alertname': name, 'severity': 'critical', 'instance': '10.0.0.12:30000'}
-    if host is not None:
-        labels['gpuops_host'] = host
-    if action is not None:
-        labels['gpuops_action'] = action
-    return {'status': status, 'labels': labels,
-            'annotations': {'summary': 'gen_throughput fell below the last revision\'s'},
-            'startsAt': '2026-12-05T10:00:00Z', 'endsAt': '0001-01-01T00:00:00Z' if status == 'firing' else
-            '2026-12-05T10:20:00Z', 'generatorURL': 'http://prometheus.invalid/graph', 'fingerprint': fingerprint}
-
 
 @pytest.fixture(scope='module')
 def rulebook(tmp_path_factory):
-    running = Rulebook(tmp_path_factory.mktemp('eda-undo'))
+    running = RecordingRulebook(tmp_path_factory.mktemp('eda-undo'))
     yield running
     running.stop()
 
