@@ -89,4 +89,6 @@ class ActionModule(ActionBase):
                 read = found[args['state_from']]
                 if isinstance(read, dict) and read.get('machine'):
                     machines[host] = read['machine']
-        return _colocated.decide(me, args['colocated'] or {}, state, machines, play, patch_due)
+        # An undo applies no patch (its decision says so below): what it writes is its revision's files.
+        undo_files = [entry['path'] for entry in args['undo'].get('files') or []] if args['undo'] else None
+        return _colocated.decide(me, args['colocated'] or {}, state, machines, play, patch_due, undo_files)

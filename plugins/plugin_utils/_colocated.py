@@ -238,18 +238,46 @@ def shared_patch_problem(me: str, shared: dict[str, Any]) -> str:
                'are' if len(shared['outside_run']) > 1 else 'is', ', '.join(shared['outside_run']), me))
 
 
+def restores_shared_code(shared: dict[str, Any], undo_files: list[str]) -> list[str]:
+    """The files an undo would put back inside an sglang that neighbours run from too."""
+    site = (shared.get('site_packages') or '').rstrip('/')
+    if not (site and shared['with']):
+        return []
+    return [path for path in undo_files if path.startswith(site + '/')]
+
+
+def shared_undo_problem(me: str, shared: dict[str, Any], undo_files: list[str]) -> str:
+    """Why an undo is refused: it would put back sglang files that neighbours run from too. Unlike a patch, an undo
+    cannot take them along (each server's revisions are its own, and the second server's undo would find the files
+    the first one put back changed by hand), whether they are in the run or not."""
+    files = restores_shared_code(shared, undo_files)
+    if not files:
+        return ''
+    return ('the undo would put back %d file%s of the sglang in %s (%s), which %s also run%s from: their code would'
+            ' change under them. Redeploy %s together with the patch you want instead (it is applied once and each'
+            ' server restarts in its own window), or give %s its own environment (its own sglang_python:'
+            ' docs/colocated.md).'
+            % (len(files), '' if len(files) == 1 else 's', shared['site_packages'], ', '.join(files[:3])
+               + (', ...' if len(files) > 3 else ''), ', '.join(shared['with']), '' if len(shared['with']) > 1 else 's',
+               ' and '.join([me] + shared['with']), me))
+
+
 def decide(me: str, colocated: dict[str, Any], state: dict[str, Any], machines: dict[str, dict[str, Any]],
-           play_hosts: list[str], patch_due: bool) -> dict[str, Any]:
+           play_hosts: list[str], patch_due: bool, undo_files: list[str] | None = None) -> dict[str, Any]:
     """What the decision says of the machine this server shares, after the state read: the neighbours the machines
     confirm, those they deny, the environment shared with them, the play hosts elsewhere in the inventory that report
-    this machine's machine-id, and a problem ('' when none): a patch that would change a neighbour outside the run."""
+    this machine's machine-id, and a problem ('' when none): a patch that would change a neighbour outside the run,
+    or an undo (undo_files: the files its revision puts back; None for a redeploy) of a neighbour's code."""
     near = colocated.get('neighbours') or []
     my_machine = (state.get('machine') or {})
     kept, denied = confirmed(me, my_machine, near, machines)
     shared = shared_environment(me, colocated.get('site_packages'), near, kept, play_hosts)
     # Another address with this machine's machine-id is reported, not refused: hosts cloned from one image share a
     # machine-id (the lab's containers do, and golden images often), so it proves no shared machine by itself.
-    problem = shared_patch_problem(me, shared) if patch_due else ''
+    if undo_files is not None:
+        problem = shared_undo_problem(me, shared, undo_files)
+    else:
+        problem = shared_patch_problem(me, shared) if patch_due else ''
     return {'neighbours': kept, 'neighbours_denied': denied, 'shared_environment': shared,
             'same_machine_id': unnamed_neighbours(me, my_machine, near, machines),
             'code_changed_while_running': bool(state.get('code_changed_since_start')), 'problem': problem}

@@ -199,6 +199,34 @@ def test_the_decision_refuses_a_patch_of_a_shared_environment_unless_all_its_ser
     assert _colocated.decide('gpu2', plan, MINE, machines, play, patch_due)['problem'] == problem
 
 
+WORKER = SITE + '/sglang/srt/speculative/eagle_worker.py'
+
+
+@pytest.mark.parametrize('plan, machines, play, undo_files, problem', [
+    # Only its own files (the launch configuration, the unit): nothing of the neighbour's changes.
+    (colocated({'name': 'gpu2b'}), {}, ['gpu2'], ['/etc/sglang/launch.json'], ''),
+    (colocated({'name': 'gpu2b'}), {}, ['gpu2'], ['/etc/sglang/launch.json', WORKER],
+     'the undo would put back 1 file of the sglang in %s (%s), which gpu2b also runs from: their code would change'
+     ' under them. Redeploy gpu2 and gpu2b together with the patch you want instead (it is applied once and each'
+     ' server restarts in its own window), or give gpu2 its own environment (its own sglang_python:'
+     ' docs/colocated.md).' % (SITE, WORKER)),
+    # In the run too: the second undo would find the files the first put back changed by hand.
+    (colocated({'name': 'gpu2b'}), {'gpu2b': {'machine_id': 'm1'}}, ['gpu2', 'gpu2b'], [WORKER],
+     'the undo would put back 1 file'),
+    (colocated({'name': 'gpu2b', 'site_packages': '/opt/other/site-packages'}), {}, ['gpu2'], [WORKER], ''),
+    (colocated({'name': 'gpu2b'}), {'gpu2b': {'machine_id': 'm2'}}, ['gpu2', 'gpu2b'], [WORKER], ''),
+    # A folder whose name only begins like the site-packages is not inside it.
+    (colocated({'name': 'gpu2b'}), {}, ['gpu2'], [SITE + '-old/sglang/x.py'], ''),
+    # An undo with nothing shared: a patch due in the inventory is not what an undo applies.
+    (colocated(), {}, ['gpu2'], [WORKER], ''),
+], ids=['own-files-only', 'shared-sglang-file', 'neighbour-in-the-run-too', 'own-environment',
+        'machine-denies-the-inventory', 'lookalike-folder', 'no-neighbour'])
+def test_the_decision_refuses_an_undo_that_would_put_back_a_shared_environments_files(
+        plan, machines, play, undo_files, problem):
+    found = _colocated.decide('gpu2', plan, MINE, machines, play, True, undo_files)['problem']
+    assert found.startswith(problem) and bool(found) == bool(problem), found
+
+
 def test_the_decision_names_the_neighbours_it_confirms_denies_and_shares_the_environment_with():
     decided = _colocated.decide('gpu2', colocated({'name': 'gpu2b'}, {'name': 'gpu2c'}),
                                 dict(MINE, code_changed_since_start=True), {'gpu2c': {'machine_id': 'm2'}},
