@@ -2,10 +2,11 @@
 bound (sglang_rollback_idle) can bring a server back within these tests, since the deadline is half an hour away.
 
 The idle bound itself is a setting like any other: what these tests prove is what the guard does when nothing renews
-its lease (and that a live run keeps renewing it), not how long the default is. So one test runs at the role's default
-of 90 s (the dashboard's cancel, as an operator's run is), and the others at the shortest bound the preflight lets
-through: with a 5 s ssh connect timeout (`ansible-playbook --timeout 5`), 5 s x (1 + 0 retries) + 30 s of controller
-slack = 35 s (plugins/plugin_utils/_rules.py, renewal_gap). Faults are injected as in test_outage_window.py.
+its lease (and that a live run keeps renewing it), not how long the default is (90 s; the unit tests of the rules
+hold it). So each runs at the shortest bound the preflight lets through (plugins/plugin_utils/_rules.py,
+renewal_gap): with a 5 s ssh connect timeout (`ansible-playbook --timeout 5`), 5 s x (1 + 0 retries) + 30 s of
+controller slack = 35 s; the dashboard's cancel, whose runs keep ansible's default 10 s connect timeout, 40 s.
+Faults are injected as in test_outage_window.py.
 """
 import json
 import os
@@ -22,8 +23,10 @@ from helpers.lab_window import (CHANGE, files_state, fired, fired_or_none, repor
                                 stop_held, wait_outage_started)
 from helpers.simulated import wait_for
 
-# The role's default (roles/sglang/defaults/main.yml), and the shortest the preflight allows with a 5 s connect.
+# The role's default (roles/sglang/defaults/main.yml); the shortest the preflight allows with ansible's default 10 s
+# connect timeout (the dashboard's runs), and with a 5 s one.
 IDLE = 90
+DASHBOARD_IDLE = 40
 SHORT_CONNECT = 5
 SHORT_IDLE = 35
 TERM = 30
@@ -103,7 +106,8 @@ def test_lease_an_ansible_runner_cancel_restores_within_the_idle_bound(lab, tmp_
     host = lab['gpu2']
     before, previous = files_state(host), fired_or_none(host)
     with stop_held([host]):
-        run = dashboard_redeploy.start(lab_instance.inventory(), limit='gpu2', extra_vars=dict(CHANGE, **DEFAULTS),
+        run = dashboard_redeploy.start(lab_instance.inventory(), limit='gpu2',
+                                       extra_vars=dict(CHANGE, **dict(DEFAULTS, sglang_rollback_idle=DASHBOARD_IDLE)),
                                        runs_dir=str(tmp_path / 'runs'))
         wait_outage_started([host])
         # As an operator cancels: once the dashboard shows the host in its window (its events reach the dashboard
@@ -117,11 +121,11 @@ def test_lease_an_ansible_runner_cancel_restores_within_the_idle_bound(lab, tmp_
     assert status == 'canceled', (status, run.rc, run.error)
     assert run.rc == 254
     assert notice['hosts']['gpu2']['stage'] == 'in_window'
-    assert '%s s after the last step renewed its lease' % IDLE in notice['hosts']['gpu2']['expect']
+    assert '%s s after the last step renewed its lease' % DASHBOARD_IDLE in notice['hosts']['gpu2']['expect']
     written = report('gpu2')
     assert written['status'] == 'failed' and 'the run stopped inside the outage window' in written['reason']
-    assert '%s s after its last renewal (sglang_rollback_idle)' % IDLE in written['reason']
-    assert_restored_by_the_idle_bound(host, before, cancelled, 'the cancel', previous, IDLE)
+    assert '%s s after its last renewal (sglang_rollback_idle)' % DASHBOARD_IDLE in written['reason']
+    assert_restored_by_the_idle_bound(host, before, cancelled, 'the cancel', previous, DASHBOARD_IDLE)
 
 
 def test_lease_a_gpu_host_whose_sshd_stops_mid_window_restores_within_the_idle_bound(lab, tmp_path):
