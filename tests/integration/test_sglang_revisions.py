@@ -89,15 +89,21 @@ def test_three_confirmed_redeploys_keep_the_last_two_revisions_and_the_listing_a
     inventory = tmp_path / 'hosts.yml'
     inventory.write_text(json.dumps({'gpu': {'hosts': {'tiny': {
         'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable,
-        'sglang_guard_dir': str(server.guard_dir.parent), 'sglang_service_name': 'tiny'}}}}))
+        'sglang_guard_dir': str(server.guard_dir.parent), 'sglang_service_name': 'tiny'},
+        # Sets neither: the role's defaults (roles/sglang/defaults/main.yml) name its folder.
+        'plain': {'ansible_connection': 'local', 'ansible_python_interpreter': sys.executable}}}}))
     shown = run_playbook(tmp_path, 'playbooks/revisions.yml', str(inventory), name='revisions', cmdline='--check')
     assert shown.rc == 0, shown.stdout[-2000:]
+    read = {event['event_data']['host']: event['event_data']['res']['invocation']['module_args']['folder']
+            for event in shown.events if event.get('event') == 'runner_on_ok'
+            and event['event_data'].get('task') == 'Read the revisions (changes nothing)'}
+    assert read == {'tiny': str(server.guard_dir), 'plain': '/var/lib/gpuops-sglang/sglang'}, read
 
     def said(task):
         return [event['event_data']['res'].get('msg') for event in shown.events
                 if event.get('event') in ('runner_on_ok', 'runner_item_on_ok') and event['event_data'].get('task') == task
                 and 'results' not in event['event_data']['res']]
-    [summary] = said('Sum it up')
+    [summary] = [line for line in said('Sum it up') if line.startswith('tiny:')]
     assert summary.startswith('tiny: 2 revision(s) (3, 4), the latest 4 of ')
     assert summary.endswith('%d bytes in all' % listed['total_bytes'])
     line = said('Show each revision')[0]
