@@ -125,7 +125,7 @@ def test_never_kills_its_own_ancestors(tmp_path, gpu_host):
         result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host))
     assert not result.failed
     assert result['killed'] == []
-    assert {'pid': os.getpid(), 'reason': 'self/ancestor'}.items() <= result['excluded'][0].items()
+    assert {'pid': os.getpid(), 'why': 'self/ancestor'}.items() <= result['excluded'][0].items()
 
 
 # The driver frees a dead holder's memory at once here: the module reads the GPUs only after the holder is
