@@ -70,6 +70,8 @@ PINNED = {
     'sglang_gpus': 'the GPUs a server owns beside its neighbours, and so what its release ends (the machine\'s layout)',
     'sglang_gpu_driver_info': 'where the release reads which device files are the server\'s GPUs (what it ends)',
     'sglang_undo_to': 'playbooks/undo.yml sets it, with its own --limit and checks: an undo is not a redeploy\'s option',
+    'sglang_revisions_kept': 'how much history the hosts keep: a lower number prunes the older revisions at the next'
+                             ' confirmation, so a request could wipe what the operators can undo to',
     'sglang_config_dir': _ROOT_WRITES,
     'sglang_run_dir': _ROOT_WRITES,
     'sglang_log_file': _ROOT_WRITES,

@@ -31,7 +31,7 @@ READ_BOUND_S = 30.0
 # A listing older than this is read again at the next view (a run that ends makes every listing old).
 FRESH_S = 60.0
 # What a card shows of each revision.
-KEPT = ('number', 'origin', 'time_utc', 'run_id', 'size_bytes')
+KEPT = ('number', 'origin', 'undo_to', 'time_utc', 'run_id', 'size_bytes')
 # ansible-runner's check of its cancel callback (5 s by default).
 CANCEL_POLL_S = 0.2
 
@@ -55,7 +55,7 @@ def shown(result):
     for entry in result.get('revisions') if isinstance(result.get('revisions'), list) else []:
         if not isinstance(entry, dict) or _count(entry.get('number')) is None:
             continue
-        revision = {key: (_count if key in ('number', 'size_bytes') else _text)(entry.get(key)) for key in KEPT}
+        revision = {key: (_count if key in ('number', 'undo_to', 'size_bytes') else _text)(entry.get(key)) for key in KEPT}
         revision['changed'] = [{'path': _text(change.get('path')), 'change': _text(change.get('change'))}
                                for change in entry.get('changed') or [] if isinstance(change, dict)]
         revisions.append(revision)

@@ -18,7 +18,9 @@ def escape(value):
 
 
 COLOURS = {step.phase: step.colour for step in STEPS}
-STATUS_COLOURS = {'redeployed': '#2d6a4f', 'unchanged': '#52606d', 'skipped': '#52606d', 'rolled_back': '#c0392b', 'failed': '#c0392b'}
+# Every status a run's report can have (plugin_utils/_report.py); an undo's `undone` is a success, as `redeployed`.
+STATUS_COLOURS = {'redeployed': '#2d6a4f', 'undone': '#2d6a4f', 'unchanged': '#52606d', 'skipped': '#52606d',
+                  'rolled_back': '#c0392b', 'failed': '#c0392b'}
 # The legend: the window's steps between the few around them that every run has.
 LEGEND = ('preflight', 'prepare', 'prefetch', 'arm') + WINDOW_PHASES + ('confirm', 'rollback')
 

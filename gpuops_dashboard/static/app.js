@@ -60,8 +60,9 @@ async function loadHosts() {
     }
     card.appendChild(text('div', 'patch sha256 ' + (host.patch_sha256 ? host.patch_sha256.slice(0, 12) : '-'), 'small'));
     const last = host.last_report;
-    card.appendChild(text('div', last ? 'last redeploy: ' + last.status + ' (' + last.reason.slice(0, 70) + ')' +
-      (last.downtime_s ? ', outage ' + last.downtime_s + ' s' : '') : 'no redeploy report yet', 'small'));
+    // The last run's report: a redeploy's, or an undo's (status undone).
+    card.appendChild(text('div', last ? 'last run: ' + last.status + ' (' + last.reason.slice(0, 70) + ')' +
+      (last.downtime_s ? ', outage ' + last.downtime_s + ' s' : '') : 'no run report yet', 'small'));
     if (last && last.performance && last.performance.verdict !== 'skipped') {
       card.appendChild(text('div', 'performance gate: ' + last.performance.verdict, 'small'));
     }
@@ -96,7 +97,9 @@ async function loadHosts() {
 }
 
 // The server's revisions on its host (docs/undo.md), newest first, and its undo: to the one before the latest, or to
-// the revision of a line. A group is undone whole (its limit names every node); the revisions shown are rank 0's.
+// the revision of a line, each by the number shown (never "the one before the latest" of a listing that may be a
+// minute old), after the operator confirms it. A group is undone whole (its limit names every node); the revisions
+// shown are rank 0's.
 let revisionsRetries = 0;
 function revisionsBlock(host) {
   const box = document.createElement('div');
@@ -113,7 +116,9 @@ function revisionsBlock(host) {
     ' bytes, read ' + listed.read_at : 'none kept yet') +
     (listed.problems.length ? '; unreadable: ' + listed.problems.join('; ') : ''), 'revisions-head'));
   for (const revision of listed.revisions) {
-    const line = text('div', revision.number + '  ' + (revision.time_utc || '-') + '  run ' + (revision.run_id || '-') +
+    const origin = revision.origin === 'undo' ? 'undo to ' + revision.undo_to : (revision.origin || '-');
+    const line = text('div', revision.number + ' (' + origin + ')  ' + (revision.time_utc || '-') + '  run ' +
+      (revision.run_id || '-') +
       '  ' + revision.size_bytes + ' B  ' + revision.changed.map((file) => file.change + ' ' + file.path).join(', '),
       'revision');
     line.dataset.revision = revision.number;
@@ -125,10 +130,13 @@ function revisionsBlock(host) {
     }
     box.appendChild(line);
   }
-  if (listed.count > 1) {
-    const last = text('button', 'Undo the last redeploy', 'undo');
+  // The revision before the latest, as the playbook's default would take it, when the page lists it.
+  const before = listed.revisions.find((revision) => revision.number === listed.latest - 1);
+  if (before) {
+    const last = text('button', 'Undo the last run (back to revision ' + before.number + ')', 'undo');
     last.type = 'button';
-    last.addEventListener('click', () => undo(host, null));
+    last.dataset.revision = before.number;
+    last.addEventListener('click', () => undo(host, before.number));
     box.appendChild(last);
   }
   return box;
@@ -136,6 +144,12 @@ function revisionsBlock(host) {
 
 async function undo(host, revision) {
   if (current) { $('status').textContent = 'a run is going: wait for it or cancel it'; return; }
+  // An undo stops the server (the same outage window as a redeploy): asked before anything is sent.
+  if (!window.confirm('Undo ' + host.limit + ' to revision ' + revision + '? The server is stopped and restarted ' +
+      'with that revision\'s files.')) {
+    $('status').textContent = 'undo of ' + host.limit + ' not confirmed: nothing was sent';
+    return;
+  }
   sessionStorage.setItem('gpuops-token', $('token').value);
   try {
     const answer = await authorised('/api/undos', { limit: host.limit, revision: revision });

@@ -270,6 +270,11 @@ options:
           report:
             description: The run's summary (the role gives its reasons, the configuration files changed, whether it patched).
             type: dict
+          undo_to:
+            description:
+              - Set by an undo run, the revision it put back; the revision is then recorded with origin V(undo) and this
+                target (not V(redeploy)), so that an undo an alert starts is refused after an undo (docs/undo.md).
+            type: int
 seealso:
   - module: gpuops.sglang.sglang_server
 '''
@@ -634,6 +639,7 @@ ARGUMENT_SPEC = dict(
             found_sglang_version=dict(type='str'),
             patch_sha256=dict(type='str'),
             report=dict(type='dict'),
+            undo_to=dict(type='int'),
         )),
     )),
 )

@@ -14,13 +14,17 @@ description:
   - Every confirmed redeploy that changed something records a revision of the server (M(gpuops.sglang.sglang_guard)
     O(gpuops.sglang.sglang_guard#module:revisions) at the confirmation) in O(folder)C(/revisions/N/), every file the
     run changed as it was before and after, with mode, owner and SHA-256 (docs/undo.md, "Revisions").
-  - O(state=listed) lists them (number, time, run id, sglang version, patch, what changed, size), oldest first.
+  - O(state=listed) lists them (number, origin, time, run id, sglang version, patch, what changed, size), oldest
+    first; a revision whose index cannot be believed, or one of whose kept copies is missing or damaged, is left out
+    and named in RV(problems).
   - O(state=checked) refuses, before anything stops, a run whose revision would not leave O(margin_mib) MiB free on
     the file system of the revisions folder (C(statvfs)); the estimate counts each of O(files) twice (before and
     after), four times when the server has no revision yet (revision 1, the state found, is recorded too).
   - O(state=planned) says what putting the server back to revision O(to) writes (every file the revisions after it
-    changed, each as the first of them found it) and refuses, with the reason, a revision not kept and files whose live
-    state is not what the latest revision left (changed by hand, named). Read only.
+    changed, each as the first of them found it) and refuses, with the reason, a revision not kept, an index this
+    collection did not write, files whose live state is not what the latest revision left (changed by hand, named),
+    and a kept copy it would write that is missing or damaged (each read and its SHA-256 checked, named with its
+    revision). With O(not_after_undo), a latest revision that is itself an undo is refused too. Read only.
   - O(state=restored) plans the same way, then writes every file back byte for byte, with its mode and owner, all or
     nothing (each staged beside its target, then renamed into place); in the outage window, under the guard's lease
     (O(guard)), the guard armed over every file it writes (RV(undo.guard_files)). The run's confirmation then records
@@ -71,6 +75,13 @@ options:
     description:
       - The revision to put back (O(state=planned), O(state=restored)); by default the one before the latest.
     type: int
+  not_after_undo:
+    description:
+      - With O(state=planned) or O(state=restored), refuse when the latest revision is itself an undo (origin V(undo)).
+      - The role sets it for an undo an alert started (C(gpuops_undo_trigger) defined), so an alert that keeps firing
+        never undoes the undo it caused; an operator undoes an undo by hand, with O(to).
+    type: bool
+    default: false
 seealso:
   - module: gpuops.sglang.sglang_guard
 '''
@@ -111,8 +122,11 @@ revisions:
       description: Its number (1 is the state the first recorded run found).
       type: int
     origin:
-      description: V(found) (revision 1, the state found) or V(redeploy).
+      description: V(found) (revision 1, the state found), V(redeploy), or V(undo) (an undo run's, see RV(revisions[].undo_to)).
       type: str
+    undo_to:
+      description: The revision an undo put back (null unless RV(revisions[].origin) is V(undo)).
+      type: int
     time:
       description: When it was recorded (seconds since the epoch, host clock); revision 1's is the first run's arm.
       type: float
@@ -158,7 +172,7 @@ total_bytes:
   returned: always
   type: int
 problems:
-  description: A revision that could not be read, each with why (the others are listed).
+  description: A revision left out of RV(revisions), each with why (an index that cannot be believed, a kept copy missing or damaged).
   returned: always
   type: list
   elements: str
@@ -239,6 +253,7 @@ ARGUMENT_SPEC = dict(
     kept=dict(type='int', default=5),
     margin_mib=dict(type='int', default=256),
     to=dict(type='int'),
+    not_after_undo=dict(type='bool', default=False),
     guard=GUARD_OPTION,
 )
 
@@ -257,7 +272,7 @@ def checked(revisions: Revisions, params: dict[str, Any], result: dict[str, Any]
 
 
 def undo(module: AnsibleModule, revisions: Revisions, params: dict[str, Any], result: dict[str, Any]) -> None:
-    plan = revisions.plan_undo(params['to'])
+    plan = revisions.plan_undo(params['to'], params['not_after_undo'])
     files = [{'path': entry['path'], 'action': entry['action'], 'source': entry['source'],
               'sha256': (entry['want'] or {}).get('sha256')} for entry in plan['files']]
     result['undo'] = {'target': plan['target'], 'latest': plan['latest'], 'kept': plan['kept'],

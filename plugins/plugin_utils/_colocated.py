@@ -238,28 +238,48 @@ def shared_patch_problem(me: str, shared: dict[str, Any]) -> str:
                'are' if len(shared['outside_run']) > 1 else 'is', ', '.join(shared['outside_run']), me))
 
 
-def restores_shared_code(shared: dict[str, Any], undo_files: list[str]) -> list[str]:
-    """The files an undo would put back inside an sglang that neighbours run from too."""
-    site = (shared.get('site_packages') or '').rstrip('/')
-    if not (site and shared['with']):
-        return []
-    return [path for path in undo_files if path.startswith(site + '/')]
+def restores_shared_code(near: list[dict[str, Any]], kept: list[str], undo_files: list[str]) -> list[dict[str, Any]]:
+    """The files an undo would put back inside the sglang of a neighbour confirmed on my machine, per site-packages:
+    [{site_packages, neighbours, files}], in the order the neighbours are named. Every neighbour's site-packages counts,
+    not only the one this server runs from now: its older revisions may name files of an environment it left (a server
+    moved to its own venv) that a neighbour still runs from."""
+    found: list[dict[str, Any]] = []
+    for other in near:
+        site = (other.get('site_packages') or '').rstrip('/')
+        if other['name'] not in kept or not site:
+            continue
+        same = [entry for entry in found if entry['site_packages'] == site]
+        if same:
+            same[0]['neighbours'].append(other['name'])
+            continue
+        files = [path for path in undo_files if path.startswith(site + '/')]
+        if files:
+            found.append({'site_packages': site, 'neighbours': [other['name']], 'files': files})
+    return found
 
 
-def shared_undo_problem(me: str, shared: dict[str, Any], undo_files: list[str]) -> str:
-    """Why an undo is refused: it would put back sglang files that neighbours run from too. Unlike a patch, an undo
+def shared_undo_problem(me: str, site_packages: str | None, near: list[dict[str, Any]], kept: list[str],
+                        undo_files: list[str]) -> str:
+    """Why an undo is refused: it would put back sglang files that a neighbour runs from. Unlike a patch, an undo
     cannot take them along (each server's revisions are its own, and the second server's undo would find the files
     the first one put back changed by hand), whether they are in the run or not."""
-    files = restores_shared_code(shared, undo_files)
-    if not files:
-        return ''
-    return ('the undo would put back %d file%s of the sglang in %s (%s), which %s also run%s from: their code would'
-            ' change under them. Redeploy %s together with the patch you want instead (it is applied once and each'
-            ' server restarts in its own window), or give %s its own environment (its own sglang_python:'
-            ' docs/colocated.md).'
-            % (len(files), '' if len(files) == 1 else 's', shared['site_packages'], ', '.join(files[:3])
-               + (', ...' if len(files) > 3 else ''), ', '.join(shared['with']), '' if len(shared['with']) > 1 else 's',
-               ' and '.join([me] + shared['with']), me))
+    mine = (site_packages or '').rstrip('/')
+    sentences = []
+    for shared in restores_shared_code(near, kept, undo_files):
+        files, others = shared['files'], shared['neighbours']
+        found = ('the undo would put back %d file%s of the sglang in %s (%s), which %s also run%s from: their code would'
+                 ' change under them.' % (len(files), '' if len(files) == 1 else 's', shared['site_packages'],
+                                          ', '.join(files[:3]) + (', ...' if len(files) > 3 else ''), ', '.join(others),
+                                          '' if len(others) > 1 else 's'))
+        if shared['site_packages'] == mine:
+            advice = (' Redeploy %s together with the patch you want instead (it is applied once and each server restarts'
+                      ' in its own window), or give %s its own environment (its own sglang_python: docs/colocated.md).'
+                      % (' and '.join([me] + others), me))
+        else:
+            advice = (' %s runs from %s now, so these files are no longer its own: undo to a revision recorded since'
+                      ' it moved there, or redeploy it instead (docs/colocated.md).' % (me, mine or 'another environment'))
+        sentences.append(found + advice)
+    return ' '.join(sentences)
 
 
 def decide(me: str, colocated: dict[str, Any], state: dict[str, Any], machines: dict[str, dict[str, Any]],
@@ -275,7 +295,7 @@ def decide(me: str, colocated: dict[str, Any], state: dict[str, Any], machines: 
     # Another address with this machine's machine-id is reported, not refused: hosts cloned from one image share a
     # machine-id (the lab's containers do, and golden images often), so it proves no shared machine by itself.
     if undo_files is not None:
-        problem = shared_undo_problem(me, shared, undo_files)
+        problem = shared_undo_problem(me, colocated.get('site_packages'), near, kept, undo_files)
     else:
         problem = shared_patch_problem(me, shared) if patch_due else ''
     return {'neighbours': kept, 'neighbours_denied': denied, 'shared_environment': shared,

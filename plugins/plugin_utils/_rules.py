@@ -252,6 +252,17 @@ def _deadline_problems(settings: dict[str, Any]) -> list[Any]:
     ]
 
 
+def _revision_problems(settings: dict[str, Any]) -> list[tuple[str, bool]]:
+    kept = as_int(settings['sglang_revisions_kept'])
+    return [
+        # Kept 1 keeps only the latest revision, the after-image of the run itself: nothing is left to undo to, and a
+        # first recording (revisions 1 and 2) would keep revision 2 alone.
+        ('sglang_revisions_kept (%s) must be 0 (none recorded) or at least 2: an undo puts back an earlier revision,'
+         ' so 1 would record every run with nothing to undo to.' % as_text(settings['sglang_revisions_kept']),
+         kept == 1 or kept < 0),
+    ]
+
+
 def window_problems(settings: dict[str, Any], group: dict[str, Any] | None, perf_levels: list[int]) -> list[Any]:
     """The window these settings make, and every hand-over of the lease in it (_timing.step_bounds), within the
     longest a guard may keep a host off its previous server (sglang_rollback_deadline's maximum, which the host
@@ -339,6 +350,7 @@ def variable_problems(settings: dict[str, Any], inventory: dict[str, Any]) -> li
     rules += _key_problems(settings) + _folder_problems(settings) + _bake_problems(settings)
     rules += _deadline_problems(settings)
     rules += _lease_problems(settings, inventory.get('controller'))
+    rules += _revision_problems(settings)
     if as_bool(settings['sglang_perf_gate']):
         rules += _perf_problems(settings)
     return [message for message, broken in rules if broken]

@@ -31,7 +31,7 @@ ROLE_SETTINGS = (
     'sglang_patch_file', 'sglang_perf_baseline', 'sglang_perf_gate', 'sglang_perf_itl_tolerance', 'sglang_perf_levels',
     'sglang_perf_max_new_tokens', 'sglang_perf_requests', 'sglang_perf_throughput_tolerance', 'sglang_perf_timeout',
     'sglang_port', 'sglang_prefetch_timeout', 'sglang_python', 'sglang_ready_checks', 'sglang_redeploy_skip', 'sglang_report_dir',
-    'sglang_rollback_deadline', 'sglang_rollback_idle', 'sglang_router_timeout', 'sglang_router_url',
+    'sglang_revisions_kept', 'sglang_rollback_deadline', 'sglang_rollback_idle', 'sglang_router_timeout', 'sglang_router_url',
     'sglang_run_dir', 'sglang_secret_environment', 'sglang_server_group', 'sglang_service_name',
     'sglang_speculative_algorithm', 'sglang_speculative_eagle_topk', 'sglang_speculative_num_draft_tokens',
     'sglang_speculative_num_steps', 'sglang_term_timeout', 'sglang_tp_size', 'sglang_tune_levels',

@@ -243,6 +243,13 @@ def test_timeline_draws_each_phase_the_outage_and_health():
     assert '%s s on the host' % hosts['gpu2']['phases_s']['gpu_release'] in svg
 
 
+@pytest.mark.parametrize('status', ['redeployed', 'undone', 'unchanged', 'skipped', 'rolled_back', 'failed'])
+def test_the_timeline_colours_every_status_a_report_has_and_an_undo_as_a_success(status):
+    svg = timeline.render([], {'gpu2': {'status': status}})
+    assert 'fill="%s">%s</text>' % (timeline.STATUS_COLOURS[status], status) in svg
+    assert timeline.STATUS_COLOURS['undone'] == timeline.STATUS_COLOURS['redeployed']
+
+
 @pytest.mark.parametrize('cut_after, stage', [('preflight', 'before_window'), ('stop', 'in_window'),
                                               ('confirm', 'confirmed')])
 def test_cancel_says_what_to_expect_from_how_far_the_host_got(cut_after, stage):

@@ -203,6 +203,8 @@ def test_the_extra_vars_file_tags_every_string_unsafe_and_ansible_keeps_it_liter
     ({'sglang_rollback_deadline': 0}, 'sglang_rollback_deadline'),
     ({'sglang_rollback_deadline': float('nan')}, 'sglang_rollback_deadline'),
     ({'sglang_rollback_deadline': [1]}, 'sglang_rollback_deadline'),
+    # The hosts' history is the inventory's: a request setting 2 would prune every older revision at its confirmation.
+    ({'sglang_revisions_kept': 2}, 'sglang_revisions_kept'),
 ])
 def test_an_extra_variable_that_is_not_documented_or_of_the_wrong_type_is_refused_by_name(extra, key):
     with pytest.raises(extra_vars.InvalidExtraVars) as refused:

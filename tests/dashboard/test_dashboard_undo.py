@@ -302,12 +302,17 @@ def test_an_older_history_reads_every_run_as_a_redeploy(tmp_path):
 
 def test_the_page_lists_the_revisions_and_its_undo_asks_for_that_server_and_revision(site, page):
     card_when(site['url'], 'solo', lambda card: card['revisions']['revisions'] is not None)
-    asked = []
+    asked, dialogs, answers = [], [], ['dismiss', 'accept', 'accept']
 
     def answer(route, request):
         asked.append((request.headers.get('authorization'), json.loads(request.post_data)))
         route.fulfill(status=202, content_type='application/json', body=json.dumps({'id': 'caught'}))
+
+    def confirm(dialog):
+        dialogs.append((dialog.type, dialog.message))
+        getattr(dialog, answers.pop(0))()
     page.route('**/api/undos', answer)
+    page.on('dialog', confirm)
     page.goto(site['url'] + '/')
     page.fill('#token', TOKEN)
     page.wait_for_selector('.host[data-host="solo"] .revision[data-revision="1"]')
@@ -316,7 +321,24 @@ def test_the_page_lists_the_revisions_and_its_undo_asks_for_that_server_and_revi
     assert 'run run-b' in lines[0].inner_text() and 'modified %s' % site['launch'] in lines[0].inner_text()
     # The current revision has no undo of its own; the others do.
     assert lines[0].query_selector('button') is None
+    assert '3 (redeploy)' in lines[0].inner_text() and '1 (found)' in lines[2].inner_text()
+    # Each undo asks first; one not confirmed sends nothing.
+    lines[2].query_selector('button.undo-to').click()
+    page.wait_for_selector('#status:text-matches("^undo of solo not confirmed: nothing was sent")')
+    assert asked == [] and dialogs == [('confirm', "Undo solo to revision 1? The server is stopped and restarted with "
+                                                   "that revision's files.")]
     lines[2].query_selector('button.undo-to').click()
     # A selector, not a function: the page's policy allows no eval.
     page.wait_for_selector('#status:text-matches("^undo caught")')
     assert asked == [('Bearer ' + TOKEN, {'limit': 'solo', 'revision': 1})]
+    # "Undo the last run" sends the revision it shows (the one before the latest listed), never null.
+    last = page.query_selector('.host[data-host="solo"] button.undo')
+    assert last.inner_text() == 'Undo the last run (back to revision 2)'
+    # The first undo's run is being followed (a second would be refused): a fresh page.
+    page.reload()
+    page.fill('#token', TOKEN)
+    page.wait_for_selector('.host[data-host="solo"] button.undo').click()
+    page.wait_for_selector('#status:text-matches("^undo caught")')
+    assert asked[1:] == [('Bearer ' + TOKEN, {'limit': 'solo', 'revision': 2})]
+    assert [message for kind, message in dialogs[2:]] == ["Undo solo to revision 2? The server is stopped and restarted "
+                                                          "with that revision's files."]

@@ -8,6 +8,7 @@ import hashlib
 import os
 
 import pytest
+import yaml
 
 from helpers.ansible_run import run_task, run_tasks
 from helpers.guarded_files import GuardedFiles
@@ -22,20 +23,20 @@ class Server(GuardedFiles):
     def __init__(self, tmp_path, guard_dir):
         super().__init__(tmp_path, guard_dir, launch_mode=0o640)
 
-    def window(self, run_id, change):
-        """Arm, the window's change (a task), confirm with a revision."""
+    def window(self, run_id, change, **meta):
+        """Arm, the window's change (a task), confirm with a revision (its index saying `meta`)."""
         return [{'name': 'arm %s' % run_id, 'gpuops.sglang.sglang_guard': self.guard(state='armed', run_id=run_id,
                                                                                       deadline=600)},
                 dict(change, name='change %s' % run_id),
                 {'name': 'confirm %s' % run_id, 'gpuops.sglang.sglang_guard': self.guard(
-                    state='confirmed', run_id=run_id, revisions={'kept': 5, 'meta': {}})}]
+                    state='confirmed', run_id=run_id, revisions={'kept': 5, 'meta': meta})}]
 
-    def undo(self, run_id, to=None):
+    def undo(self, run_id, to=None, **meta):
         args = {'state': 'restored', 'folder': str(self.guard_dir),
                 'guard': {'folder': str(self.guard_dir), 'run_id': run_id}}
         if to is not None:
             args['to'] = to
-        return self.window(run_id, {MODULE: args})
+        return self.window(run_id, {MODULE: args}, **meta)
 
 
 @pytest.fixture
@@ -95,3 +96,44 @@ def test_an_undo_to_a_revision_not_kept_or_over_a_file_changed_by_hand_is_refuse
     assert by_hand.failed and str(server.worker) in by_hand['msg'] and str(server.launch) not in by_hand['msg']
     assert server.worker.read_bytes() == b'# hot fix by hand\n' and server.launch.read_bytes() == b'{"other": 48}'
     assert hashlib.sha256(server.launch.read_bytes()).hexdigest() != hashlib.sha256(server.found_launch).hexdigest()
+
+
+def preflight_plan_task(guard_dir, **variables):
+    """The role's own "Plan the undo" task of preflight.yml, as written there, with the variables the role sets."""
+    with open(os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'sglang', 'tasks', 'preflight.yml')) as handle:
+        tasks = yaml.safe_load(handle)
+    task = [task for task in tasks if task.get('name') == 'Plan the undo (the revision put back, and its files)'][0]
+    return dict(task, vars=dict(variables, _sglang_guard_dir=str(guard_dir), sglang_undo_to=None))
+
+
+@pytest.mark.slow
+def test_an_undo_is_recorded_as_one_and_the_preflight_refuses_an_alerts_undo_of_it(server, tmp_path):
+    """Issue 46 review, item 1: an alert that keeps firing must not flip the server between two releases."""
+    results = run_tasks(tmp_path, server.undo('run-4', undo_to=2), name='undo')
+    assert results['confirm run-4']['revision']['numbers'] == [4], results['confirm run-4'].get('msg')
+    listed = run_task(tmp_path, MODULE, {'folder': str(server.guard_dir)}, name='list')
+    assert [(entry['number'], entry['origin'], entry['undo_to']) for entry in listed['revisions']] == [
+        (1, 'found', None), (2, 'redeploy', None), (3, 'redeploy', None), (4, 'undo', 2)]
+
+    alert = run_tasks(tmp_path, [preflight_plan_task(server.guard_dir, gpuops_undo_trigger='alertmanager')], name='alert')
+    refused = list(alert.values())[0]
+    assert refused.failed
+    assert ('an alert undoes a redeploy, never an undo: the latest revision 4 is the undo to 2 (run run-4); undo by '
+            'hand with playbooks/undo.yml --limit HOST -e sglang_undo_to=N (N one of the revisions kept: 1, 2, 3, 4)'
+            in refused['msg']), refused['msg']
+    by_hand = list(run_tasks(tmp_path, [preflight_plan_task(server.guard_dir)], name='by-hand').values())[0]
+    assert not by_hand.failed and by_hand['undo']['target'] == 3, by_hand.get('msg')
+
+
+@pytest.mark.slow
+def test_a_missing_kept_copy_is_refused_by_the_plan_naming_the_file_and_its_revision(server, tmp_path):
+    """Item 2: found before the window, not inside it."""
+    copies = server.guard_dir / 'revisions' / '2' / 'before'
+    [copy] = list(copies.iterdir())
+    copy.unlink()
+    planned = run_task(tmp_path, MODULE, {'state': 'planned', 'folder': str(server.guard_dir), 'to': 1}, name='plan')
+    assert planned.failed
+    assert "%s (revision 2's copy of %s) cannot be read" % (copy, server.worker) in planned['msg'], planned['msg']
+    listed = run_task(tmp_path, MODULE, {'folder': str(server.guard_dir)}, name='list')
+    assert [entry['number'] for entry in listed['revisions']] == [1, 3]
+    assert len(listed['problems']) == 1 and listed['problems'][0].startswith('revision 2: kept copies missing')

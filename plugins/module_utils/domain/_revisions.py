@@ -4,7 +4,8 @@
 """A server's revision history on its host: what each confirmed redeploy changed, before and after (issue 46).
 
 Layout, in the server's guard folder (the role's sglang_guard_dir/SERVICE; docs/undo.md, "Revisions"):
-  revisions/N/revision.json   the index: number, origin, time, run id, sglang version, patch SHA-256, the report's
+  revisions/N/revision.json   the index: number, origin (found, redeploy or undo), undo_to (the revision an undo put
+                              back, else null), time, run id, sglang version, patch SHA-256, the report's
                               summary, and per file {path, change, stored_as, before, after}, each image
                               {kind, sha256, size, mode, uid, gid, owner, group, target} or null (the file was absent)
   revisions/N/before/NAME     the file's bytes before the run (NAME: stored_as, a safe encoding of the path)
@@ -31,6 +32,7 @@ import hashlib
 import json
 import os
 import pwd
+import re
 import shutil
 import stat
 import time
@@ -60,6 +62,9 @@ INDEX_ALLOWANCE = 64 * 1024
 # The free space a revision must leave on its file system, unless the caller says otherwise.
 DEFAULT_MARGIN_MIB = 256
 KEPT_DEFAULT = 5
+ORIGINS = ('found', 'redeploy', 'undo')
+SHA256 = re.compile(r'[0-9a-f]{64}\Z')
+MODE = re.compile(r'[0-7]{3,4}\Z')
 
 
 class RevisionError(Exception):
@@ -147,12 +152,70 @@ def space_problem(needed: int, free: int, margin: int, where: str) -> str:
 def summary(index: dict[str, Any], size: int) -> dict[str, Any]:
     """A revision as the listing shows it."""
     return {
-        'number': index.get('number'), 'origin': index.get('origin'), 'time': index.get('time'),
+        'number': index.get('number'), 'origin': index.get('origin'), 'undo_to': index.get('undo_to'),
+        'time': index.get('time'),
         'time_utc': index.get('time_utc'), 'run_id': index.get('run_id'), 'host': index.get('host'),
         'sglang_version': index.get('sglang_version'), 'patch_sha256': index.get('patch_sha256'),
         'changed': [{'path': entry.get('path'), 'change': entry.get('change')} for entry in index.get('files') or []],
         'size_bytes': size,
     }
+
+
+def _image_problem(found: Any) -> str:
+    if found is None:
+        return ''
+    if not isinstance(found, dict):
+        return 'an image is %s, not an object' % type(found).__name__
+    if found.get('kind') == 'file':
+        if not isinstance(found.get('sha256'), str) or not SHA256.match(found['sha256']):
+            return 'a file image has no SHA-256 (%r)' % (found.get('sha256'),)
+    elif found.get('kind') == 'symlink':
+        if not isinstance(found.get('target'), str) or not found['target']:
+            return 'a symlink image has no target'
+    else:
+        return 'an image has kind %r (file or symlink expected)' % (found.get('kind'),)
+    if found.get('mode') is not None and not (isinstance(found['mode'], str) and MODE.match(found['mode'])):
+        return 'an image has mode %r (an octal string expected)' % (found['mode'],)
+    for key in ('uid', 'gid'):
+        if found.get(key) is not None and (not isinstance(found[key], int) or isinstance(found[key], bool) or found[key] < 0):
+            return 'an image has %s %r (a whole number expected)' % (key, found[key])
+    return ''
+
+
+def index_problem(index: Any, number: int) -> str:
+    """Why a revision index cannot be believed ("" when it can): not an object, another number, an origin or an image
+    this collection never writes, or a file whose path is not absolute and normalised (an undo writes there as root,
+    so `/etc/../x`, `etc/x` or `//x` are refused, not resolved) or whose stored copy is not a plain name."""
+    if not isinstance(index, dict):
+        return 'it holds no revision index (%s)' % type(index).__name__
+    if index.get('number') != number:
+        return 'it says it is revision %r' % (index.get('number'),)
+    if index.get('origin') not in ORIGINS:
+        return 'its origin is %r (one of %s expected)' % (index.get('origin'), ', '.join(ORIGINS))
+    undo_to = index.get('undo_to')
+    if undo_to is not None and (not isinstance(undo_to, int) or isinstance(undo_to, bool) or not 1 <= undo_to < number):
+        return 'its undo_to is %r (an earlier revision number expected)' % (undo_to,)
+    files = index.get('files')
+    if not isinstance(files, list):
+        return 'it has no list of files'
+    seen = set()
+    for entry in files:
+        if not isinstance(entry, dict):
+            return 'a file entry is %s, not an object' % type(entry).__name__
+        path = entry.get('path')
+        if not isinstance(path, str) or not os.path.isabs(path) or os.path.normpath(path) != path or path.startswith('//'):
+            return 'a file path %r is not absolute and normalised' % (path,)
+        if path in seen:
+            return '%s is listed twice' % path
+        seen.add(path)
+        name = entry.get('stored_as')
+        if not isinstance(name, str) or not name or '/' in name or name in ('.', '..') or '\0' in name:
+            return 'the copy of %s is named %r: not a file name of its folder' % (path, name)
+        for side in ('before', 'after'):
+            problem = _image_problem(entry.get(side))
+            if problem:
+                return '%s of %s: %s' % (side, path, problem)
+    return ''
 
 
 # --- pure: the undo ------------------------------------------------------------------
@@ -313,9 +376,29 @@ class Revisions:
             raise RevisionError('%s is not safe to read: %s' % (path, exc))
         except ValueError:
             raise RevisionError('%s is not valid JSON' % path)
-        if not isinstance(found, dict):
-            raise RevisionError('%s holds no revision index' % path)
+        problem = index_problem(found, number)
+        if problem:
+            raise RevisionError('%s is not an index this collection wrote: %s. Nothing of it is believed; remove that '
+                                'revision folder (and undo only to a revision after it) or put back its index'
+                                % (path, problem))
         return found
+
+    def copy_path(self, number: int, side: str, name: str) -> str:
+        return os.path.join(self.folder, str(number), side, name)
+
+    def copy_problems(self, number: int, index: dict[str, Any]) -> list[str]:
+        """Each kept copy (before/ and after/) of a revision that is missing or whose SHA-256 is not its index's."""
+        problems = []
+        for entry in index['files']:
+            for side in ('before', 'after'):
+                want = entry.get(side)
+                if want is None or want['kind'] != 'file':
+                    continue
+                path = self.copy_path(number, side, entry['stored_as'])
+                problem = _read_copy(path, want['sha256'])[1]
+                if problem:
+                    problems.append('the %s-image of %s (%s %s)' % (side, entry['path'], path, problem))
+        return problems
 
     def listed(self) -> tuple[list[dict[str, Any]], list[str]]:
         """(each revision's summary, oldest first; a problem per revision that cannot be read)."""
@@ -323,7 +406,12 @@ class Revisions:
         found, problems = [], []
         for number in self.numbers():
             try:
-                found.append(summary(self.index(number), folder_size(os.path.join(self.folder, str(number)))))
+                index = self.index(number)
+                damaged = self.copy_problems(number, index)
+                if damaged:
+                    raise RevisionError('kept copies missing or damaged: %s; an undo that needs them is refused'
+                                        % '; '.join(damaged))
+                found.append(summary(index, folder_size(os.path.join(self.folder, str(number)))))
             except (RevisionError, OSError) as exc:
                 problems.append('revision %d: %s' % (number, exc))
         return found, problems
@@ -377,11 +465,16 @@ class Revisions:
                 # Written only on a first recording: the state this run found, as its own revision.
                 files = [(path, 'found', before, before_data, before, before_data)
                          for path, _change, before, before_data, _after, _after_data in changed]
-                header = {'origin': 'found', 'time': meta.get('armed_at') or now, 'run_id': meta.get('run_id'),
+                header = {'origin': 'found', 'undo_to': None, 'time': meta.get('armed_at') or now,
+                          'run_id': meta.get('run_id'),
                           'sglang_version': meta.get('found_sglang_version'), 'patch_sha256': None, 'report': None}
             else:
                 files = changed
-                header = {'origin': 'redeploy', 'time': now, 'run_id': meta.get('run_id'),
+                # An undo (its confirmation passes the revision it put back) is told apart from a redeploy: an
+                # alert's undo never undoes one (plan_undo's not_after_undo).
+                undo_to = meta.get('undo_to')
+                header = {'origin': 'undo' if undo_to is not None else 'redeploy', 'undo_to': undo_to,
+                          'time': now, 'run_id': meta.get('run_id'),
                           'sglang_version': meta.get('sglang_version'), 'patch_sha256': meta.get('patch_sha256'),
                           'report': meta.get('report')}
             header.update(time_utc=_utc(header['time']), host=meta.get('host'))
@@ -394,14 +487,25 @@ class Revisions:
                       files=[{'path': item[0], 'change': item[1]} for item in changed])
         return result
 
-    def plan_undo(self, target: int | None) -> dict[str, Any]:
+    def plan_undo(self, target: int | None, not_after_undo: bool = False) -> dict[str, Any]:
         """What putting the server back to revision `target` (None: the one before the latest) writes, checked: the
-        revision is kept, every later one too, and every file is live as the latest revision left it. RevisionError
-        (nothing read beyond the indexes and the live files, nothing written) otherwise.
+        revision is kept, every later one too, every index is one this collection wrote, every file is live as the
+        latest revision left it, and every kept copy the undo will write is there with its recorded SHA-256 (read
+        now, so a missing or damaged one refuses the undo before anything stops, not inside the window). With
+        `not_after_undo` (an undo an alert started), a latest revision that is itself an undo is refused too: the
+        alert that keeps firing must not flip the server back. RevisionError (nothing written) otherwise.
 
         Returns {target, latest, kept, files}: files as undo_files, each with `action` (write, link or remove)."""
         self.check_folder()
         numbers = self.numbers()
+        if not_after_undo and numbers:
+            latest = self.index(numbers[-1])
+            if latest['origin'] == 'undo':
+                raise RevisionError('an alert undoes a redeploy, never an undo: the latest revision %d is the undo to %s '
+                                    '(run %s); undo by hand with playbooks/undo.yml --limit HOST -e sglang_undo_to=N (N '
+                                    'one of the revisions kept: %s) if the server must go back further; nothing was '
+                                    'stopped' % (numbers[-1], latest.get('undo_to'), latest.get('run_id'),
+                                                 ', '.join(str(number) for number in numbers)))
         wanted, problem = undo_target_problem(numbers, target)
         if problem:
             raise RevisionError(problem)
@@ -417,6 +521,8 @@ class Revisions:
         for entry in files:
             want = entry['want']
             entry['action'] = 'remove' if want is None else ('link' if want['kind'] == 'symlink' else 'write')
+            if entry['action'] == 'write':
+                self.kept_bytes(entry)
         return {'target': wanted, 'latest': numbers[-1], 'kept': numbers, 'files': files}
 
     def kept_bytes(self, entry: dict[str, Any]) -> bytes:
@@ -425,11 +531,12 @@ class Revisions:
         if not name or '/' in name or name in ('.', '..'):
             raise RevisionError('revision %d names %r as the copy of %s: not a file name of its folder'
                                 % (entry['source'], name, entry['path']))
-        path = os.path.join(self.folder, str(entry['source']), 'before', name)
-        data = read_bytes(path)
-        if hashlib.sha256(data).hexdigest() != entry['want']['sha256']:
-            raise RevisionError('%s (the copy of %s) is damaged: its SHA-256 differs from revision %d\'s index; nothing '
-                                'was written' % (path, entry['path'], entry['source']))
+        path = self.copy_path(entry['source'], 'before', name)
+        data, problem = _read_copy(path, entry['want']['sha256'])
+        if problem:
+            raise RevisionError('%s (revision %d\'s copy of %s) %s; the undo cannot put that file back, so nothing was '
+                                'written: undo to revision %d or a later one (which needs no copy of it), or restore the '
+                                'copy' % (path, entry['source'], entry['path'], problem, entry['source']))
         return data
 
     def restore(self, plan: dict[str, Any], renew: Callable[[], Any] = lambda: None) -> list[dict[str, Any]]:
@@ -472,6 +579,17 @@ class Revisions:
         index = dict(header, format=FORMAT, number=number, files=listed)
         write_atomic(os.path.join(staging, INDEX), json.dumps(index, indent=1, sort_keys=True).encode('utf-8'), 0o600)
         os.rename(staging, os.path.join(self.folder, str(number)))
+
+
+def _read_copy(path: str, sha256: str) -> tuple[bytes | None, str]:
+    """(a kept copy's bytes, ""), or (None, why they are not the bytes its index names)."""
+    try:
+        data = read_bytes(path)
+    except OSError as exc:
+        return None, 'cannot be read: %s' % (exc.strerror or exc)
+    if hashlib.sha256(data).hexdigest() != sha256:
+        return None, 'is damaged: its SHA-256 differs from the index'
+    return data, ''
 
 
 def _mode_of(want: dict[str, Any]) -> int:

@@ -13,7 +13,7 @@ NOTIFICATION = {'version': '4', 'status': 'firing', 'receiver': 'gpuops-undo', '
     {'status': 'resolved', 'labels': {'alertname': 'B', 'instance': 'gpu1'}, 'fingerprint': 'bb'}]}
 
 
-def deliver(args, body, endpoint='alerts'):
+def deliver(args, body, endpoint='alerts', content_type='application/json'):
     """POST `body` to a source started with `args`: (HTTP status, the events it queued)."""
     async def scenario():
         queue = asyncio.Queue()
@@ -28,7 +28,7 @@ def deliver(args, body, endpoint='alerts'):
                 except aiohttp.ClientConnectionError:
                     await asyncio.sleep(0.01)
             async with session.post('http://127.0.0.1:%d/%s' % (port, endpoint), data=body,
-                                    headers={'Content-Type': 'application/json'}) as response:
+                                    headers={'Content-Type': content_type}) as response:
                 status = response.status
         source.cancel()
         await asyncio.gather(source, return_exceptions=True)
@@ -67,3 +67,8 @@ def test_paths_walk_dicts_and_list_indexes_and_a_host_that_is_not_a_string_names
     assert alertmanager.alerts_of({'alerts': {'one': 1}}, 'alerts', '.') == [{'one': 1}]
     assert alertmanager.alerts_of({}, 'alerts', '.') == []
     assert alertmanager.hosts_of({'labels': {'gpuops_host': ['gpu1']}}, 'labels.gpuops_host', '.') == []
+
+
+def test_a_body_that_is_not_utf8_text_or_names_an_unknown_charset_is_refused_with_400():
+    assert deliver({}, b'{"alerts": "\xff\xfe"}') == (400, [])
+    assert deliver({}, json.dumps(NOTIFICATION), content_type='application/json; charset=no-such-charset') == (400, [])

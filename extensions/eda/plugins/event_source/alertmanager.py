@@ -6,12 +6,12 @@ The same options and the same events as ansible.eda.alertmanager (event-driven-a
 extensions/eda/plugins/event_source/alertmanager.py), so a rulebook written for one runs with the other:
 that collection comes from Galaxy only, which the machines this collection is built and tested on cannot
 reach. Two differences, both safer defaults: it listens on 127.0.0.1 unless told otherwise, and a body
-that is not JSON is answered 400 instead of an unhandled error.
+that is not JSON (not UTF-8 text, or in a charset Python does not know, included) is answered 400 instead of
+an unhandled error.
 """
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -127,9 +127,11 @@ async def status(_request: web.Request) -> web.Response:
 async def webhook(request: web.Request) -> web.Response:
     try:
         payload = await request.json()
-    except json.JSONDecodeError as exc:
+    # aiohttp decodes the body before parsing it: bytes that are not text in its charset raise UnicodeDecodeError
+    # (a ValueError, as JSONDecodeError is), a charset Python does not know LookupError.
+    except (ValueError, LookupError) as exc:
         LOGGER.warning('alertmanager: %s sent a body that is not JSON (%s): ignored', request.remote, exc)
-        return web.Response(status=400, text='the body is not JSON: send Alertmanager webhook JSON')
+        return web.Response(status=400, text='the body is not JSON (UTF-8): send Alertmanager webhook JSON')
     endpoint = request.match_info['endpoint']
     headers = dict(request.headers)
     config = request.app[CONFIG_KEY]

@@ -1,6 +1,7 @@
 """The undo over a server's revisions (domain/_revisions.py, issue 46 item 2): which files an undo to revision N writes
 and from which revision's bytes, the refusals (a revision not kept, files changed by hand), and the all-or-nothing
 restore on real files in a folder the guard's trust rule accepts."""
+import json
 import os
 from types import SimpleNamespace
 
@@ -75,11 +76,18 @@ def test_files_whose_live_state_is_not_the_latest_after_image_are_named():
 class Server(GuardFiles):
     """A guard folder and live files, and revisions recorded as the guard's confirmation does."""
 
-    def redeploy(self, names, change, run_id):
+    def redeploy(self, names, change, run_id, **meta):
         entries = self.arm(names)
         change()
         plenty = lambda path: SimpleNamespace(f_bavail=10 ** 6, f_frsize=4096)  # noqa: E731
-        return Revisions(str(self.guard), plenty).record(entries, {'run_id': run_id}, 5, 0)
+        return Revisions(str(self.guard), plenty).record(entries, dict(meta, run_id=run_id), 5, 0)
+
+    def undo(self, target):
+        """An undo run as the role makes it: planned, restored under the guard's arm, confirmed with its target."""
+        revisions = Revisions(str(self.guard))
+        plan = revisions.plan_undo(target)
+        return self.redeploy(['launch.json', 'worker.py', 'tiers.json'], lambda: revisions.restore(plan),
+                             'undo-%d' % plan['target'], undo_to=plan['target'])
 
 
 @pytest.fixture
@@ -159,3 +167,99 @@ def test_a_rename_that_fails_midway_puts_back_the_files_already_replaced(server,
     assert server.read('launch.json')[0] == b'{"max_running_requests": 48}'
     assert server.read('tiers.json')[0] == b'{}' and server.read('worker.py')[0] == b'patched\n'
     assert sorted(os.listdir(str(server.live))) == ['launch.json', 'tiers.json', 'worker.py']
+
+
+# --- an undo is recorded as one, and an alert never undoes it (issue 46 review, item 1) ------------------------
+
+def test_an_undo_is_recorded_with_origin_undo_and_its_target_and_listed_so(server):
+    recorded = server.undo(1)
+    assert recorded['number'] == 4
+    index = json.loads((server.guard / 'revisions' / '4' / 'revision.json').read_text())
+    assert (index['origin'], index['undo_to']) == ('undo', 1)
+    listed, problems = Revisions(str(server.guard)).listed()
+    assert problems == []
+    assert [(entry['number'], entry['origin'], entry['undo_to']) for entry in listed] == [
+        (1, 'found', None), (2, 'redeploy', None), (3, 'redeploy', None), (4, 'undo', 1)]
+
+
+def test_an_undo_an_alert_starts_is_refused_after_an_undo_before_anything_is_read_further(server):
+    server.undo(None)  # revision 4: the undo to 2
+    with pytest.raises(RevisionError) as refused:
+        Revisions(str(server.guard)).plan_undo(None, not_after_undo=True)
+    assert str(refused.value).startswith('an alert undoes a redeploy, never an undo: the latest revision 4 is the undo '
+                                         'to 2 (run undo-2); undo by hand with playbooks/undo.yml --limit HOST '
+                                         '-e sglang_undo_to=N (N one of the revisions kept: 1, 2, 3, 4)')
+    # By hand the undo of an undo stands (it can be undone), and an alert's undo of a redeploy too.
+    assert Revisions(str(server.guard)).plan_undo(None)['target'] == 3
+    server.redeploy(['launch.json'], lambda: server.write('launch.json', b'{"max_running_requests": 32}'), 'run-5')
+    assert Revisions(str(server.guard)).plan_undo(None, not_after_undo=True)['target'] == 4
+
+
+# --- the plan reads every kept copy it will write (item 2) --------------------------------------------------------
+
+def copy_of(server, number, name, side='before'):
+    return server.guard / 'revisions' / str(number) / side / server.path(name).replace('/', '%2F')
+
+
+@pytest.mark.parametrize('spoil, why', [
+    (lambda copy: copy.write_bytes(b'tampered\n'), 'is damaged: its SHA-256 differs from the index'),
+    (lambda copy: copy.unlink(), 'cannot be read: No such file or directory'),
+])
+def test_a_missing_or_damaged_copy_refuses_the_plan_naming_the_file_and_its_revision(server, spoil, why):
+    spoil(copy_of(server, 2, 'worker.py'))
+    with pytest.raises(RevisionError) as refused:
+        Revisions(str(server.guard)).plan_undo(1)
+    assert str(refused.value).startswith("%s (revision 2's copy of %s) " % (copy_of(server, 2, 'worker.py'),
+                                                                            server.path('worker.py')))
+    assert why in str(refused.value) and 'undo to revision 2 or a later one' in str(refused.value)
+    # An undo that needs no copy of revision 2 is planned.
+    assert Revisions(str(server.guard)).plan_undo(2)['target'] == 2
+    listed, problems = Revisions(str(server.guard)).listed()
+    assert [entry['number'] for entry in listed] == [1, 3]
+    assert len(problems) == 1 and problems[0].startswith('revision 2: kept copies missing or damaged: the before-image '
+                                                         'of %s (%s' % (server.path('worker.py'), copy_of(server, 2, 'worker.py')))
+
+
+def test_a_damaged_after_image_is_reported_by_the_listing(server):
+    copy_of(server, 3, 'launch.json', 'after').write_bytes(b'{}')
+    listed, problems = Revisions(str(server.guard)).listed()
+    assert [entry['number'] for entry in listed] == [1, 2]
+    assert problems == ['revision 3: kept copies missing or damaged: the after-image of %s (%s is damaged: its SHA-256 '
+                        'differs from the index); an undo that needs them is refused'
+                        % (server.path('launch.json'), copy_of(server, 3, 'launch.json', 'after'))]
+
+
+# --- an index this collection did not write (item 7) ---------------------------------------------------------------
+
+def rewrite_index(server, number, change):
+    path = server.guard / 'revisions' / str(number) / 'revision.json'
+    index = json.loads(path.read_text())
+    change(index)
+    path.write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize('change, why', [
+    (lambda index: index.pop('files'), 'it has no list of files'),
+    (lambda index: index['files'].append('/etc/passwd'), 'a file entry is str, not an object'),
+    (lambda index: index['files'][0].pop('path'), 'a file path None is not absolute and normalised'),
+    (lambda index: index['files'][0].update(path='etc/shadow'), "a file path 'etc/shadow' is not absolute"),
+    (lambda index: index['files'][0].update(path='/srv/../etc/shadow'), "a file path '/srv/../etc/shadow' is not absolute"),
+    (lambda index: index['files'][0].update(path='//etc/shadow'), "a file path '//etc/shadow' is not absolute"),
+    (lambda index: index['files'][0].update(stored_as='../1/before/x'), "not a file name of its folder"),
+    (lambda index: index['files'][0].update(before={'kind': 'file'}), 'a file image has no SHA-256 (None)'),
+    (lambda index: index['files'][0].update(before='x'), 'an image is str, not an object'),
+    (lambda index: index['files'][0]['before'].update(mode='rwx'), "an image has mode 'rwx'"),
+    (lambda index: index['files'][0]['before'].update(kind='fifo'), "an image has kind 'fifo'"),
+    (lambda index: index.update(number=9), 'it says it is revision 9'),
+    (lambda index: index.update(origin='manual'), "its origin is 'manual'"),
+])
+def test_a_malformed_index_is_that_revisions_problem_in_the_listing_and_a_refusal_naming_it_in_the_plan(server, change, why):
+    rewrite_index(server, 3, change)
+    index = str(server.guard / 'revisions' / '3' / 'revision.json')
+    listed, problems = Revisions(str(server.guard)).listed()
+    assert [entry['number'] for entry in listed] == [1, 2]
+    assert len(problems) == 1 and problems[0].startswith('revision 3: %s is not an index this collection wrote: ' % index)
+    assert why in problems[0]
+    with pytest.raises(RevisionError) as refused:
+        Revisions(str(server.guard)).plan_undo(1)
+    assert str(refused.value).startswith('%s is not an index this collection wrote: ' % index) and why in str(refused.value)

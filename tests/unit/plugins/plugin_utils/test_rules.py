@@ -29,6 +29,8 @@ PERF_TOLERANCES = ('sglang_perf_throughput_tolerance must be within 0 to 1, sgla
                    ' (fractions of the baseline).')
 PERF_BASELINE = ('sglang_perf_baseline must be measure or stored; stored reads the last report in sglang_report_dir,'
                  ' which is empty.')
+REVISIONS_KEPT = ('sglang_revisions_kept (%s) must be 0 (none recorded) or at least 2: an undo puts back an earlier'
+                  ' revision, so 1 would record every run with nothing to undo to.')
 PATTERNS = ('sglang_kill_patterns must list at least one pattern, and no empty one (an empty pattern matches every'
             ' process).')
 
@@ -44,8 +46,10 @@ PATTERNS = ('sglang_kill_patterns must list at least one pattern, and no empty o
     dict(GATE, sglang_router_url='http://127.0.0.1:30080'),
     dict(GATE, sglang_perf_baseline='stored', sglang_report_dir='/var/lib/reports'),
     {'sglang_perf_requests': 0, 'sglang_perf_throughput_tolerance': 2, 'sglang_perf_baseline': 'stored'},
+    {'sglang_revisions_kept': 0}, {'sglang_revisions_kept': 2}, {'sglang_revisions_kept': '10'},
 ], ids=['env', 'adaptive', 'adaptive-5-steps', 'no-speculation', 'strings-from-extra-vars', 'env-ignores-tiers',
-        'router-budget-just-fits', 'perf-gate', 'perf-gate-behind-a-router-fits-the-default-deadline', 'perf-gate-stored', 'perf-gate-off-ignores-its-values'])
+        'router-budget-just-fits', 'perf-gate', 'perf-gate-behind-a-router-fits-the-default-deadline', 'perf-gate-stored', 'perf-gate-off-ignores-its-values',
+        'revisions-none', 'revisions-2', 'revisions-10-from-extra-vars'])
 def test_consistent_settings_pass(settings, overrides):
     settings.update(overrides)
     assert _rules.variable_problems(settings, PVE) == []
@@ -117,6 +121,9 @@ def test_consistent_settings_pass(settings, overrides):
     (dict(GATE, sglang_perf_itl_tolerance=-0.1), PVE, PERF_TOLERANCES),
     (dict(GATE, sglang_perf_baseline='stored'), PVE, PERF_BASELINE),
     (dict(GATE, sglang_perf_baseline='last'), PVE, PERF_BASELINE),
+    ({'sglang_revisions_kept': 1}, PVE, REVISIONS_KEPT % 1),
+    ({'sglang_revisions_kept': '1'}, PVE, REVISIONS_KEPT % 1),
+    ({'sglang_revisions_kept': -2}, PVE, REVISIONS_KEPT % -2),
     (dict(GATE, sglang_rollback_deadline=1200), PVE,
      'sglang_rollback_deadline (1200 s) is shorter than the outage window may last (1260.0 s: 2 x sglang_term_timeout'
      ' + sglang_gpu_release_timeout + sglang_health_timeout + 2 x levels x sglang_perf_timeout); the guard would roll'
