@@ -204,6 +204,11 @@ undo:
     target:
       description: The revision put back.
       type: int
+    run_id:
+      description:
+        - The run that recorded the revision put back (on every node of a server group that run redeployed together,
+          the same).
+      type: str
     latest:
       description: The current revision (the latest kept) before the undo.
       type: int
@@ -275,7 +280,7 @@ def undo(module: AnsibleModule, revisions: Revisions, params: dict[str, Any], re
     plan = revisions.plan_undo(params['to'], params['not_after_undo'])
     files = [{'path': entry['path'], 'action': entry['action'], 'source': entry['source'],
               'sha256': (entry['want'] or {}).get('sha256')} for entry in plan['files']]
-    result['undo'] = {'target': plan['target'], 'latest': plan['latest'], 'kept': plan['kept'],
+    result['undo'] = {'target': plan['target'], 'run_id': plan['run_id'], 'latest': plan['latest'], 'kept': plan['kept'],
                       'guard_files': [entry['path'] for entry in files], 'files': files, 'written': False}
     if params['state'] == 'planned' or module.check_mode:
         return

@@ -120,5 +120,5 @@ def undo(decided: dict[str, Any], plan: dict[str, Any] | None, pairs: list[dict[
     guard += [path for path in plan.get('guard_files') or [] if path not in guard]
     return dict(decided, reasons=['undo to revision %s' % plan['target']], redeploy_needed=True, patch_due=False,
                 changed_configs=[], writes=[], guard_files=guard,
-                undo={'target': plan['target'], 'latest': plan.get('latest'), 'files': restored,
+                undo={'target': plan['target'], 'run_id': plan.get('run_id'), 'latest': plan.get('latest'), 'files': restored,
                       'daemon_reload': any(path in restored for path in units)})

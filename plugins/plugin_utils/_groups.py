@@ -228,6 +228,23 @@ def _patch_reasons(nodes: list[dict[str, Any]]) -> list[Any]:
     return []
 
 
+def _undo_problems(nodes: list[dict[str, Any]]) -> list[Any]:
+    """An undo puts every node back to what one run left: each node numbers its revisions itself (a node a run
+    changed nothing on records none, a recording that failed only warned), so the same number may be another run's
+    on another node. Refused unless every node's target was recorded by the same run."""
+    undos = {node['host']: node.get('undo') for node in nodes}
+    if not any(undos.values()):
+        return []
+    runs = {host: as_text((undo or {}).get('run_id') or '(none)') for host, undo in undos.items()}
+    if len(set(runs.values())) == 1 and all(undos.values()):
+        return []
+    targets = ', '.join('%s revision %s (run %s)' % (host, (undo or {}).get('target', '?'), runs[host])
+                        for host, undo in undos.items())
+    return ['the nodes would go back to what different runs left: %s (each node numbers its revisions itself;'
+            ' playbooks/revisions.yml lists them). Nothing was stopped: put the group back with a redeploy of the'
+            ' release you want, which goes on every node alike.' % targets]
+
+
 def _unread(result: Any) -> str:
     """Why a node's registered result cannot be decided on ("" when it can): absent (the node is not in this
     run: --limit, or it failed earlier), skipped, or failed."""
@@ -264,6 +281,8 @@ def decided_nodes(group: dict[str, Any], registered: dict[str, Any], names: dict
                       'args': plan.get('args') or [], 'reasons': decision.get('reasons') or [],
                       # The patch as sglang_decision sees it (its stamp, or the dry run); {} without a patch.
                       'patch_applied': (decision.get('patch_state') or {}).get('applied'),
+                      # An undo run's target on this node (sglang_revisions state=planned), else None.
+                      'undo': decision.get('undo'),
                       'state': found['state']})
     return nodes, problems
 
@@ -271,11 +290,11 @@ def decided_nodes(group: dict[str, Any], registered: dict[str, Any], names: dict
 def group_decision(nodes: list[dict[str, Any]]) -> dict[str, Any]:
     """One decision for the group from its nodes' ({host, rank, args, reasons, state, patch_applied}): any node's
     reason redeploys every node (each reason prefixed with its node's name); different sglang versions or
-    launch arguments are refused (problems)."""
+    launch arguments, or an undo whose nodes would go back to different runs' revisions, are refused (problems)."""
     nodes = sorted(nodes, key=lambda node: node['rank'])
     reasons = ['%s: %s' % (node['host'], reason) for node in nodes for reason in _node_reasons(node)]
     reasons.extend(_patch_reasons(nodes))
-    problems = _version_problems(nodes)
+    problems = _version_problems(nodes) + _undo_problems(nodes)
     problems.extend(plan_differences({node['host']: node.get('args') or [] for node in nodes}))
     return {'redeploy_needed': bool(reasons), 'reasons': reasons, 'problems': problems}
 

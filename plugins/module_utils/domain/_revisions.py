@@ -495,7 +495,9 @@ class Revisions:
         `not_after_undo` (an undo an alert started), a latest revision that is itself an undo is refused too: the
         alert that keeps firing must not flip the server back. RevisionError (nothing written) otherwise.
 
-        Returns {target, latest, kept, files}: files as undo_files, each with `action` (write, link or remove)."""
+        Returns {target, latest, kept, files, run_id}: files as undo_files, each with `action` (write, link or
+        remove); run_id the run that recorded the target (the same on every node of a server group that the run
+        redeployed together: what a group's undo checks its nodes go back to)."""
         self.check_folder()
         numbers = self.numbers()
         if not_after_undo and numbers:
@@ -523,7 +525,8 @@ class Revisions:
             entry['action'] = 'remove' if want is None else ('link' if want['kind'] == 'symlink' else 'write')
             if entry['action'] == 'write':
                 self.kept_bytes(entry)
-        return {'target': wanted, 'latest': numbers[-1], 'kept': numbers, 'files': files}
+        return {'target': wanted, 'latest': numbers[-1], 'kept': numbers, 'files': files,
+                'run_id': self.index(wanted).get('run_id')}
 
     def kept_bytes(self, entry: dict[str, Any]) -> bytes:
         """The bytes of an undo entry's `want`, from its source revision's before/, checked against its SHA-256."""

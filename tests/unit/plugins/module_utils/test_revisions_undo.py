@@ -106,6 +106,9 @@ def test_an_undo_to_revision_1_puts_every_file_back_byte_for_byte_with_its_mode(
     revisions = Revisions(str(server.guard))
     plan = revisions.plan_undo(1)
     assert (plan['target'], plan['latest'], plan['kept']) == (1, 3, [1, 2, 3])
+    # What the first recorded run found is revision 1, recorded by that run: what a group's nodes are compared by.
+    assert plan['run_id'] == 'run-2' and revisions.plan_undo(2)['run_id'] == 'run-2'
+    assert revisions.plan_undo(None)['run_id'] == 'run-2' and revisions.plan_undo(None)['target'] == 2
     assert {item['path']: (item['action'], item['source']) for item in plan['files']} == {
         server.path('launch.json'): ('write', 3), server.path('tiers.json'): ('remove', 3),
         server.path('worker.py'): ('write', 2)}

@@ -125,11 +125,11 @@ def test_a_redeploy_is_decided_as_it_was_with_no_undo():
     (['/etc/systemd/system/sglang.service'], True),
 ])
 def test_an_undo_redeploys_to_put_the_revision_back_and_writes_nothing_of_the_inventorys(restored, daemon_reload):
-    plan = {'target': 1, 'latest': 3, 'kept': [1, 2, 3], 'guard_files': restored + ['/opt/sglang/extra.py'],
+    plan = {'target': 1, 'run_id': 'run-1', 'latest': 3, 'kept': [1, 2, 3], 'guard_files': restored + ['/opt/sglang/extra.py'],
             'files': [{'path': path, 'action': 'write', 'source': 2, 'sha256': 'ab'} for path in restored]}
     decided = _decision.undo(DECIDED, plan, PAIRS)
     assert decided['reasons'] == ['undo to revision 1'] and decided['redeploy_needed'] is True
     assert decided['patch_due'] is False and decided['writes'] == [] and decided['changed_configs'] == []
     # The usual files first, then the undo's others, each once.
     assert decided['guard_files'] == DECIDED['guard_files'] + ['/opt/sglang/extra.py']
-    assert decided['undo'] == {'target': 1, 'latest': 3, 'files': restored, 'daemon_reload': daemon_reload}
+    assert decided['undo'] == {'target': 1, 'run_id': 'run-1', 'latest': 3, 'files': restored, 'daemon_reload': daemon_reload}

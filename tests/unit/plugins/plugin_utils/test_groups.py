@@ -186,7 +186,18 @@ def test_a_rank_above_0_is_not_asked_to_generate():
     ([node('mn1', 0), node('mn2', 1, args=argv(node_rank='1', tp_size='4'))],
      ["the nodes' launch arguments differ at --tp-size: 8 on mn1, 4 on mn2 (SGLang needs them equal on every"
       " node)."]),
-], ids=['versions-differ', 'version-unknown', 'args-differ'])
+    # An undo: every node back to what one run left, whatever each node's own number of it.
+    ([dict(node('mn1', 0), undo={'target': 3, 'run_id': 'r2'}), dict(node('mn2', 1), undo={'target': 2, 'run_id': 'r2'})],
+     []),
+    ([dict(node('mn1', 0), undo={'target': 3, 'run_id': 'r2'}), dict(node('mn2', 1), undo={'target': 3, 'run_id': 'r3'})],
+     ['the nodes would go back to what different runs left: mn1 revision 3 (run r2), mn2 revision 3 (run r3) (each'
+      ' node numbers its revisions itself; playbooks/revisions.yml lists them). Nothing was stopped: put the group'
+      ' back with a redeploy of the release you want, which goes on every node alike.']),
+    ([dict(node('mn1', 0), undo={'target': 3, 'run_id': 'r2'}), dict(node('mn2', 1), undo=None)],
+     ['the nodes would go back to what different runs left: mn1 revision 3 (run r2), mn2 revision ? (run (none))'
+      ' (each node numbers its revisions itself; playbooks/revisions.yml lists them). Nothing was stopped: put the'
+      ' group back with a redeploy of the release you want, which goes on every node alike.']),
+], ids=['versions-differ', 'version-unknown', 'args-differ', 'undo-one-run', 'undo-two-runs', 'undo-one-node-only'])
 def test_a_group_that_cannot_run_together_is_refused(nodes, problems):
     assert _groups.group_decision(nodes)['problems'] == problems
 
