@@ -32,9 +32,12 @@ import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HOSTS = {'gpu1': '127.0.0.12', 'gpu2': '127.0.0.13'}
-PVE = '127.0.0.11'
-KEY = os.path.join(REPO, '.cache', 'lab', 'id_ed25519')
+# The lab instance in LAB_INSTANCE (0 unless set), as `lab/lab describe` says: its addresses, inventory and reports.
+LAB = json.loads(subprocess.check_output([os.path.join(REPO, 'lab', 'lab'), 'describe'], universal_newlines=True))
+HOSTS = {name: LAB['hosts'][name]['address'] for name in ('gpu1', 'gpu2')}
+PVE = LAB['hosts']['pve1']['address']
+KEY = os.path.join(LAB['state_dir'], 'id_ed25519')
+REPORTS = LAB['reports_dir']
 SSH = ['ssh', '-i', KEY, '-p', '2222', '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=no',
        '-o', 'UserKnownHostsFile=/dev/null', '-o', 'LogLevel=ERROR']
 ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, 'ansible.cfg'),
@@ -169,7 +172,7 @@ def playbook(extravars, limit=None, timeline=None):
     if timeline:
         env.update(GPUOPS_TIMELINE=timeline, ANSIBLE_CALLBACKS_ENABLED='timeline',
                    ANSIBLE_CALLBACK_PLUGINS=os.path.join(REPO, 'bench', 'callback_plugins'))
-    argv = ['ansible-playbook', '-i', os.path.join(REPO, 'inventory', 'lab'),
+    argv = ['ansible-playbook', '-i', LAB['inventory'],
             os.path.join(REPO, 'playbooks', 'redeploy.yml'), '-e', json.dumps(extravars)]
     if limit:
         argv += ['--limit', limit]
@@ -314,7 +317,7 @@ def main():
             for variant, hosts in outage.items()))))
     phases = {}
     for name in HOSTS:
-        with open(os.path.join(REPO, '.cache', 'lab', 'reports', name + '.json')) as handle:
+        with open(os.path.join(REPORTS, name + '.json')) as handle:
             phases[name] = json.load(handle)
     pids = server_pids()
     noop_outage, noop_wall, noop_probes = measured(playbook({}), sorted(HOSTS))

@@ -32,10 +32,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from outage import HOSTS, REPO, measured, plain_restart, playbook  # noqa: E402  (bench/outage.py, beside it)
+from outage import HOSTS, REPO, REPORTS, measured, plain_restart, playbook  # noqa: E402  (bench/outage.py, beside it)
 
 VARIANTS = ('prefetch', 'cold', 'restart')
-REPORTS = os.path.join(REPO, '.cache', 'lab', 'reports')
 
 
 def drop_cache(name: str) -> None:

@@ -20,6 +20,10 @@ options:
       - When the guard is not armed by O(guard.run_id) any more (it restored, or another run took it over),
         or was armed before the host's last boot (its lease lapsed with the reboot), the step fails before it
         changes anything, and while it waits, at the next renewal.
+      - Once the step's controller is gone (the pipe or socket its result goes to, its stdout, lost its reader, as
+        when ansible-playbook is killed or its connection lost), no renewal goes through and the step fails at the
+        next one, so the idle bound counts from its last renewal. Where stdout is a file or a terminal (an async
+        task, a run by hand) this cannot be told, and the step renews as asked.
       - The horizon and the idle bound count on the host's boot clock, which NTP or C(date -s) never steps.
       - Unset, nothing is renewed.
     type: dict

@@ -14,6 +14,8 @@ description:
   - Returns one dict, run key -> what the step registered, or null where it did not run (the
     O(gpuops.sglang.sglang_report#module:run) of M(gpuops.sglang.sglang_report)), so that a step added to the table
     reaches the report without a list kept by hand.
+  - A step whose own task was skipped because a later step's task did its work (the table's C(carried_by), a
+    single-node server's start releasing its GPUs) is read from that task's result.
 author:
   - gpuops.sglang maintainers (@gpuops)
 '''
@@ -47,6 +49,10 @@ class LookupModule(LookupBase):
         run = {}
         for key, name in _steps.run_sources().items():
             run[key] = self.value(variables, name)
+        for key, (name, inner) in _steps.carried().items():
+            # The step's own task skipped: a later step's task did its work (a single-node start's release).
+            if not run[key] or run[key].get('skipped'):
+                run[key] = (self.value(variables, name) or {}).get(inner) or run[key]
         return [run]
 
     def value(self, variables: dict, name: str) -> Any:

@@ -184,6 +184,9 @@ options:
     default: false
 notes:
   - The server's SIGTERM drain has no upper bound in SGLang itself; O(term_timeout) is that bound.
+  - A start whose controller is gone (its stdout, the pipe or socket Ansible reads the result from, lost its reader)
+    starts nothing; with O(state=restarted) the server stays stopped (after the O(release), which only awaits, ends
+    and proves). The task fails saying so, and an armed guard restores the previous server at its idle bound.
 seealso:
   - module: gpuops.sglang.sglang_guard
 '''
@@ -367,19 +370,17 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.text.converters import to_native
 
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._command import CommandError, CommandRunner
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._controller import GONE_MESSAGE, controller_gone
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import mode_and_owner, read_bytes, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils.domain._lease import GUARD_OPTION, LeaseError, Renewer
 from ansible_collections.gpuops.sglang.plugins.module_utils._module import fail, new_result, run_module
 from ansible_collections.gpuops.sglang.plugins.module_utils.readers._processes import NEIGHBOURS_OPTION, ServerMarks, compile_patterns
-from ansible_collections.gpuops.sglang.plugins.module_utils.domain._release import (
-    RELEASE_SPEC, GpuRelease, ReleaseFailed, Timeline, empty_result,
+from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import (
+    COMMAND_TIMEOUT, SERVER_OPTIONS, Server, ServerError,
 )
 
 # The release option's own: what an earlier step left stopping (gpu_release's await_exit).
 AWAIT_SPEC = dict(await_exit=dict(type='list', elements='int', default=[]))
-from ansible_collections.gpuops.sglang.plugins.module_utils.domain._server import (
-    COMMAND_TIMEOUT, SERVER_OPTIONS, Server, ServerError,
-)
 
 ARGUMENT_SPEC = dict(
     SERVER_OPTIONS,
@@ -441,6 +442,9 @@ def release_options(module: AnsibleModule) -> dict[str, Any] | None:
     params = module.params
     if params['release'] is None:
         return None
+    # Imported only by a run that releases (AnsiballZ still ships it): the start, inside the outage, does not compile
+    # the release and its NVIDIA reader on the host (about 50 ms a run on the lab).
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain._release import RELEASE_SPEC, GpuRelease, ReleaseFailed, Timeline
     if params['state'] == 'started':
         fail('release is for state=stopped or state=restarted (got state=started)')
     validated = ArgumentSpecValidator(RELEASE_SPEC | AWAIT_SPEC).validate(params['release'])
@@ -455,6 +459,7 @@ def release_options(module: AnsibleModule) -> dict[str, Any] | None:
 
 def release_gpus(module: AnsibleModule, options: dict[str, Any], result: dict[str, Any]) -> None:
     """The GPU release in this run (RV(release)), awaiting the stopping server (RV(stopping) and await_exit)."""
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain._release import GpuRelease, ReleaseFailed, Timeline, empty_result
     guard = None if module.check_mode or not module.params['guard'] else dict(module.params['guard'], after=0)
     released = result['release'] = new_result(**empty_result())
     awaited = sorted(set(options['await_exit']) | set(result['stopping']))
@@ -584,6 +589,13 @@ def manage(module: AnsibleModule, server: Server, result: dict[str, Any], lease:
     if state == 'restarted' and release is not None:
         # The holders the earlier stop (wait=false) left draining, awaited here: one module run with the start.
         release_gpus(module, release, result)
+    if (state == 'restarted' or pid is None) and controller_gone():
+        # The role's start is in flight on the host while the old server drains (the release awaits it): a controller
+        # cut off meanwhile must not find a new server started behind its back, holding the guard past its idle bound.
+        fail('%s: the server %s was not started%s; the rollback guard (when armed) restores the previous server once '
+             'its idle bound passes; run the redeploy again to go on' % (
+                 GONE_MESSAGE, params['service_name'], ' (it is stopped)' if state == 'restarted' else ''),
+             running=False)
     if state == 'restarted':
         # Renewed before any file moves: a guard whose lease lapsed restores the previous files, and a renewal is
         # refused once a restore holds the guard, so this run never moves its files over the restored ones.

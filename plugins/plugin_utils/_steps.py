@@ -43,6 +43,9 @@ class Step(NamedTuple):
     when_needed: bool = False
     # Whether a failure of the step is left to what follows instead of rolling back (its tasks ignore errors).
     tolerated: bool = False
+    # Where the step's work may be done by a later step's task instead (variable, key): its result under that key,
+    # read where the step's own registration is a skip (the lookup gpuops.sglang.sglang_run).
+    carried_by: tuple[str, str] | None = None
 
 
 def _own(phase: str) -> tuple[tuple[str, str], ...]:
@@ -68,7 +71,10 @@ STEPS: tuple[Step, ...] = (
     Step('stop', 'drain + stop', '#e17055', in_window=True, reported=True, results=_own('stop')),
     Step('kill', 'kill in container', '#d63031', in_window=True, reported=True, results=_own('kill'),
          when_needed=True),
-    Step('gpu_release', 'GPUs free', '#fdcb6e', in_window=True, reported=True, results=_own('gpu_release')),
+    # A single-node server's start releases its GPUs in its own module run when the stop found no strays (its
+    # result's `release`).
+    Step('gpu_release', 'GPUs free', '#fdcb6e', in_window=True, reported=True, results=_own('gpu_release'),
+         carried_by=('_sglang_start', 'release')),
     Step('patch', 'patch', '#0984e3', in_window=True, results=_own('patch'), when_needed=True),
     # An undo run's (playbooks/undo.yml) instead of the patch: the files of a revision put back byte for byte.
     Step('restore', 'revision put back', '#00cec9', in_window=True, results=_own('restore'), when_needed=True),
@@ -106,6 +112,11 @@ def run_keys() -> tuple[str, ...]:
 def run_sources() -> dict[str, str]:
     """Run key -> the role's variable it is read from (what the lookup gpuops.sglang.sglang_run reads)."""
     return {key: variable for step in STEPS for key, variable in step.results} | dict(NOTES)
+
+
+def carried() -> dict[str, tuple[str, str]]:
+    """Run key -> (variable, key) where another step's task may have done the step's work (Step.carried_by)."""
+    return {step.results[0][0]: step.carried_by for step in STEPS if step.carried_by}
 
 
 def window_results() -> tuple[str, ...]:

@@ -105,7 +105,8 @@ PACKAGE = 'ansible_collections.gpuops.sglang.plugins.module_utils'
 # in its layer's folder. lib/ holds no __init__.py: the bare interpreter imports its folders as namespace packages.
 RUNTIME_FILES = ('domain/_guard.py', 'domain/_server.py', 'domain/_router.py', 'domain/_lease.py',
                  'readers/_processes.py', 'readers/_procfs.py', 'readers/_nvidia.py', 'readers/_sockets.py',
-                 'base/_polling.py', 'base/_command.py', 'base/_http.py', 'base/_files.py', 'base/_identity.py')
+                 'base/_polling.py', 'base/_command.py', 'base/_http.py', 'base/_files.py', 'base/_identity.py',
+                 'base/_controller.py')
 ENTRY_POINT = '''# Installed by gpuops.sglang.sglang_guard: runs the guard without Ansible.
 import os
 import sys

@@ -28,7 +28,7 @@ release, which reads only those. A guard armed by an earlier release (no boot-cl
 is read on the wall clock, as that release reads it. Readings never leave the host: the controller hands
 over durations only (deadline, idle, after).
 
-Domain layer, standard library plus _files and _procfs: imported by the modules and by the guard's
+Domain layer, standard library plus _files, _controller and _procfs: imported by the modules and by the guard's
 watcher in lib/.
 """
 
@@ -41,6 +41,7 @@ import time
 from collections import namedtuple
 from typing import Any, Callable
 
+from ansible_collections.gpuops.sglang.plugins.module_utils.base._controller import GONE_MESSAGE, controller_gone
 from ansible_collections.gpuops.sglang.plugins.module_utils.base._files import FileLock, LockTimeout, read_json, write_atomic
 from ansible_collections.gpuops.sglang.plugins.module_utils.readers._procfs import read_proc_record
 
@@ -376,27 +377,39 @@ GUARD_OPTION = dict(type='dict', options=dict(
 ))
 
 
+def _never() -> bool:
+    return False
+
+
 class Renewer:
     """A module's hold on the lease: renew at a step's start, and as a long wait polls (at most every few s).
 
     Without a guard (folder None) every call does nothing: the modules work the same outside a window.
+
+    A module whose controller is gone (`gone`, base._controller) renews nothing: every renewal raises LeaseError, so
+    the step in flight ends there and the guard's idle bound counts from its last renewal. Before, a start cut off
+    with its controller went on renewing through the new server's load and the guard restored only after that
+    second outage (docs/benchmarks.md, issue 45).
     """
 
     def __init__(self, folder: str | None = None, run_id: str | None = None, step: str = '',
                  clock: HostClock = HOST_CLOCK, every: float = RENEW_EVERY, after: float = 0.0,
-                 holder: dict[str, int] | None = None) -> None:
+                 holder: dict[str, int] | None = None, gone: Callable[[], bool] = _never) -> None:
         self.folder, self.run_id, self.step, self.after = folder, run_id, step, float(after or 0)
         self.clock, self.every = clock, every
         self.holder = holder
+        self.gone = gone
         self.last = None
         self.renewals = 0
 
     @classmethod
-    def from_option(cls, option: dict[str, Any] | None, step: str) -> Renewer:
-        """From a module's guard option (folder, run_id); a Renewer that does nothing when it is None."""
+    def from_option(cls, option: dict[str, Any] | None, step: str, gone: Callable[[], bool] | None = None) -> Renewer:
+        """From a module's guard option (folder, run_id); a Renewer that does nothing when it is None. A module's
+        renewals stop once its controller is gone (`gone`, by default its stdout's reader closed)."""
         if not option:
             return cls(step=step)
-        return cls(option['folder'], option['run_id'], step, after=option.get('after') or 0, holder=this_process())
+        return cls(option['folder'], option['run_id'], step, after=option.get('after') or 0, holder=this_process(),
+                   gone=gone or controller_gone)
 
     def renew(self, horizon_s: float = 0.0, step: str | None = None, holder: bool = True) -> dict[str, Any] | None:
         """Hold the lease for horizon_s more while this process runs (the idle bound after it is gone)."""
@@ -407,6 +420,10 @@ class Renewer:
             raise LeaseError('%s: the guard option of %s (run %s in %s) is refused; nothing was renewed'
                              % (duration_problem('after', self.after, MOST_DEADLINE_S), self.step, self.run_id,
                                 self.folder))
+        if self.gone():
+            raise LeaseError('%s: %s renewed nothing and stops here; the rollback guard of run %s in %s restores the '
+                             'previous server once its idle bound passes, unless another run takes it over first'
+                             % (GONE_MESSAGE, step or self.step, self.run_id, self.folder))
         lease = renew(self.folder, self.run_id, step or self.step, horizon_s, self.clock,
                       self.holder if holder else None)
         # The boot clock: a wall clock stepped back would stop the renewals of a long wait for the step's size.

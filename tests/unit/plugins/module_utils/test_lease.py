@@ -284,3 +284,33 @@ def test_a_step_handed_over_past_the_maximum_is_refused_at_its_first_renewal_bef
 def test_the_bounds_a_guard_is_armed_with_are_held_to_the_maxima_on_the_host(bounds, problem):
     found = _lease.arm_problem(*bounds)
     assert found.startswith(problem) and bool(found) is bool(problem), found
+
+
+def test_a_renewer_whose_controller_is_gone_renews_nothing_from_then_on(tmp_path):
+    write_state(tmp_path)
+    clock = SteppedClock(1100.0)
+    controller = {'gone': False}
+    renewer = _lease.Renewer(str(tmp_path), 'run-1', 'sglang_server restarted', clock=clock,
+                             holder={'pid': 1, 'start_time': 2}, gone=lambda: controller['gone'])
+    renewer.renew(60)
+    kept = _lease.read_lease(str(tmp_path))
+    controller['gone'] = True
+    clock.sleep(2.0)
+    for renew in (lambda: renewer.tick(5), lambda: renewer.renew(60), renewer.done):
+        with pytest.raises(_lease.LeaseError) as refused:
+            renew()
+        assert str(refused.value).startswith('the controller of this run is gone'), refused.value
+        assert 'restores the previous server once its idle bound passes' in str(refused.value)
+    # The lease is as the last renewal left it: the watcher counts the idle bound from there.
+    assert _lease.read_lease(str(tmp_path)) == kept and renewer.renewals == 1
+
+
+def test_a_module_renewer_asks_whether_its_stdout_reader_is_gone(tmp_path, monkeypatch):
+    write_state(tmp_path)
+    monkeypatch.setattr(_lease, 'controller_gone', lambda: True)
+    renewer = _lease.Renewer.from_option({'folder': str(tmp_path), 'run_id': 'run-1'}, 'gpu_release')
+    with pytest.raises(_lease.LeaseError):
+        renewer.renew(60)
+    assert not (tmp_path / 'lease.json').exists()
+    # Without a guard there is nothing to renew, and nothing to refuse.
+    assert _lease.Renewer.from_option(None, 'gpu_release').renew(60) is None

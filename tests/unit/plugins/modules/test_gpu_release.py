@@ -174,6 +174,21 @@ def test_a_release_renews_its_guard_and_one_not_its_runs_reads_nothing(run_modul
     assert set(refused) >= KEYS
 
 
+def test_a_release_whose_controller_is_gone_renews_nothing_and_reads_nothing(run_module, devices, tmp_path,
+                                                                           monkeypatch):
+    import json
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _lease
+    guard = tmp_path / 'guard'
+    guard.mkdir()
+    (guard / 'state.json').write_text(json.dumps({'run_id': 'run-1', 'armed_at': 1.0, 'deadline': 9e10, 'idle': 90}))
+    monkeypatch.setattr(_lease, 'controller_gone', lambda: True)
+    result, calls = run_module(gpu_release.main, dict(devices, guard={'folder': str(guard), 'run_id': 'run-1'}),
+                               smi([HELD]), bin_paths={'nvidia-smi': SMI})
+    assert result['failed'] and result['msg'].startswith('the controller of this run is gone'), result['msg']
+    assert 'gpu_release renewed nothing' in result['msg'] and set(result) >= KEYS
+    assert calls == [] and result['killed'] == [] and not (guard / 'lease.json').exists()
+
+
 def test_memory_is_read_through_nvml_where_it_works(run_module, devices, monkeypatch):
     from helpers.fake_nvml import FakeNvml
     from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _release

@@ -417,3 +417,48 @@ def test_check_mode_never_renews_the_guard(run_module, tiny, tmp_path):
     guard = armed_guard(tmp_path / 'guard')
     checked = tiny.run(run_module, check_mode=True, state='restarted', guard=guard)
     assert not checked['failed'] and not (tmp_path / 'guard' / 'lease.json').exists()
+
+
+def test_a_restart_whose_controller_is_gone_stops_the_server_and_starts_nothing(run_module, tiny, tmp_path,
+                                                                                 monkeypatch):
+    started = tiny.start(run_module)
+    monkeypatch.setattr(sglang_server, 'controller_gone', lambda: True)
+    live, candidate = tmp_path / 'unit.conf', tmp_path / 'unit.conf.next'
+    live.write_text('old\n')
+    candidate.write_text('new\n')
+    restarted = tiny.run(run_module, state='restarted', activate=[
+        {'candidate': str(candidate), 'live': str(live), 'label': 'systemd unit'}])
+    assert restarted['failed'] and set(restarted) >= KEYS
+    assert restarted['msg'].startswith('the controller of this run is gone'), restarted['msg']
+    assert 'the server tiny was not started (it is stopped)' in restarted['msg']
+    assert 'restores the previous server once its idle bound passes' in restarted['msg']
+    assert not alive(started['pid']) and tiny.running() == []
+    assert restarted['running'] is False and restarted['started_at'] is None
+    # Nothing moved either: the files stay as the guard armed them.
+    assert restarted['activated'] == [] and live.read_text() == 'old\n'
+
+
+def test_a_start_whose_controller_is_gone_starts_nothing(run_module, tiny, monkeypatch):
+    monkeypatch.setattr(sglang_server, 'controller_gone', lambda: True)
+    started = tiny.run(run_module, state='started')
+    assert started['failed'] and 'the server tiny was not started;' in started['msg'], started['msg']
+    assert tiny.running() == [] and started['pid'] is None
+
+
+def test_a_start_whose_controller_is_gone_still_reports_a_server_that_runs(run_module, tiny, monkeypatch):
+    # Nothing to start: waiting for the running server begins nothing the run must answer for.
+    started = tiny.start(run_module)
+    monkeypatch.setattr(sglang_server, 'controller_gone', lambda: True)
+    again = tiny.run(run_module, state='started')
+    assert not again['failed'] and again['healthy'] is True and again['pid'] == started['pid']
+
+
+def test_a_stop_whose_controller_is_gone_renews_nothing_and_stops_nothing(run_module, tiny, tmp_path, monkeypatch):
+    from ansible_collections.gpuops.sglang.plugins.module_utils.domain import _lease
+    started = tiny.start(run_module)
+    guard = armed_guard(tmp_path / 'guard')
+    monkeypatch.setattr(_lease, 'controller_gone', lambda: True)
+    stopped = tiny.run(run_module, state='stopped', guard=guard)
+    assert stopped['failed'] and 'the controller of this run is gone' in stopped['msg'], stopped['msg']
+    assert alive(started['pid']) and stopped['stopped_at'] is None
+    assert not (tmp_path / 'guard' / 'lease.json').exists()

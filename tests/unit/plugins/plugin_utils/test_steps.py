@@ -144,3 +144,35 @@ def test_the_flow_test_fails_on_a_flow_out_of_the_tables_order(tmp_path, monkeyp
 
 def test_each_timing_term_belongs_to_a_step_of_the_window():
     assert set(_timing.STEP_TERMS) <= set(_steps.FLOW_PHASES), set(_timing.STEP_TERMS) - set(_steps.FLOW_PHASES)
+
+
+@pytest.mark.parametrize('group', [None, {'name': 'g'}], ids=['single node', 'server group'])
+@pytest.mark.parametrize('strays', [[], [{'pid': 7}]], ids=['no strays', 'strays'])
+def test_the_gpus_are_released_once_by_the_start_or_by_gpu_release_and_the_report_reads_either(group, strays):
+    """A single-node server's start releases its GPUs in its own run (the handler's `release`) unless the stop found
+    strays; release.yml's gpu_release runs exactly where the start does not, with the same options."""
+    import jinja2
+    environment = jinja2.Environment()
+    environment.filters['bool'] = bool
+    environment.tests['skipped'] = lambda result: bool((result or {}).get('skipped'))
+
+    def value(text, **context):
+        text = text.strip()
+        return environment.compile_expression(text[2:-2] if text.startswith('{{') else text)(**context)
+    imported = next(task for task, dummy in walk(load('tasks', 'window_steps.yml'))
+                    if task.get('ansible.builtin.import_tasks') == 'release.yml')
+    start_releases = value(imported['vars']['_sglang_start_releases'], _sglang_group=group,
+                           _sglang_stop={'strays': strays, 'stopping': [41]})
+    release = next(task for task, dummy in walk(load('tasks', 'release.yml')) if 'gpuops.sglang.gpu_release' in task)
+    released_here = value(release['when'], _sglang_start_releases=start_releases)
+    handler = next(task for task, dummy in walk(load('handlers', 'main.yml')) if 'gpuops.sglang.sglang_server' in task)
+    options = {'sglang_term_timeout': 30, 'sglang_gpu_max_used_mib': 0, 'sglang_gpu_release_timeout': 30,
+               'sglang_gpus': [], 'sglang_gpu_driver_info': '', '_sglang_stop': {'stopping': [41]}}
+    by_start = value(handler['gpuops.sglang.sglang_server']['release'],
+                     _sglang_gpu_release={'skipped': True} if not released_here else {'rc': 0}, **options)
+    assert released_here == (group is not None or bool(strays))
+    assert (by_start is not None) == (not released_here)
+    assert by_start is None or set(by_start) == set(release['gpuops.sglang.gpu_release']) - {'guard'}
+    assert by_start is None or by_start['await_exit'] == [41]
+    # The report reads the step from the start's result where its own task was skipped.
+    assert _steps.carried() == {'gpu_release': (handler['register'], 'release')}
