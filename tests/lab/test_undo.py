@@ -4,10 +4,12 @@ load through the lab's router.
 gpu2's old server (unpatched, as lab/seed.yml deploys it) starts without revision history, so the numbers are
 absolute: redeployed with its patch and another launch setting (revisions 1, what it found, and 2), then with the
 lab's own settings (3, the lab's state), then undone to revision 1 (4), byte for byte, through the same window as a
-redeploy. Then the real ansible-rulebook (its Java runtime, this collection's alertmanager source, the lab's
-inventory) is fed Alertmanager's webhook: an alert for a host not in the inventory runs nothing, one for gpu2 runs
-the real playbooks/undo.yml --limit gpu2 with its default target, the revision before the current one (3), as
-revision 5. That leaves gpu2 as the lab left it (patched, the lab's settings, in the router): five windows in all.
+redeploy. An undo an alert starts is refused then (the latest revision is an undo: an alert never undoes an undo).
+gpu2 is redeployed to the lab's state (5) and with another launch setting (6); then the real ansible-rulebook (its
+Java runtime, this collection's alertmanager source, the lab's inventory) is fed Alertmanager's webhook: an alert for
+a host not in the inventory runs nothing, one for gpu2 runs the real playbooks/undo.yml --limit gpu2 with its default
+target, the revision before the latest (5), as revision 7. That leaves gpu2 as the lab left it (patched, the lab's
+settings, in the router): seven windows in all.
 """
 import json
 import os
@@ -68,7 +70,7 @@ def recaps(log):
             for part in text.split('PLAY RECAP ')[1:]]
 
 
-def test_an_undo_puts_revision_1_back_byte_for_byte_and_an_alert_undoes_that_undo_under_load(lab, redeploy, tmp_path):
+def test_an_undo_puts_revision_1_back_byte_for_byte_and_an_alert_undoes_the_last_redeploy_only_under_load(lab, redeploy, tmp_path):
     gpu1, gpu2 = lab['gpu1'], lab['gpu2']
     neighbour = gpu1.server_pid()
     (tmp_path / 'eda').mkdir()
@@ -134,6 +136,23 @@ def test_an_undo_puts_revision_1_back_byte_for_byte_and_an_alert_undoes_that_und
             assert listed.rc == 0 and len(summed) == 1 and summed[0].startswith(
                 'gpu2: 4 revision(s) (1, 2, 3, 4), the latest 4 of'), summed
 
+            # An alert never undoes an undo (the rulebook would otherwise flip a server between two releases while
+            # its alert keeps firing): refused before anything stops, naming the latest revision.
+            pid = gpu2.server_pid()
+            flipped = undo({'gpuops_undo_trigger': 'alertmanager'}, name='alert-after-undo')
+            assert flipped.rc != 0 and 'an alert undoes a redeploy, never an undo: the latest revision 4' in \
+                flipped.stdout, flipped.stdout[-3000:]
+            assert gpu2.server_pid() == pid and revisions(gpu2) == [1, 2, 3, 4] and served(gpu2) == before
+
+            # The lab's state again (5), then another launch setting (6): what the alert below undoes.
+            again = redeploy(name='lab-settings-again', limit='gpu2')
+            assert again.rc == 0, again.stdout[-3000:]
+            assert served(gpu2) == as_the_lab_left_it
+            other = redeploy({'sglang_max_running_requests': 48}, name='before-the-alert', limit='gpu2')
+            assert other.rc == 0, other.stdout[-3000:]
+            # The last sglang_revisions_kept (5) are kept: revision 1 is pruned now.
+            assert revisions(gpu2) == [2, 3, 4, 5, 6]
+
             # The rulebook, fed Alertmanager's webhook: a host not in the inventory, then gpu2. Actions run one at
             # a time in the order the alerts came, so once gpu2's undo has ended the first alert has been decided.
             rulebook.wait_listening()
@@ -146,8 +165,8 @@ def test_an_undo_puts_revision_1_back_byte_for_byte_and_an_alert_undoes_that_und
                 rulebook.log.read_text()
             alerted = report('gpu2')
             assert alerted['status'] == 'undone' and alerted['healthy'] is True, alerted['reason']
-            assert alerted['undo']['target'] == 3 and alerted['undo']['latest'] == 4
-            assert revisions(gpu2) == [1, 2, 3, 4, 5]
+            assert alerted['undo']['target'] == 5 and alerted['undo']['latest'] == 6
+            assert revisions(gpu2) == [3, 4, 5, 6, 7]
             assert served(gpu2) == as_the_lab_left_it
             assert gpu2.healthy() and gpu2.server_pid() != pid
             assert gpu2.server_info()['max_running_requests'] == 64
