@@ -1,4 +1,4 @@
-"""A server with an API key, through real Ansible: the lab's stand-in (SGLang's --config and auth rules)
+"""A server with an API key, through the modules and real Ansible: the lab's stand-in (SGLang's --config and auth rules)
 run detached from a launch.json as the role runs SGLang, and the real SGLang router, on loopback.
 
 The key reaches the server only in a 0600 --config file; the modules read it there, send it as a bearer

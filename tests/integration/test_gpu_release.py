@@ -120,7 +120,7 @@ def test_await_exit_is_not_waited_on_in_check_mode(tmp_path, gpu_host):
 
 
 def test_never_kills_its_own_ancestors(tmp_path, gpu_host):
-    # pytest is an ancestor of the module process (pytest -> ansible-playbook -> worker -> module)
+    # pytest is an ancestor of the module process (pytest -> module, as ansible-playbook -> worker -> module is)
     with open(str(gpu_host.dev / 'nvidia0'), 'rb'):
         result = run_task(tmp_path, 'gpuops.sglang.gpu_release', release_args(gpu_host))
     assert not result.failed

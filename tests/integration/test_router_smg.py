@@ -9,6 +9,7 @@ import pytest
 
 from helpers.ansible_run import run_task
 from helpers.router import Router, http_json
+from helpers.simulated import wait_for
 
 ROUTER_KEYS = {'changed', 'member_before', 'member', 'healthy', 'worker_id', 'status', 'workers_total', 'requests'}
 
@@ -65,6 +66,8 @@ def test_a_stopped_worker_smg_lists_not_ready_is_not_readmitted_and_fails_with_i
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='started'), name='start').failed
     assert not worker(tmp_path, smg, server, 'add').failed
     assert not run_task(tmp_path, 'gpuops.sglang.sglang_server', server.args(state='stopped'), name='stop').failed
+    # The case under test: smg has seen it fail its health checks (the module reads smg's view, not the server's).
+    wait_for(lambda: listed(smg).get(server.url) in ('not_ready', 'failed'), 30, 'smg listing the stopped worker')
 
     present = worker(tmp_path, smg, server, 'present', timeout=4)
     assert present.failed

@@ -1,4 +1,5 @@
-"""sglang_server and sglang_guard through real Ansible, on a real detached server process and real files.
+"""sglang_server and sglang_guard on a real detached server process and real files, each module run as Ansible runs it on
+the target (helpers.ansible_run.run_task), the rollback and guard_status playbooks through ansible-playbook.
 
 The "server" is tests/integration/files/tiny_server.py (a small stand-in: /health, /server_info), run
 detached from a launch.json exactly as the role runs SGLang. No systemd here: the guard's watcher is
@@ -57,6 +58,19 @@ def watchers(guard_dir):
             except OSError:
                 continue
     return found
+
+
+def watching(guard_dir):
+    """True once a watcher of this folder sleeps between its polls: its code is imported and it reads the state
+    (the kernel's wait channel of a process in time.sleep is hrtimer_nanosleep)."""
+    for pid in watchers(guard_dir):
+        try:
+            with open('/proc/%d/wchan' % pid) as handle:
+                if 'nanosleep' in handle.read():
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 class Deployment(object):
@@ -517,7 +531,9 @@ def test_the_watcher_never_acts_on_a_state_another_user_could_replace(deployment
     armed = run_task(tmp_path, 'gpuops.sglang.sglang_guard',
                      deployment.guard_args(state='armed', run_id='run-w', deadline=600, idle=4), name='arm')
     assert not armed.failed, armed.get('msg')
-    wait_for(lambda: watchers(deployment.guard_dir), 10, 'the detached watcher')
+    # Polling, not only started: this test is about the trust check of each poll. A folder moved while the watcher
+    # still imports its code from lib/ inside it stops the watcher at that import instead (acting on nothing too).
+    wait_for(lambda: watching(deployment.guard_dir), 10, 'the detached watcher polling')
     # An operator gives the folder above the guard folder away; its new owner swaps in a guard folder of their
     # own whose state names their launch configuration (the run id is in the watcher's command line).
     os.chown(str(trusted_dir), NOBODY, NOBODY)

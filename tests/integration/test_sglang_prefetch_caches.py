@@ -1,4 +1,4 @@
-"""sglang_prefetch's compile cache folders (issue 45) through real Ansible: made the server user's (0700) when
+"""sglang_prefetch's compile cache folders (issue 45): made the server user's (0700) when
 missing, counted when present, refused (naming the folder, its owner and mode) when another user could write or
 redirect them, before anything is made; check mode makes nothing.
 
