@@ -131,7 +131,7 @@ molecule: setup
 
 # Every stage (tests/run_stages.py --list): pytest's unit and integration suites, the lab's files on labs 1 to 4, the
 # dashboard on lab 5, sanity, ansible-test integration, galaxy-check, lint, molecule on the default lab; as many at
-# once as their weights fit TEST_CAPACITY (4).
+# once as their weights fit TEST_CAPACITY (5).
 test: setup
 	$(BIN)/python tests/run_stages.py
 

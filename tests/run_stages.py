@@ -69,28 +69,23 @@ LAB_START_LOCK = os.path.join(REPO, '.cache', 'lab-start.lock')
 # Longest first (docs/benchmarks.md, "The test suite"): a slow stage started last would set the total.
 def stages():
     return [
-        # The tuner's tests end lab-fleet, on the lab its session already started, not lab-lease: lab-lease waits out
-        # the guard's idle bounds and the bake's windows, and with them it was the last stage to end by 85 to 150 s
-        # (docs/benchmarks.md).
-        # The undo's scenario (seven windows under load) ends it too: in lab-redeploy, which starts only when
-        # unit-integration leaves room, it made that stage the last to end by about 140 s.
-        Stage('lab-fleet', PYTEST + lab_files('test_fleet.py', 'test_multinode.py', 'test_speculation_tuning.py',
-                                              'test_undo.py'), lab=4),
-        # Starts at 0 beside lab-fleet: the stages started after unit-integration set the total (docs/benchmarks.md).
+        # Four lab stages of about the same length, the longest started first; the unit and integration suites, now
+        # a few minutes (run_task runs a module as its own process: tests/helpers/ansible_run.py), start beside the
+        # first two and the dashboard, and the other two lab stages start when they end (docs/benchmarks.md, "The
+        # test suite").
+        Stage('lab-fleet', PYTEST + lab_files('test_fleet.py', 'test_multinode.py'), lab=4),
         Stage('lab-lease', PYTEST + lab_files('test_lease.py', 'test_canary_bake.py'), lab=1),
-        # Three workers at the weight of 2: a third of the integration suite's time is waiting on a bound or a server
-        # (docs/benchmarks.md), and the lab stages that start after it are the path that sets the total. At the
-        # weight of 1 (lab-redeploy started beside it at 0) a fresh-clone run reached a load average of 13 and the
-        # suite took 1261 s instead of 835 s (docs/benchmarks.md).
+        # Three workers at the weight of 2: a third of the integration suite's time is waiting on a bound or a server.
         Stage('unit-integration', PYTEST + ['-n', '3', 'tests/unit', 'tests/integration'], weight=2,
               resources=['ansible-home']),
-        Stage('lab-redeploy', PYTEST + lab_files('test_redeploy_scenarios.py', 'test_performance_gate.py',
-                                                 'test_doc_commands.py'), lab=3),
-        # test_colocated.py brings up a lab of its own (the colocated shape) on an instance no other stage uses, after
-        # the window's tests, on the lab stage that ended first of those started with it (docs/benchmarks.md).
-        Stage('lab-window', PYTEST + lab_files('test_outage_window.py', 'test_colocated.py'), lab=2,
-              env={'LAB_COLOCATED_INSTANCE': '6'}),
         Stage('dashboard', PYTEST + ['tests/dashboard'], lab=5),
+        # The tuner's tests end lab-redeploy, the undo's scenario (seven windows under load) lab-window: on the lab
+        # each stage's session already started.
+        Stage('lab-redeploy', PYTEST + lab_files('test_redeploy_scenarios.py', 'test_performance_gate.py',
+                                                 'test_doc_commands.py', 'test_speculation_tuning.py'), lab=3),
+        # test_colocated.py brings up a lab of its own (the colocated shape) on an instance no other stage uses.
+        Stage('lab-window', PYTEST + lab_files('test_outage_window.py', 'test_colocated.py', 'test_undo.py'), lab=2,
+              env={'LAB_COLOCATED_INSTANCE': '6'}),
         background('sanity', make('sanity')),
         background('integration-targets', make('integration-targets')),
         # The Galaxy importer's ansible-lint keeps its caches in the importer's own venv: not ansible-home.
@@ -147,8 +142,8 @@ def report(done, wall):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--capacity', type=int, default=int(os.environ.get('TEST_CAPACITY', '4')),
-                        help='how much weight may run at once (default 4, TEST_CAPACITY)')
+    parser.add_argument('--capacity', type=int, default=int(os.environ.get('TEST_CAPACITY', '5')),
+                        help='how much weight may run at once (default 5, TEST_CAPACITY)')
     parser.add_argument('--list', action='store_true')
     parser.add_argument('stage', nargs='*')
     args = parser.parse_args(argv)
