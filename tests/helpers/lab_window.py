@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 
 import ansible_runner
 
@@ -60,11 +61,28 @@ def stop_held(hosts):
             host.exec_('rm', '-f', GATE)
 
 
+# Where the stop writes when it began (the role's stop_marker: sglang_run_dir/SERVICE.stopped_at).
+STOP_MARKER = '/run/sglang/sglang.stopped_at'
+
+
+def stopped_since(host, since):
+    """True once the host's server was sent its stop at or after `since` (time.time(); the containers share the
+    host's clock)."""
+    try:
+        return float(host.exec_('cat', STOP_MARKER)) >= since
+    except (subprocess.CalledProcessError, ValueError):
+        return False
+
+
 def wait_outage_started(hosts, timeout=180):
-    # The run's preflight and preparation come first: about 20 s on an idle machine, over 60 s seen with the whole
-    # suite beside it. The bound only matters when the run never gets there.
+    """Until each host's server stopped serving because this run stopped it: /health failing alone may be a slow
+    answer on a loaded machine (its 5 s timeout), with the run still before its window.
+
+    The run's preflight and preparation come first: about 20 s on an idle machine, over 60 s seen with the whole
+    suite beside it. The bound only matters when the run never gets there."""
+    since = time.time() - 1
     for host in hosts:
-        wait_for(lambda: not host.healthy(), timeout, '%s stopping' % host.name)
+        wait_for(lambda: not host.healthy() and stopped_since(host, since), timeout, '%s stopping' % host.name)
 
 
 def run_in_background(tmp_path, extravars, name, limit=None, cmdline=None):

@@ -11,7 +11,9 @@ closed. A module that finds its controller gone must not begin anything the run 
 server, hold the rollback guard's lease): nobody will read what it did, and the guard's idle bound must count.
 
 Where fd 1 is a regular file, a terminal, /dev/null or closed (an async task's job file, a run by hand, a test)
-nothing can be told, and the controller counts as there: the behaviour before this check.
+nothing can be told, and the controller counts as there: the behaviour before this check. Nor can it be told while
+the ssh client at the controller's end lives on: ansible-core starts each in a session of its own, so a kill of
+ansible-playbook's process group alone leaves the session open (docs/guard.md, "When the controller is gone").
 
 Base layer, standard library only (the guard's lease imports it).
 """
