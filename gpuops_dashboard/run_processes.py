@@ -8,9 +8,11 @@ the lab, tests/lab/test_lease.py). Killing the clients as well closes their sess
 lose its reader at once (plugins/module_utils/base/_controller.py).
 
 A process belongs to the run when its environment holds the run's artifacts folder in AWX_ISOLATED_DATA_DIR, which
-ansible-runner gives ansible-playbook and every process it starts inherits. ssh's connection masters
-(ControlPersist, "ssh: PATH [mux]") inherit it too but are left alone: another run to the same host may share one,
-and closing a client's own session is enough.
+ansible-runner gives ansible-playbook and every process it starts inherits. Only ansible-playbook (its forked workers
+carry its command line) and the ssh clients are ended: a server or a guard watcher that a module started on this
+machine (a host on the local connection) inherits the variable too and must go on, and ssh's connection masters
+(ControlPersist, "ssh: PATH [mux]") are left alone: another run to the same host may share one, and closing a
+client's own session is enough.
 """
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
-def run_processes(private_data_dir: str, proc: str = PROC) -> list[int]:
-    """PIDs of the run's processes (not this one's, not an ssh connection master's), in /proc's order."""
+def run_processes(private_data_dir: str, proc: str = PROC) -> list[tuple[int, str]]:
+    """(PID, 'ansible-playbook' or 'ssh') of the run's processes that a cancel ends, in /proc's order."""
     prefix = RUN_VARIABLE + os.fsencode(os.path.join(os.path.abspath(private_data_dir), 'artifacts')) + b'/'
     found = []
     for entry in os.listdir(proc):
@@ -41,23 +43,33 @@ def run_processes(private_data_dir: str, proc: str = PROC) -> list[int]:
             continue
         if not any(item.startswith(prefix) for item in environ.split(b'\0')):
             continue
-        if cmdline.startswith(b'ssh: ') and b'[mux]' in cmdline:
-            continue
-        found.append(int(entry))
+        kind = _controller_process(cmdline)
+        if kind:
+            found.append((int(entry), kind))
     return found
 
 
-def end_run(private_data_dir: str, proc: str = PROC, passes: int = 3) -> list[int]:
-    """SIGKILL every process of the run; again for what a worker started meanwhile. Returns the PIDs signalled."""
-    ended: list[int] = []
+def _controller_process(cmdline: bytes) -> str | None:
+    """'ssh' for an ssh client, 'ansible-playbook' for it or one of its workers (python PATH/ansible-playbook ...,
+    or the script itself), None for anything else: an ssh connection master's command line is "ssh: PATH [mux]"."""
+    names = [os.path.basename(arg) for arg in cmdline.split(b'\0')[:2]]
+    if names and names[0] == b'ssh':
+        return 'ssh'
+    return 'ansible-playbook' if b'ansible-playbook' in names else None
+
+
+def end_run(private_data_dir: str, proc: str = PROC, passes: int = 3) -> list[tuple[int, str]]:
+    """SIGKILL every process of the run that run_processes names; again for what a worker started meanwhile.
+    Returns (PID, kind) of each one signalled."""
+    ended: list[tuple[int, str]] = []
     for dummy in range(passes):
-        pids = [pid for pid in run_processes(private_data_dir, proc) if pid not in ended]
-        if not pids:
+        found = [item for item in run_processes(private_data_dir, proc) if item not in ended]
+        if not found:
             break
-        for pid in pids:
+        for pid, kind in found:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 continue
-            ended.append(pid)
+            ended.append((pid, kind))
     return ended

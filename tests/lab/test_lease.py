@@ -128,6 +128,9 @@ def test_lease_an_ansible_runner_cancel_restores_within_the_idle_bound(lab, tmp_
         notice = run.cancel()
         cancelled = time.monotonic()
         status = run.wait(120)
+    # What the cancel ended on the controller: ansible-playbook, its workers and its ssh clients (which ansible starts
+    # in sessions of their own: gpuops_dashboard/run_processes.py).
+    print('the cancel ended %s' % ', '.join('%s %d' % (kind, pid) for pid, kind in run.ended_processes or []))
     # What ansible-runner reports for a run its cancel_callback stopped.
     assert status == 'canceled', (status, run.rc, run.error)
     assert run.rc == 254
