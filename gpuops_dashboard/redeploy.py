@@ -20,8 +20,8 @@ are the role's documented ones, type-checked, and reach Ansible as a 0600 file o
 never templated and is removed when the run ends (gpuops_dashboard.extra_vars), the limit is a real pattern,
 and the run's private data dir is 0700 with request.json (secrets redacted) 0600.
 
-A cancel is a SIGKILL of ansible-playbook's process group and of its ssh clients (run_processes.py): nothing on
-the controller cleans up. What happens on each host depends on how far it got, and `cancel()` says so (see `expectations_after_cancel`):
+A cancel is a SIGKILL of ansible-playbook's process group and of its workers and ssh clients, which leave that group
+(run_processes.py): nothing on the controller cleans up. What happens on each host depends on how far it got, and `cancel()` says so (see `expectations_after_cancel`):
 - before its guard was armed: nothing was stopped, the old server serves;
 - inside the outage window (guard armed, new server not confirmed): the guard on the host restores the
   pre-run files and starts the previous server by itself, `sglang_rollback_idle` seconds after the last
@@ -185,8 +185,8 @@ class Redeploy(object):
         self._records = []
         self._lock = threading.Lock()
         self._cancel = threading.Event()
-        # The PIDs the cancel killed (run_processes.end_run), None before a cancel.
-        self.ended_processes = None
+        # (PID, kind) of what the cancel killed (run_processes.end_run), None before a cancel.
+        self.ended_processes: list[tuple[int, str]] | None = None
         self._done = threading.Event()
         self._on_record = on_record
         self._thread = threading.Thread(target=self._run, name='redeploy-%s' % run_id, daemon=True)
@@ -228,9 +228,10 @@ class Redeploy(object):
                 'hosts': expectations_after_cancel(self.records(), self.extra_vars.get('sglang_rollback_deadline'),
                                                    self.extra_vars.get('sglang_rollback_idle'))}
 
-    def _cancel_requested(self):
+    def _cancel_requested(self) -> bool:
         """ansible-runner's cancel callback: once cancel() was called, every process of the run is killed here, its
-        ssh clients too (run_processes.py says why), before ansible-runner kills ansible-playbook's process group."""
+        workers and ssh clients too (run_processes.py says why), before ansible-runner kills ansible-playbook's
+        process group."""
         if not self._cancel.is_set():
             return False
         if self.ended_processes is None:

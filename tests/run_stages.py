@@ -4,8 +4,8 @@ Much of a lab test's time is waiting (for a guard's bound, a server's warm-up, a
 side, longest first (together they keep the 2 cores busy: docs/benchmarks.md says where the CPU goes), as long as
 their weights fit --capacity: a stage's weight is how many of the 2 cores it keeps busy (a lab stage 1, the unit and
 integration suites' pytest -n 3 2). The capacity is 5 since the integration suite runs its modules without
-ansible-playbook (2026-12-06: 958 s for the stages, 1514 CPU seconds in all, against 1490 s and 2894 at 4 with the
-suite's old CPU, docs/benchmarks.md); with the old suite more at once measured a load average of 20, which stretched
+ansible-playbook (2026-12-06, `fe248ac`: 939 s for the stages, the machine busy 1578 CPU seconds, against 1490 s and
+2894 at 4 with the suite's old CPU, docs/benchmarks.md); with the old suite more at once measured a load average of 20, which stretched
 the lab's redeploys past their bounds and the tests' own waits; each lab
 stage brings up its own lab (LAB_INSTANCE 1..: lab/lab), molecule uses the default one (0), the stages without a lab
 need none. Labs come up one at a time (tests/helpers/lab_instance.py, one_start_at_a_time; molecule's create takes

@@ -1,16 +1,21 @@
-"""Runs one task of a collection module through real Ansible (ansible-runner, local connection).
+"""Runs a collection module as Ansible runs it on a target (run_task), or tasks and playbooks through real Ansible
+(ansible-runner, local connection: run_tasks, run_playbook).
 
 The target interpreter is the host's system python3 where there is one, so
 the modules prove they need nothing beyond the standard library and their
 module_utils, which Ansible ships with them.
 """
+from __future__ import annotations
+
 import hashlib
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 import ansible_runner
 
@@ -42,11 +47,13 @@ ACTION_PLUGINS = frozenset(os.path.splitext(name)[0] for name in os.listdir(os.p
                            if name.endswith('.py'))
 
 
-def run_task(tmp_path, module, args, check=False, diff=False, name='task', keywords=None, files=None,
-             ansible=False):
+def run_task(tmp_path: pathlib.Path, module: str, args: dict[str, Any], check: bool = False, diff: bool = False,
+             name: str = 'task', keywords: dict[str, Any] | None = None, files: dict[str, str] | None = None,
+             ansible: bool = False) -> TaskResult:
     """Run `module` with `args` once and return its result dict (with 'failed').
 
-    A collection module with no action plugin, and no task keywords or files, runs as its own process on the
+    A collection module with no action plugin, no task keywords or files and no template in its arguments (which
+    only Ansible would render) runs as its own process on the
     target's python, the way Ansible's module wrapper runs it there (run_module_process): the module's whole code
     path at a seventh of ansible-playbook's CPU (measured: 0.14 against 1.0 CPU s a task, docs/benchmarks.md).
     Everything else, and ``ansible=True``, runs one task in a real ansible-playbook (run_tasks): ``keywords`` are
@@ -55,28 +62,30 @@ def run_task(tmp_path, module, args, check=False, diff=False, name='task', keywo
     and on the lab.
     """
     short = module[len(COLLECTION):] if module.startswith(COLLECTION) else None
-    if short and short not in ACTION_PLUGINS and not (keywords or files or ansible):
+    if short and short not in ACTION_PLUGINS and not (keywords or files or ansible or '{{' in json.dumps(args)):
         return run_module_process(tmp_path, short, args, check=check, diff=diff, name=name)
     task = {'name': name, module: args}
     task.update(keywords or {})
     return run_tasks(tmp_path, [task], check=check, diff=diff, name=name, files=files)[name]
 
 
-def _module_path():
+def _module_path() -> str:
     """A folder that gives the target's python what Ansible's module wrapper ships with a module: an ``ansible``
     package holding ansible-core's module_utils, and this collection's modules and module_utils as regular packages
     (an ``__init__.py`` in each folder, as in the wrapper's zip: the guard reads the watcher's code from its package
     with pkgutil.get_data, which a namespace package cannot answer), each file a link to the checkout's.
 
-    Named by the files it links, so a run after a module_utils file was added or removed makes a new one; made in a
-    private folder and renamed into place, so pytest workers making it at once all get a whole one."""
+    Named by the files it links and where they are (this checkout, this ansible-core), so a run after a module_utils
+    file was added or removed, or from another checkout, makes a new one; made in a private folder and renamed into
+    place, so pytest workers making it at once all get a whole one."""
     import ansible.module_utils
     plugins = os.path.join(REPO, 'plugins')
     files = sorted(os.path.relpath(os.path.join(folder, name), plugins)
                    for part in ('modules', 'module_utils')
                    for folder, _dirs, names in os.walk(os.path.join(plugins, part))
                    for name in names if name.endswith('.py'))
-    digest = hashlib.sha256('\n'.join(files).encode()).hexdigest()[:16]
+    origin = os.path.dirname(ansible.module_utils.__file__)
+    digest = hashlib.sha256('\n'.join([REPO, origin] + files).encode()).hexdigest()[:16]
     path = os.path.join(REPO, '.cache', 'module-path', digest)
     if os.path.isdir(path):
         return path
@@ -86,7 +95,7 @@ def _module_path():
     for package in (os.path.join(building, 'ansible'), collection, os.path.join(collection, 'modules'),
                     os.path.join(collection, 'module_utils')):
         os.makedirs(package, exist_ok=True)
-    os.symlink(os.path.dirname(ansible.module_utils.__file__), os.path.join(building, 'ansible', 'module_utils'))
+    os.symlink(origin, os.path.join(building, 'ansible', 'module_utils'))
     for name in files:
         os.makedirs(os.path.dirname(os.path.join(collection, name)), exist_ok=True)
         os.symlink(os.path.join(plugins, name), os.path.join(collection, name))
@@ -101,10 +110,16 @@ def _module_path():
     return path
 
 
-def run_module_process(tmp_path, module, args, check=False, diff=False, name='task'):
+def run_module_process(tmp_path: pathlib.Path, module: str, args: dict[str, Any], check: bool = False,
+                       diff: bool = False, name: str = 'task') -> TaskResult:
     """Run collection module `module` (its short name) once as its own process, as Ansible's module wrapper does on
-    the target: the target's python, the arguments (with the ``_ansible_*`` ones a controller adds) in a file named
-    in argv[1], the JSON result on stdout. Returns the result as run_task does."""
+    the target: the target's python, in a session of its own (an ansible-core worker's, or sshd's), the arguments
+    (with the ``_ansible_*`` ones a controller adds) in a file named in argv[1], the JSON result on stdout. Returns
+    the result as run_task does.
+
+    What it does not show: that the wrapper ships each module with the module_utils it imports (every file is here).
+    test_modules_through_ansible.py shows it for every module, and a guard armed through ansible-playbook (the idle
+    bound's play in test_sglang_guard.py, every lab redeploy) for the files the guard installs for its watcher."""
     internal = {'_ansible_check_mode': check, '_ansible_diff': diff, '_ansible_no_log': False,
                 '_ansible_module_name': COLLECTION + module, '_ansible_verbosity': 0, '_ansible_debug': False,
                 '_ansible_keep_remote_files': False, '_ansible_tmpdir': None,
@@ -118,7 +133,7 @@ def run_module_process(tmp_path, module, args, check=False, diff=False, name='ta
     proc = subprocess.run([TARGET_PYTHON, '-c', boot, _module_path(),
                            'ansible_collections.gpuops.sglang.plugins.modules.%s' % module, str(args_file)],
                           cwd=str(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True)
+                          stderr=subprocess.PIPE, universal_newlines=True, start_new_session=True)
     try:
         result = TaskResult(json.loads(proc.stdout))
     except ValueError:

@@ -49,6 +49,13 @@ def fired_or_none(host):
         return None
 
 
+def wait_restored_by_guard(host, previous, timeout):
+    """Until the host's guard reported a restore (fired.json, written once the previous server is healthy and back
+    in its router) other than `previous`, then until the host serves (its /health may answer slowly under load)."""
+    wait_for(lambda: fired_or_none(host) not in (None, previous), timeout, '%s: the guard report' % host.name)
+    wait_for(host.healthy, 30, '%s serving after its guard restored it' % host.name)
+
+
 @contextlib.contextmanager
 def stop_held(hosts):
     """Hold each server's drain until the with-block ends (the step after the stop waits for it)."""

@@ -16,6 +16,7 @@ import sys
 import time
 
 from gpuops_dashboard import redeploy as dashboard_redeploy
+from gpuops_dashboard.run_processes import run_processes
 
 from helpers import lab_instance
 from helpers.ansible_run import ANSIBLE_ENV, REPO
@@ -55,8 +56,9 @@ def assert_restored_by_the_idle_bound(host, before, since, what, previous, idle)
             'sh', '-c', 'ls -la /var/lib/gpuops-sglang/sglang; tail -n 20 /var/lib/gpuops-sglang/sglang/watcher.log'
             ' 2>&1; journalctl -u "gpuops-sglang-guard-*" -n 20 --no-pager 2>&1 || true')))
     elapsed = time.monotonic() - since
-    # The guard writes fired.json once the previous server is healthy and back in its router.
-    assert host.healthy(), '%s does not serve after its guard restored it' % host.name
+    # The guard writes fired.json once the previous server is healthy and back in its router (its /health may answer
+    # slowly on a loaded machine).
+    wait_for(host.healthy, 30, '%s serving after its guard restored it' % host.name)
     by_guard = fired(host)
     assert by_guard['bound'] == 'idle' and by_guard['acted_by'] == 'idle' and by_guard['status'] == 'rolled_back'
     assert files_state(host) == before
@@ -112,8 +114,9 @@ def test_lease_a_batch_cut_off_by_a_sigkill_restores_within_the_idle_bound_and_i
 
 
 def test_lease_an_ansible_runner_cancel_restores_within_the_idle_bound(lab, tmp_path):
-    """Cancelled as the dashboard cancels (gpuops_dashboard.redeploy: ansible-runner's cancel_callback, which
-    SIGKILLs ansible-playbook's process group), once gpu2's server stopped."""
+    """Cancelled as the dashboard cancels (gpuops_dashboard.redeploy: its cancel_callback kills the run's workers and
+    their ssh clients, which left ansible-playbook's process group, then ansible-runner that group), once gpu2's
+    server stopped."""
     host = lab['gpu2']
     before, previous = files_state(host), fired_or_none(host)
     with stop_held([host]):
@@ -128,9 +131,10 @@ def test_lease_an_ansible_runner_cancel_restores_within_the_idle_bound(lab, tmp_
         notice = run.cancel()
         cancelled = time.monotonic()
         status = run.wait(120)
-    # What the cancel ended on the controller: ansible-playbook, its workers and its ssh clients (which ansible starts
-    # in sessions of their own: gpuops_dashboard/run_processes.py).
+    # What the cancel ended on the controller: ansible-playbook, its workers (each in a session of its own) and their
+    # ssh clients (gpuops_dashboard/run_processes.py); none of them is left.
     print('the cancel ended %s' % ', '.join('%s %d' % (kind, pid) for pid, kind in run.ended_processes or []))
+    assert run.ended_processes and run_processes(run.private_data_dir) == []
     # What ansible-runner reports for a run its cancel_callback stopped.
     assert status == 'canceled', (status, run.rc, run.error)
     assert run.rc == 254

@@ -12,8 +12,9 @@ server, hold the rollback guard's lease): nobody will read what it did, and the 
 
 Where fd 1 is a regular file, a terminal, /dev/null or closed (an async task's job file, a run by hand, a test)
 nothing can be told, and the controller counts as there: the behaviour before this check. Nor can it be told while
-the ssh client at the controller's end lives on: ansible-core starts each in a session of its own, so a kill of
-ansible-playbook's process group alone leaves the session open (docs/guard.md, "When the controller is gone").
+the worker and its ssh client at the controller's end live on: ansible-core's workers each start a session of their
+own, so a kill of ansible-playbook's process group alone leaves them and the channel open (docs/guard.md, "When the
+controller is gone").
 
 Base layer, standard library only (the guard's lease imports it).
 """
