@@ -110,12 +110,12 @@ def _module_path() -> str:
     return path
 
 
-def run_module_process(tmp_path: pathlib.Path, module: str, args: dict[str, Any], check: bool = False,
-                       diff: bool = False, name: str = 'task') -> TaskResult:
-    """Run collection module `module` (its short name) once as its own process, as Ansible's module wrapper does on
-    the target: the target's python, in a session of its own (an ansible-core worker's, or sshd's), the arguments
-    (with the ``_ansible_*`` ones a controller adds) in a file named in argv[1], the JSON result on stdout. Returns
-    the result as run_task does.
+def start_module_process(tmp_path: pathlib.Path, module: str, args: dict[str, Any], check: bool = False,
+                         diff: bool = False, name: str = 'direct') -> subprocess.Popen:
+    """Start collection module `module` (its short name) once as its own process, as Ansible's module wrapper does
+    on the target: the target's python, in a session of its own (an ansible-core worker's, or sshd's), the arguments
+    (with the ``_ansible_*`` ones a controller adds) in a file named in argv[1]. Returns the Popen (runs that must
+    overlap start several); module_process_result reads its result.
 
     What it does not show: that the wrapper ships each module with the module_utils it imports (every file is here).
     test_modules_through_ansible.py shows it for every module, and a guard armed through ansible-playbook (the idle
@@ -130,15 +130,19 @@ def run_module_process(tmp_path: pathlib.Path, module: str, args: dict[str, Any]
     # starts (the guard's watcher imports its own copy of the code, the server its own packages).
     boot = ('import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); '
             'runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)')
-    proc = subprocess.run([TARGET_PYTHON, '-c', boot, _module_path(),
-                           'ansible_collections.gpuops.sglang.plugins.modules.%s' % module, str(args_file)],
-                          cwd=str(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, universal_newlines=True, start_new_session=True)
+    return subprocess.Popen([TARGET_PYTHON, '-c', boot, _module_path(),
+                             'ansible_collections.gpuops.sglang.plugins.modules.%s' % module, str(args_file)],
+                            cwd=str(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True, start_new_session=True)
+
+
+def module_process_result(proc: subprocess.Popen) -> TaskResult:
+    """The result of a module start_module_process started, once it ended, as run_task returns one."""
+    out, err = proc.communicate()
     try:
-        result = TaskResult(json.loads(proc.stdout))
+        result = TaskResult(json.loads(out))
     except ValueError:
-        raise AssertionError('%s printed no JSON (rc %s):\n%s\n%s' % (module, proc.returncode, proc.stdout,
-                                                                        proc.stderr))
+        raise AssertionError('the module printed no JSON (rc %s):\n%s\n%s' % (proc.returncode, out, err))
     result['failed'] = bool(result.get('failed'))
     result.setdefault('changed', False)
     # The module sends its warnings as structured summaries (ansible-core 2.19); a controller shows their text.
@@ -146,6 +150,12 @@ def run_module_process(tmp_path: pathlib.Path, module: str, args: dict[str, Any]
         result['warnings'] = [warning['event']['msg'] if isinstance(warning, dict) else warning
                               for warning in result['warnings']]
     return result
+
+
+def run_module_process(tmp_path: pathlib.Path, module: str, args: dict[str, Any], check: bool = False,
+                       diff: bool = False, name: str = 'task') -> TaskResult:
+    """Run collection module `module` once as its own process (start_module_process) and return its result."""
+    return module_process_result(start_module_process(tmp_path, module, args, check=check, diff=diff, name=name))
 
 
 def run_tasks(tmp_path, tasks, check=False, diff=False, name='tasks', files=None, verbosity=0):
@@ -226,25 +236,3 @@ def run_playbook(tmp_path, playbook, inventory, extravars=None, name='run', limi
         quiet=True,
     )
     return PlaybookRun(runner)
-
-
-def start_module_process(tmp_path, module, args, name='direct'):
-    """Start one module as its own process, without ansible-playbook (for runs that must overlap).
-
-    AnsibleModule reads {"ANSIBLE_MODULE_ARGS": ...} from the file named in argv[1].
-    Returns the Popen; read its JSON result with module_process_result().
-    """
-    args_file = tmp_path / ('%s-args.json' % name)
-    args_file.write_text(json.dumps({'ANSIBLE_MODULE_ARGS': args}))
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, '.cache', 'collections'))
-    return subprocess.Popen([sys.executable, '-m', 'ansible_collections.gpuops.sglang.plugins.modules.%s' % module,
-                             str(args_file)], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, universal_newlines=True)
-
-
-def module_process_result(proc):
-    out, err = proc.communicate()
-    try:
-        return TaskResult(json.loads(out))
-    except ValueError:
-        raise AssertionError('module printed no JSON (rc %s):\n%s\n%s' % (proc.returncode, out, err))

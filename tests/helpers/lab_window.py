@@ -52,7 +52,13 @@ def fired_or_none(host):
 def wait_restored_by_guard(host, previous, timeout):
     """Until the host's guard reported a restore (fired.json, written once the previous server is healthy and back
     in its router) other than `previous`, then until the host serves (its /health may answer slowly under load)."""
-    wait_for(lambda: fired_or_none(host) not in (None, previous), timeout, '%s: the guard report' % host.name)
+    try:
+        wait_for(lambda: fired_or_none(host) not in (None, previous), timeout, '%s: the guard report' % host.name)
+    except AssertionError as exc:
+        # What the guard left, to tell a guard that never acted from one still restoring.
+        raise AssertionError('%s; the guard folder: %s' % (exc, host.exec_(
+            'sh', '-c', 'ls -la /var/lib/gpuops-sglang/sglang; tail -n 20 /var/lib/gpuops-sglang/sglang/watcher.log'
+            ' 2>&1; journalctl -u "gpuops-sglang-guard-*" -n 20 --no-pager 2>&1 || true')))
     wait_for(host.healthy, 30, '%s serving after its guard restored it' % host.name)
 
 

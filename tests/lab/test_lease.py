@@ -21,7 +21,7 @@ from gpuops_dashboard.run_processes import run_processes
 from helpers import lab_instance
 from helpers.ansible_run import ANSIBLE_ENV, REPO
 from helpers.lab_window import (CHANGE, files_state, fired, fired_or_none, report, run_in_background, stats,
-                                stop_held, wait_outage_started)
+                                stop_held, wait_outage_started, wait_restored_by_guard)
 from helpers.simulated import wait_for
 
 # The role's default (roles/sglang/defaults/main.yml); the shortest the preflight allows with ansible's default 10 s
@@ -48,17 +48,8 @@ def assert_restored_by_the_idle_bound(host, before, since, what, previous, idle)
 
     The guard's report first: a server that answers /health may be the new one a start left running on the host
     started, until the guard's idle bound passes."""
-    try:
-        wait_for(lambda: fired_or_none(host) not in (None, previous), idle + IN_FLIGHT_AND_RESTORE,
-                 '%s: the guard report (restored through its lease)' % host.name)
-    except AssertionError as exc:
-        raise AssertionError('%s; the guard folder: %s' % (exc, host.exec_(
-            'sh', '-c', 'ls -la /var/lib/gpuops-sglang/sglang; tail -n 20 /var/lib/gpuops-sglang/sglang/watcher.log'
-            ' 2>&1; journalctl -u "gpuops-sglang-guard-*" -n 20 --no-pager 2>&1 || true')))
+    wait_restored_by_guard(host, previous, idle + IN_FLIGHT_AND_RESTORE)
     elapsed = time.monotonic() - since
-    # The guard writes fired.json once the previous server is healthy and back in its router (its /health may answer
-    # slowly on a loaded machine).
-    wait_for(host.healthy, 30, '%s serving after its guard restored it' % host.name)
     by_guard = fired(host)
     assert by_guard['bound'] == 'idle' and by_guard['acted_by'] == 'idle' and by_guard['status'] == 'rolled_back'
     assert files_state(host) == before
